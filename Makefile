@@ -1,0 +1,43 @@
+# Quickstart: `make demo` and `make test`. Both create .venv and install what they need on first use
+# (pinned by constraints.txt); nothing is needed beforehand but Python 3.11+, pip and make.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint venv lock schemas clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "airflow-elastic needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/airflow-elastic render dags/example_groups.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check airflow_elastic tests tools dags
+	$(BIN)/ruff format --check airflow_elastic tests tools dags
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+# Re-pin every dependency after changing pyproject.toml (commit the result).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
+	.lock-venv/bin/python -m pip freeze --exclude-editable > constraints.txt
+	rm -rf .lock-venv
+
+# Regenerate airflow_elastic/schemas from the upstream copies in ../shared.
+schemas: $(STAMP)
+	$(BIN)/python tools/gen_schemas.py
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

@@ -1,0 +1,34 @@
+"""airflow-elastic: preemption-proof distributed ML training as Airflow tasks, on Kubernetes JobSets.
+
+Importing this package loads neither Airflow nor the Kubernetes clients: DAG files that only build specs stay
+cheap to parse, and ``airflow_elastic.runtime`` works in training images installed with ``--no-deps``.
+"""
+
+from __future__ import annotations
+
+from airflow_elastic.spec import (
+    Checkpointing,
+    Elastic,
+    FailurePolicy,
+    Placement,
+    Resources,
+    Role,
+    SpecError,
+    SuccessPolicy,
+    TrainingGroup,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Checkpointing",
+    "Elastic",
+    "FailurePolicy",
+    "Placement",
+    "Resources",
+    "Role",
+    "SpecError",
+    "SuccessPolicy",
+    "TrainingGroup",
+    "__version__",
+]

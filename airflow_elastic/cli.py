@@ -1,0 +1,86 @@
+"""The ``airflow-elastic`` command line (pure: the ``render`` command imports neither Airflow nor kubernetes)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from airflow_elastic.spec import SpecError, TrainingGroup
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 1."""
+
+
+def groups_in(path: Path) -> list[TrainingGroup]:
+    """Training groups a Python file defines at module level, or holds in operators' ``group`` attribute,
+    in definition order and without duplicates."""
+    if not path.is_file():
+        raise CliError(f"no such file: {path}")
+    # Like Airflow's DAG processor, let the file import its neighbours.
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        namespace = runpy.run_path(str(path), run_name="__airflow_elastic_render__")
+    except SpecError as err:
+        raise CliError(f"{path}: invalid training group: {err}") from err
+    except Exception as err:
+        raise CliError(f"{path}: failed to load: {type(err).__name__}: {err}") from err
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    found: list[TrainingGroup] = []
+    for value in namespace.values():
+        candidate = value if isinstance(value, TrainingGroup) else getattr(value, "group", None)
+        if isinstance(candidate, TrainingGroup) and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def render(args: argparse.Namespace) -> None:
+    import yaml
+
+    from airflow_elastic.render import render_jobset
+
+    found = groups_in(args.file)
+    if not found:
+        raise CliError(f"{args.file}: defines no TrainingGroup")
+    groups = [g for g in found if args.group in (None, g.name)]
+    if not groups:
+        names = ", ".join(g.name for g in found)
+        raise CliError(f"{args.file}: no training group named {args.group!r} (found: {names})")
+    try:
+        manifests = [render_jobset(g, namespace=args.namespace) for g in groups]
+    except SpecError as err:
+        raise CliError(f"{args.file}: {err}") from err
+    sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airflow-elastic", description="Distributed training on Kubernetes JobSets.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmd = commands.add_parser("render", help="print the JobSet YAML of the training groups a Python file defines")
+    cmd.add_argument("file", type=Path, help="a Python file (e.g. a DAG file) that defines TrainingGroup objects")
+    cmd.add_argument("--group", help="render only the group with this name")
+    cmd.add_argument("--namespace", default="default", help="namespace to render for (default: %(default)s)")
+    cmd.set_defaults(func=render)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+        sys.stdout.flush()
+    except CliError as err:
+        print(f"airflow-elastic: error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `airflow-elastic render ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

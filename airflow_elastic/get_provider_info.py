@@ -1,0 +1,28 @@
+"""Airflow provider registration (entry point ``apache_airflow_provider``). Imports nothing heavy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata read by Airflow's ProvidersManager (``airflow providers list``)."""
+    from airflow_elastic import __version__
+
+    return {
+        # Must equal the canonical distribution name, or provider discovery raises.
+        "package-name": "airflow-elastic",
+        "name": "Elastic training",
+        "description": (
+            "Preemption-proof distributed ML training on Kubernetes JobSets: training groups, "
+            "checkpoint resume, hyperparameter sweeps and nightly batch stages."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Kubernetes JobSet",
+                "external-doc-url": "https://jobset.sigs.k8s.io/",
+                "tags": ["software"],
+            }
+        ],
+    }

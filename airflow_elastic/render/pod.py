@@ -1,0 +1,141 @@
+"""The pod template of one role (pure): container, environment contract, resources and placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_elastic import contract, names, platforms
+from airflow_elastic.render.merge import merge
+from airflow_elastic.spec import Placement, Resources, Role, TrainingGroup
+from airflow_elastic.validation import TRAINER_CONTAINER
+
+JOBSET_LABEL = "jobset.sigs.k8s.io"
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str, Any]]:
+    """The environment contract for pods of ``role`` in JobSet ``jobset``.
+
+    Ranks come from the labels JobSet puts on every pod (``job-index`` within the role, ``job-global-index``
+    across the group, roles in declaration order), read through the downward API: each role is a replicated
+    Job with one pod per Job, so those indexes are exactly the pod ranks.
+    """
+    coordinator = names.coordinator_address(jobset, group.leader.name)
+    pods = group.world_size
+    per_pod = role.processes_per_pod
+    values: list[tuple[str, str | dict[str, Any]]] = [
+        (contract.GROUP, group.name),
+        (contract.JOBSET, jobset),
+        (contract.NAMESPACE, _field("metadata.namespace")),
+        (contract.ROLE, role.name),
+        (contract.ROLE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-index']")),
+        (contract.ROLE_REPLICAS, str(role.replicas)),
+        (contract.RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+        (contract.WORLD_SIZE, str(pods)),
+        (contract.PROCESSES_PER_POD, str(per_pod)),
+        (contract.COORDINATOR_ADDR, coordinator),
+        (contract.COORDINATOR_PORT, str(group.coordinator_port)),
+        (contract.RESTART_ATTEMPT, _field(f"metadata.annotations['{JOBSET_LABEL}/restart-attempt']")),
+        (contract.METRICS_PATH, contract.TERMINATION_MESSAGE_PATH),
+    ]
+    if group.checkpoint is not None:
+        values += [
+            (contract.CHECKPOINT_URI, group.checkpoint.uri),
+            (contract.CHECKPOINT_KEEP, str(group.checkpoint.keep)),
+        ]
+    values += [(contract.MASTER_ADDR, coordinator), (contract.MASTER_PORT, str(group.coordinator_port))]
+    if any(r.processes_per_pod > 1 for r in group.roles):
+        # torchrun derives each process's RANK from NODE_RANK; WORLD_SIZE counts processes.
+        values += [
+            (contract.NNODES, str(pods)),
+            (contract.NODE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+            (contract.NPROC_PER_NODE, str(per_pod)),
+            (contract.TORCH_WORLD_SIZE, str(pods * per_pod)),
+        ]
+    else:
+        values += [
+            (contract.TORCH_WORLD_SIZE, str(pods)),
+            (contract.TORCH_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+        ]
+    return [{"name": k, "value": v} if isinstance(v, str) else {"name": k, **v} for k, v in values]
+
+
+def resources(res: Resources | None) -> dict[str, dict[str, str]]:
+    """Requests and limits: memory limit = request unless set; accelerators and extended resources request =
+    limit; no CPU limit unless set (CPU throttling slows collective communication)."""
+    if res is None:
+        return {}
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    for key, value in (
+        ("cpu", res.cpu),
+        ("memory", res.memory),
+        ("ephemeral-storage", res.ephemeral_storage),
+    ):
+        if value is not None:
+            requests[key] = str(value)
+    if res.cpu_limit is not None:
+        limits["cpu"] = str(res.cpu_limit)
+    memory_limit = res.memory_limit if res.memory_limit is not None else res.memory
+    if memory_limit is not None:
+        limits["memory"] = str(memory_limit)
+    extended = dict(res.extended)
+    if res.gpu:
+        extended[platforms.GPU_VENDORS[res.gpu_vendor].resource] = res.gpu
+    for key, value in extended.items():
+        requests[key] = limits[key] = str(value)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any]:
+    """``nodeSelector``, ``tolerations`` and ``priorityClassName`` for a pod."""
+    selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    if placement.spot:
+        capacity = platforms.SPOT_PLATFORMS[placement.spot_platform]
+        selector.update(capacity.node_selector)
+        tolerations.extend(dict(t) for t in capacity.tolerations)
+    if res is not None and res.gpu:
+        taint = platforms.GPU_VENDORS[res.gpu_vendor].taint_key
+        if taint:
+            tolerations.append({"key": taint, "operator": "Exists", "effect": "NoSchedule"})
+    selector.update(placement.node_selector or {})
+    tolerations.extend(dict(t) for t in placement.tolerations if dict(t) not in tolerations)
+    out: dict[str, Any] = {}
+    if selector:
+        out["nodeSelector"] = selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    if placement.priority_class:
+        out["priorityClassName"] = placement.priority_class
+    return out
+
+
+def pod_template(group: TrainingGroup, role: Role, *, jobset: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The pod template of ``role``: one ``trainer`` container; the group's, then the role's overrides merged."""
+    user_env = {**(group.env or {}), **(role.env or {})}
+    container: dict[str, Any] = {"name": TRAINER_CONTAINER, "image": group.image_of(role)}
+    if role.command:
+        container["command"] = list(role.command)
+    if role.args:
+        container["args"] = list(role.args)
+    container["env"] = contract_env(group, role, jobset) + [{"name": k, "value": v} for k, v in user_env.items()]
+    if res := resources(role.resources):
+        container["resources"] = res
+    # Crash output reaches the termination message when the program wrote no metrics there.
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    pod: dict[str, Any] = {
+        "metadata": {"labels": dict(labels)},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [container],
+            **node_placement(group.placement_of(role), role.resources),
+        },
+    }
+    for overrides in (group.pod_overrides, role.pod_overrides):
+        if overrides:
+            pod = merge(pod, overrides)
+    return pod
