@@ -103,7 +103,9 @@ def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any
         if taint:
             tolerations.append({"key": taint, "operator": "Exists", "effect": "NoSchedule"})
     selector.update(placement.node_selector or {})
-    tolerations.extend(dict(t) for t in placement.tolerations if dict(t) not in tolerations)
+    for toleration in map(dict, placement.tolerations):
+        if toleration not in tolerations:
+            tolerations.append(toleration)
     out: dict[str, Any] = {}
     if selector:
         out["nodeSelector"] = selector

@@ -1,0 +1,63 @@
+"""Configuration of a local cluster: its nodes and how container images map to local commands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Labels and taint of the default spot pool. They are the "generic" platform's keys; GKE-style labels are added
+#: too so groups rendered for GKE schedule here unchanged.
+SPOT_LABELS = {"airflow-elastic.io/capacity-type": "spot", "cloud.google.com/gke-spot": "true"}
+SPOT_TAINTS = (
+    {"key": "airflow-elastic.io/spot", "value": "true", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"},
+)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """``count`` identical fake nodes named ``<name>-<i>``. Capacity is accounted, not enforced on processes."""
+
+    name: str
+    count: int = 1
+    cpu: str = "8"
+    memory: str = "32Gi"
+    gpus: int = 0
+    gpu_resource: str = "nvidia.com/gpu"
+    pods: int = 110
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, Any], ...] = ()
+
+
+DEFAULT_POOLS = (
+    NodePool("ondemand", count=2, labels={"airflow-elastic.io/capacity-type": "on-demand"}),
+    NodePool("spot", count=2, gpus=4, labels=dict(SPOT_LABELS), taints=SPOT_TAINTS),
+)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What a local cluster runs with.
+
+    Args:
+        pools: node pools (default: 2 on-demand CPU nodes and 2 tainted spot nodes with 4 fake GPUs each).
+        image_map: image → command prefix run before the container's command (e.g. ``{"trainer:1": ["python"]}``),
+            for containers that rely on their image's entrypoint.
+        strict_images: an image that is neither mapped nor runnable without an entrypoint fails with
+            ``ErrImagePull`` (default: the container's own command runs whatever the image).
+    """
+
+    pools: tuple[NodePool, ...] = DEFAULT_POOLS
+    image_map: dict[str, list[str]] = field(default_factory=dict)
+    strict_images: bool = False
+
+
+def pod_dir(state_dir: Path, namespace: str, name: str, uid: str) -> Path:
+    """A pod's private directory: containers' working directories, logs and volumes live below it."""
+    return state_dir / "pods" / f"{namespace}_{name}_{uid}"
+
+
+def log_path(state_dir: Path, namespace: str, name: str, uid: str, container: str) -> Path:
+    """Where the kubelet writes a container's combined stdout/stderr (what ``pods/{name}/log`` serves)."""
+    return pod_dir(state_dir, namespace, name, uid) / "logs" / f"{container}.log"

@@ -1,0 +1,94 @@
+"""The resource types the local cluster serves, and what the real API server allows for each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_META = frozenset({"metadata.name", "metadata.namespace"})
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    subresources: frozenset[str] = frozenset()
+    field_selectors: frozenset[str] = _META
+    #: Deleting without a propagationPolicy: batch/v1 Jobs orphan their pods (upstream default), others background.
+    default_propagation: str = "Background"
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """Unique key, e.g. ``pods`` or ``jobsets.jobset.x-k8s.io``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+NAMESPACES = Resource(
+    "", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
+    subresources=frozenset({"status"}), field_selectors=frozenset({"metadata.name", "status.phase"}),
+)
+NODES = Resource(
+    "", "v1", "nodes", "Node", namespaced=False, short_names=("no",), subresources=frozenset({"status"}),
+    field_selectors=frozenset({"metadata.name", "spec.unschedulable"}),
+)
+PODS = Resource(
+    "", "v1", "pods", "Pod", short_names=("po",), categories=("all",),
+    subresources=frozenset({"status", "log", "eviction"}),
+    field_selectors=_META | {
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork",
+        "status.phase", "status.podIP", "status.podIPs", "status.nominatedNodeName",
+    },
+)
+EVENTS = Resource(
+    "", "v1", "events", "Event", short_names=("ev",),
+    field_selectors=_META | {
+        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+        "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+        "reportingComponent", "source", "type",
+    },
+)
+SERVICES = Resource("", "v1", "services", "Service", short_names=("svc",), categories=("all",),
+                    subresources=frozenset({"status"}))
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
+SECRETS = Resource("", "v1", "secrets", "Secret", field_selectors=_META | {"type"})
+JOBS = Resource(
+    "batch", "v1", "jobs", "Job", categories=("all",), subresources=frozenset({"status"}),
+    field_selectors=_META | {"status.successful"}, default_propagation="Orphan",
+)
+JOBSETS = Resource(
+    "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", subresources=frozenset({"status"}),
+)
+
+ALL: tuple[Resource, ...] = (NAMESPACES, NODES, PODS, EVENTS, SERVICES, CONFIGMAPS, SECRETS, JOBS, JOBSETS)
+BY_KEY = {r.key: r for r in ALL}
+
+
+def lookup(group: str, version: str, plural: str) -> Resource | None:
+    for r in ALL:
+        if (r.group, r.version, r.plural) == (group, version, plural):
+            return r
+    return None
+
+
+def by_kind(api_version: str, kind: str) -> Resource | None:
+    for r in ALL:
+        if (r.api_version, r.kind) == (api_version, kind):
+            return r
+    return None
