@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-from airflow_elastic.localcluster import errors
+from airflow_elastic.localcluster import admission, errors
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
+from airflow_elastic.localcluster.controllers import namespaces
+from airflow_elastic.localcluster.controllers.gc import GarbageCollector
+from airflow_elastic.localcluster.controllers.job import JobController
+from airflow_elastic.localcluster.controllers.jobset import JobSetController
+from airflow_elastic.localcluster.controllers.nodes import register_nodes
+from airflow_elastic.localcluster.controllers.scheduler import Scheduler
 from airflow_elastic.localcluster.events import Recorder
-from airflow_elastic.localcluster.gc import GarbageCollector
+from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
+from airflow_elastic.localcluster.network import Network
 from airflow_elastic.localcluster.resources import NAMESPACES
 from airflow_elastic.localcluster.store import Store
 
@@ -18,15 +26,27 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 def bootstrap(store: Store) -> None:
     """Objects every cluster has (idempotent: a restarted cluster keeps its own)."""
     for name in SYSTEM_NAMESPACES:
-        try:
-            store.create(NAMESPACES, None, {"metadata": {"name": name}, "status": {"phase": "Active"}})
-        except errors.AlreadyExists:
-            pass
+        with contextlib.suppress(errors.AlreadyExists):
+            store.create(NAMESPACES, None, {"metadata": {"name": name}})
 
 
 def install(store: Store, manager: Manager, config: ClusterConfig, state_dir: Path) -> Recorder:
     """Register admission plugins and controllers on ``manager``; returns the shared event recorder."""
     recorder = Recorder(store)
+    namespaces.install(store, manager)
     bootstrap(store)
     manager.add(GarbageCollector(store))
+    admission.register(store)
+    manager.add(JobController(store, recorder))
+    manager.add(JobSetController(store, recorder))
+    register_nodes(store, config)
+    reap_orphans(state_dir)  # processes of a previous run that died without stopping them
+    scheduler, kubelet = (
+        Scheduler(store, recorder),
+        Kubelet(store, recorder, config, state_dir, Network(store, state_dir)),
+    )
+    for part in (scheduler, kubelet):
+        manager.add(part)
+        part.resync()
+    manager.shutdown_hooks.append(kubelet.shutdown)
     return recorder

@@ -9,8 +9,9 @@ returns a delay (e.g. a TTL or a grace period) and the key is re-enqueued then.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from airflow_elastic.localcluster.resources import Resource
@@ -68,6 +69,10 @@ class Manager:
         self._pending: dict[str, set[Key]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._timers: list[asyncio.TimerHandle] = []
+        #: Called (last registered first) when the server stops, before controllers are cancelled: components
+        #: that own resources outside the store (e.g. the kubelet's processes) release them here.
+        self.shutdown_hooks: list[Callable[[], Awaitable[None] | None]] = []
+        self._busy = 0  # reconciles in flight: their writes may enqueue more work
         store.add_listener(self._on_change)
 
     def add(self, controller: Controller) -> Controller:
@@ -109,22 +114,32 @@ class Manager:
         while True:
             key = await queue.get()
             pending.discard(key)
+            self._busy += 1
             try:
                 delay = await controller.reconcile(key)
             except Exception:
                 log.exception("%s: reconcile %s failed; retrying in 1s", controller.name, key)
                 delay = 1.0
+            finally:
+                self._busy -= 1
             if delay is not None:
                 self.enqueue_after(controller, key, delay)
 
     async def idle(self, timeout: float = 10.0) -> None:
-        """Wait until every queue is empty (for tests and orderly shutdown)."""
+        """Wait until every queue is empty and no reconcile is running (for tests and orderly shutdown)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(self._pending.values()) and loop.time() < deadline:
+        while (self._busy or any(self._pending.values())) and loop.time() < deadline:
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
+        for hook in reversed(self.shutdown_hooks):
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("shutdown hook %r failed", hook)
         for timer in self._timers:
             timer.cancel()
         for task in self._tasks:

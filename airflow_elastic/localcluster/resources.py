@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _META = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -41,39 +41,88 @@ class Resource:
 
 
 NAMESPACES = Resource(
-    "", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
-    subresources=frozenset({"status"}), field_selectors=frozenset({"metadata.name", "status.phase"}),
+    "",
+    "v1",
+    "namespaces",
+    "Namespace",
+    namespaced=False,
+    short_names=("ns",),
+    subresources=frozenset({"status"}),
+    field_selectors=frozenset({"metadata.name", "status.phase"}),
 )
 NODES = Resource(
-    "", "v1", "nodes", "Node", namespaced=False, short_names=("no",), subresources=frozenset({"status"}),
+    "",
+    "v1",
+    "nodes",
+    "Node",
+    namespaced=False,
+    short_names=("no",),
+    subresources=frozenset({"status"}),
     field_selectors=frozenset({"metadata.name", "spec.unschedulable"}),
 )
 PODS = Resource(
-    "", "v1", "pods", "Pod", short_names=("po",), categories=("all",),
+    "",
+    "v1",
+    "pods",
+    "Pod",
+    short_names=("po",),
+    categories=("all",),
     subresources=frozenset({"status", "log", "eviction"}),
-    field_selectors=_META | {
-        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork",
-        "status.phase", "status.podIP", "status.podIPs", "status.nominatedNodeName",
+    field_selectors=_META
+    | {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
     },
 )
 EVENTS = Resource(
-    "", "v1", "events", "Event", short_names=("ev",),
-    field_selectors=_META | {
-        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-        "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
-        "reportingComponent", "source", "type",
+    "",
+    "v1",
+    "events",
+    "Event",
+    short_names=("ev",),
+    field_selectors=_META
+    | {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
     },
 )
-SERVICES = Resource("", "v1", "services", "Service", short_names=("svc",), categories=("all",),
-                    subresources=frozenset({"status"}))
+SERVICES = Resource(
+    "", "v1", "services", "Service", short_names=("svc",), categories=("all",), subresources=frozenset({"status"})
+)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
 SECRETS = Resource("", "v1", "secrets", "Secret", field_selectors=_META | {"type"})
 JOBS = Resource(
-    "batch", "v1", "jobs", "Job", categories=("all",), subresources=frozenset({"status"}),
-    field_selectors=_META | {"status.successful"}, default_propagation="Orphan",
+    "batch",
+    "v1",
+    "jobs",
+    "Job",
+    categories=("all",),
+    subresources=frozenset({"status"}),
+    field_selectors=_META | {"status.successful"},
+    default_propagation="Orphan",
 )
 JOBSETS = Resource(
-    "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", subresources=frozenset({"status"}),
+    "jobset.x-k8s.io",
+    "v1alpha2",
+    "jobsets",
+    "JobSet",
+    subresources=frozenset({"status"}),
 )
 
 ALL: tuple[Resource, ...] = (NAMESPACES, NODES, PODS, EVENTS, SERVICES, CONFIGMAPS, SECRETS, JOBS, JOBSETS)

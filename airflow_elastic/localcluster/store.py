@@ -39,6 +39,14 @@ def key_of(res: Resource, namespace: str | None, name: str) -> Key:
     return (res.key, namespace or "" if res.namespaced else "", name)
 
 
+def _pending_finalizers(res: Resource, obj: Obj) -> list[str]:
+    """Finalizers that hold an object with a deletionTimestamp (namespaces also wait for ``spec.finalizers``)."""
+    pending = list(obj["metadata"].get("finalizers") or [])
+    if res.key == NAMESPACES.key:
+        pending += (obj.get("spec") or {}).get("finalizers") or []
+    return pending
+
+
 class Admission(Protocol):
     """Defaulting and validation of one resource type (mutates ``obj`` or raises ``errors.Invalid``)."""
 
@@ -93,7 +101,9 @@ class Store:
         self._db = sqlite3.connect(str(path) if path else ":memory:", isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS objects (res TEXT, ns TEXT, name TEXT, body TEXT, PRIMARY KEY (res, ns, name))")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS objects (res TEXT, ns TEXT, name TEXT, body TEXT, PRIMARY KEY (res, ns, name))"
+        )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         for res_key, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
             if res_key in BY_KEY:
@@ -181,7 +191,9 @@ class Store:
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise errors.Invalid.of(
-                    res.kind, "", [errors.cause("metadata.name", "name or generateName is required", "FieldValueRequired")],
+                    res.kind,
+                    "",
+                    [errors.cause("metadata.name", "name or generateName is required", "FieldValueRequired")],
                     res.group,
                 )
             for _ in range(10):
@@ -193,12 +205,13 @@ class Store:
             obj.pop("status", None)
         for server_set in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"):
             meta.pop(server_set, None)
+        # System fields come first, as in the API server: defaulting may use the UID (a Job's selector does).
+        meta["uid"] = str(uuid.uuid4())
         admission = self.admission.get(res.key)
         if admission:
             admission.admit_create(obj)
         if self.find(res, meta.get("namespace"), meta["name"]) is not None:
             raise errors.AlreadyExists.of(res.plural, meta["name"], res.group)
-        meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now()
         meta["generation"] = 1
         if dry_run:
@@ -206,7 +219,13 @@ class Store:
         return self._commit("ADDED", res, obj, None)
 
     def update(
-        self, res: Resource, obj: Obj, *, subresource: str | None = None, dry_run: bool = False, namespace: str | None = None
+        self,
+        res: Resource,
+        obj: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        namespace: str | None = None,
     ) -> Obj:
         """Replace an object (``subresource="status"`` replaces only its status). A stale resourceVersion → 409."""
         obj = copy.deepcopy(obj)
@@ -223,15 +242,24 @@ class Store:
         if subresource == "status":
             new = copy.deepcopy(current)
             new["status"] = obj.get("status", {})
+        elif subresource == "finalize":  # namespaces/finalize: only spec.finalizers changes
+            new = copy.deepcopy(current)
+            new.setdefault("spec", {})["finalizers"] = list(obj.get("spec", {}).get("finalizers") or [])
         elif subresource == "binding":  # pods/binding: the scheduler sets spec.nodeName once
             if current.get("spec", {}).get("nodeName"):
-                raise errors.Conflict(f"pod {name} is already assigned to node \"{current['spec']['nodeName']}\"")
+                raise errors.Conflict(f'pod {name} is already assigned to node "{current["spec"]["nodeName"]}"')
             new = copy.deepcopy(current)
             new["spec"]["nodeName"] = obj["spec"]["nodeName"]
         else:
             new = obj
             new["apiVersion"], new["kind"] = res.api_version, res.kind
-            for immutable in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            for immutable in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
                 if immutable in old["metadata"]:
                     meta[immutable] = old["metadata"][immutable]
                 else:
@@ -252,7 +280,11 @@ class Store:
             return new
         if new == old:
             return copy.deepcopy(current)  # a no-op update does not bump the resourceVersion
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not _pending_finalizers(res, new)
+            and not new["metadata"].get("deletionGracePeriodSeconds")  # a terminating pod waits for its kubelet
+        ):
             return self._commit("DELETED", res, new, old)
         return self._commit("MODIFIED", res, new, old)
 
@@ -301,10 +333,12 @@ class Store:
         )
         if dry_run:
             return obj
-        if finalizers or graceful:
+        if finalizers or graceful or _pending_finalizers(res, obj):
             if meta.get("deletionTimestamp"):
-                if graceful and grace_seconds is not None and grace_seconds < meta.get("deletionGracePeriodSeconds", 30):
-                    meta["deletionGracePeriodSeconds"] = grace_seconds  # a shorter grace period wins
+                # A shorter grace period wins; 0 (the kubelet's final delete) lets the object go once its
+                # finalizers are removed.
+                if grace_seconds is not None and grace_seconds < meta.get("deletionGracePeriodSeconds", 0):
+                    meta["deletionGracePeriodSeconds"] = grace_seconds
                     return self._commit("MODIFIED", res, obj, current)
                 return copy.deepcopy(current)
             meta["deletionTimestamp"] = now()

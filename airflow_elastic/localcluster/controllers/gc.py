@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 from airflow_elastic.localcluster import errors
@@ -64,10 +65,8 @@ class GarbageCollector(Controller):
     def _delete(self, res: Resource, obj: Obj, propagation: str) -> None:
         if obj["metadata"].get("deletionTimestamp") and propagation != "Foreground":
             return
-        try:
+        with contextlib.suppress(errors.NotFound):
             self.store.delete(res, obj["metadata"].get("namespace"), obj["metadata"]["name"], propagation=propagation)
-        except errors.NotFound:
-            pass
 
     async def reconcile(self, key: Key) -> float | None:
         uid = key[1]

@@ -1,0 +1,361 @@
+"""JobSet admission as the API server and the JobSet webhooks apply it (JOBSET.md §2 and §4).
+
+Order as in the API server: the mutating webhook's defaults (on CREATE and UPDATE, as its
+``verbs=create;update`` marker says), then the CRD's structural pruning
+and defaults, then the openAPIV3Schema and its CEL rules (``Invalid`` in API-server wording), then the
+validating webhook, whose messages are upstream's own strings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+from airflow_elastic import schemas
+from airflow_elastic.localcluster import errors
+from airflow_elastic.localcluster.admission.common import (
+    Causes,
+    dns1035_label,
+    dns1123_subdomain,
+    domain_prefixed_path,
+    label_value,
+)
+from airflow_elastic.localcluster.store import Obj
+
+GROUP = "jobset.x-k8s.io"
+MAX_INT32 = 2**31 - 1
+FAILURE_REASONS = (
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+)
+GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_TOO_LONG = "must be no more than 63 characters"
+_CEL_IMMUTABLE = ("network", "successPolicy", "failurePolicy", "startupPolicy", "volumeClaimPolicies")
+#: Pod-template fields Kueue may change while the JobSet is (or is becoming) suspended.
+_KUEUE_MUTABLE = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def apply_webhook_defaults(js: Obj) -> None:
+    """``jobSetWebhook.Default``."""
+    spec = js.setdefault("spec", {})
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    for rjob in spec.get("replicatedJobs") or []:
+        job_spec = rjob.setdefault("template", {}).setdefault("spec", {})
+        job_spec.setdefault("completionMode", "Indexed")
+        pod_spec = job_spec.setdefault("template", {}).setdefault("spec", {})
+        if not pod_spec.get("restartPolicy"):
+            pod_spec["restartPolicy"] = "OnFailure"
+    network = spec.get("network")
+    if network is None:
+        network = spec["network"] = {}
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+        if not rule.get("name"):
+            rule["name"] = f"failurePolicyRule{i}"
+    for policy in spec.get("volumeClaimPolicies") or []:
+        policy.setdefault("retentionPolicy", {}).setdefault("whenDeleted", "Delete")
+
+
+def prune_and_default(node: Any, schema: dict[str, Any]) -> Any:
+    """Structural pruning of unknown fields and the CRD's ``default``s, recursively (``null``s dropped)."""
+    if isinstance(node, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        props = schema["properties"]
+        for key in [k for k in node if k not in props or node[k] is None]:
+            del node[key]
+        for key, sub in props.items():
+            if key not in node and "default" in sub:
+                node[key] = copy.deepcopy(sub["default"])
+            if key in node:
+                node[key] = prune_and_default(node[key], sub)
+    elif isinstance(node, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key in node:
+            node[key] = prune_and_default(node[key], schema["additionalProperties"])
+    elif isinstance(node, list) and isinstance(schema.get("items"), dict):
+        return [prune_and_default(item, schema["items"]) for item in node]
+    return node
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict | list):
+        return '"object"' if isinstance(value, dict) else '"array"'
+    return json.dumps(value)
+
+
+def _schema_cause(err: jsonschema.ValidationError) -> list[dict[str, str]]:
+    path, value, kind = _path(err.absolute_path), err.instance, err.validator
+    if kind == "required":
+        missing = [p for p in err.validator_value if p not in (value or {})]
+        return [errors.cause(_path([*err.absolute_path, p]), "Required value", "FieldValueRequired") for p in missing]
+    if kind == "enum":
+        supported = ", ".join(f'"{v}"' for v in err.validator_value)
+        return [
+            errors.cause(
+                path, f"Unsupported value: {_shown(value)}: supported values: {supported}", "FieldValueNotSupported"
+            )
+        ]
+    if kind == "type":
+        message = f"{path} in body must be of type {err.validator_value}: {_shown(value)}"
+        return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}", "FieldValueTypeInvalid")]
+    if kind in ("minimum", "maximum"):
+        relation = "greater" if kind == "minimum" else "less"
+        message = f"{path} in body should be {relation} than or equal to {err.validator_value}"
+        return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}")]
+    if kind == "maxItems":
+        return [
+            errors.cause(
+                path, f"Too many: {len(value)}: must have at most {err.validator_value} items", "FieldValueTooMany"
+            )
+        ]
+    if kind == "maxLength":
+        return [errors.cause(path, f"Too long: may not be more than {err.validator_value} bytes", "FieldValueTooLong")]
+    if kind == "pattern":
+        message = f"{path} in body should match '{err.validator_value}'"
+        return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}")]
+    return [errors.cause(path, f"Invalid value: {_shown(value)}: {err.message}")]
+
+
+def _cel_causes(spec: dict[str, Any], old_spec: dict[str, Any] | None) -> Causes:
+    causes: Causes = []
+    rjobs = spec.get("replicatedJobs") or []
+    if (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder" and any(
+        "dependsOn" in r for r in rjobs
+    ):
+        causes.append(
+            errors.cause("spec", 'Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive')
+        )
+    for i, policy in enumerate(spec.get("volumeClaimPolicies") or []):
+        if any((t.get("metadata") or {}).get("namespace") for t in policy.get("templates") or []):
+            causes.append(
+                errors.cause(
+                    f"spec.volumeClaimPolicies[{i}]",
+                    'Invalid value: "object": namespace cannot be set for VolumeClaimPolicies templates',
+                )
+            )
+    if old_spec is None:
+        return causes
+    for key in _CEL_IMMUTABLE:  # transition rules run only when the field exists in both versions
+        if key in spec and key in old_spec and spec[key] != old_spec[key]:
+            causes.append(errors.cause(f"spec.{key}", f"Invalid value: {_shown(spec[key])}: Value is immutable"))
+    old_rjobs = {r.get("name"): r for r in old_spec.get("replicatedJobs") or []}
+    for i, rjob in enumerate(rjobs):
+        old = old_rjobs.get(rjob.get("name"))
+        if old and "dependsOn" in rjob and "dependsOn" in old and rjob["dependsOn"] != old["dependsOn"]:
+            causes.append(
+                errors.cause(f"spec.replicatedJobs[{i}].dependsOn", 'Invalid value: "array": Value is immutable')
+            )
+    return causes
+
+
+def _dns1035_messages(value: str, too_long: str) -> list[str]:
+    return [too_long if _TOO_LONG in m else m for m in dns1035_label(value)]
+
+
+def _failure_policy_messages(policy: dict[str, Any], names: list[str]) -> list[str]:
+    found: list[str] = []
+    by_name: dict[str, list[int]] = {}
+    for index, rule in enumerate(policy.get("rules") or []):
+        name = rule.get("name", "")
+        if not 1 <= len(name) <= 128:
+            found.append(
+                f"invalid failure policy rule name of length {len(name)}, the rule name must be at least 1 "
+                "characters long and at most 128 characters long"
+            )
+        by_name.setdefault(name, []).append(index)
+        if not _RULE_NAME.match(name):
+            found.append(
+                f"invalid failure policy rule name '{name}', a failure policy rule name must start with an "
+                "alphabetic character, optionally followed by a string of alphanumeric characters or "
+                "'_,:', and must end with an alphanumeric character or '_'"
+            )
+        found += [
+            f"invalid replicatedJob name '{t}' in failure policy does not appear in .spec.ReplicatedJobs"
+            for t in rule.get("targetReplicatedJobs") or []
+            if t not in names
+        ]
+        found += [
+            f"invalid job failure reason '{r}' in failure policy is not a recognized job failure reason"
+            for r in rule.get("onJobFailureReasons") or []
+            if r not in FAILURE_REASONS
+        ]
+        for pattern in rule.get("onJobFailureMessagePatterns") or []:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                found.append(f"invalid onJobFailureMessagePatterns regex '{pattern}': {err}")
+        if rule.get("action") in GATED_ACTIONS:
+            found.append(
+                "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not allowed when "
+                "RestartJob feature gate is disabled"
+            )
+    for name, indices in by_name.items():
+        if len(indices) > 1:
+            shown = "[" + " ".join(map(str, indices)) + "]"
+            found.append(f"rule names are not unique, rules with indices {shown} all have the same name '{name}'")
+    if policy.get("restartStrategy") == "InPlaceRestart":
+        found.append("InPlaceRestart restart strategy cannot be set when InPlaceRestart feature gate is disabled")
+    return found
+
+
+def _coordinator_message(js: Obj) -> str | None:
+    spec, coord = js["spec"], js["spec"]["coordinator"]
+    rjob = next((r for r in spec["replicatedJobs"] if r["name"] == coord["replicatedJob"]), None)
+    if rjob is None:
+        return f"coordinator replicatedJob {coord['replicatedJob']} does not exist"
+    job_index, pod_index = coord.get("jobIndex", 0), coord.get("podIndex", 0)
+    if not 0 <= job_index < rjob.get("replicas", 1):
+        return f"coordinator job index {job_index} is invalid for replicatedJob {rjob['name']}"
+    job_spec = rjob["template"].get("spec") or {}
+    if job_spec.get("completionMode") != "Indexed":
+        return "job for coordinator pod must be indexed completion mode"
+    if not 0 <= pod_index < (job_spec.get("completions") or 0):
+        return f"coordinator pod index {pod_index} is invalid for replicatedJob {rjob['name']} job index {job_index}"
+    subdomain = (spec.get("network") or {}).get("subdomain") or js["metadata"]["name"]
+    endpoint = f"{js['metadata']['name']}-{rjob['name']}-{job_index}-{pod_index}.{subdomain}"
+    problems = label_value(endpoint)
+    return f"coordinator endpoint {endpoint} is not a valid label value: {'; '.join(problems)}" if problems else None
+
+
+def webhook_messages(js: Obj) -> list[str]:
+    """``jobSetWebhook.ValidateCreate`` (plus the feature-gate checks of 0.12 with every gate off)."""
+    name, spec = js["metadata"]["name"], js["spec"]
+    rjobs = spec.get("replicatedJobs") or []
+    names = [r["name"] for r in rjobs]
+    found: list[str] = []
+    if rjobs and rjobs[0].get("dependsOn"):
+        found.append("DependsOn can't be set for the first ReplicatedJob")
+    subdomain = (spec.get("network") or {}).get("subdomain")
+    if subdomain:
+        found += dns1123_subdomain(subdomain)
+        found += _dns1035_messages(subdomain, ".spec.network.subdomain is too long, must be less than 63 characters")
+    seen: list[str] = []
+    for rjob in rjobs:
+        job_spec = rjob["template"].get("spec") or {}
+        replicas = rjob.get("replicas", 1)
+        if (job_spec.get("parallelism") or 1) * replicas > MAX_INT32:
+            found.append(
+                f"the product of replicas and parallelism must not exceed {MAX_INT32} for replicatedJob "
+                f"'{rjob['name']}'"
+            )
+        found += _dns1035_messages(
+            rjob.get("groupName", "default"),
+            ".spec.replicatedJob[].groupName is too long, must be less than 63 characters",
+        )
+        found += _dns1035_messages(
+            f"{name}-{rjob['name']}-{replicas - 1}",
+            "JobSet name is too long, job names generated for this JobSet will exceed 63 characters",
+        )
+        if job_spec.get("completionMode") == "Indexed" and job_spec.get("completions") is not None:
+            pod = f"{name}-{rjob['name']}-{replicas - 1}-{job_spec['completions'] - 1}-abcde"
+            found += _dns1035_messages(
+                pod, "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"
+            )
+        seen.append(rjob["name"])
+        found += [
+            f"replicatedJob: {rjob['name']} cannot depend on replicatedJob: {dep['name']}"
+            for dep in rjob.get("dependsOn") or []
+            if dep["name"] not in seen[:-1]
+        ]
+    found += [
+        f"invalid replicatedJob name '{t}' does not appear in .spec.ReplicatedJobs"
+        for t in (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []
+        if t not in names
+    ]
+    if spec.get("failurePolicy") is not None:
+        found += _failure_policy_messages(spec["failurePolicy"], names)
+    if spec.get("coordinator") is not None and (message := _coordinator_message(js)):
+        found.append(message)
+    return found
+
+
+def _without_kueue_mutable(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rjobs = copy.deepcopy(rjobs)
+    for rjob in rjobs:
+        template = rjob.get("template", {}).get("spec", {}).get("template", {})
+        template.get("metadata", {}).pop("labels", None)
+        template.get("metadata", {}).pop("annotations", None)
+        for key in _KUEUE_MUTABLE:
+            template.get("spec", {}).pop(key, None)
+    return rjobs
+
+
+class JobSetAdmission:
+    """Admission for ``jobsets.jobset.x-k8s.io``; raises ``errors.Invalid`` (422) with per-field causes."""
+
+    def __init__(self) -> None:
+        self._schema = schemas.load(schemas.JOBSET)
+        self._validator = jsonschema.Draft7Validator(self._schema)
+
+    def _structural(self, js: Obj, old: Obj | None) -> None:
+        meta = js["metadata"]
+        prune_and_default(js, {**self._schema, "properties": {**self._schema["properties"], "metadata": {}}})
+        causes: Causes = [
+            errors.cause("metadata.name", f'Invalid value: "{meta["name"]}": {m}')
+            for m in dns1123_subdomain(meta["name"])
+        ]
+        for err in sorted(self._validator.iter_errors(js), key=lambda e: list(map(str, e.absolute_path))):
+            causes += _schema_cause(err)
+        if not causes:
+            causes = _cel_causes(js.get("spec") or {}, (old or {}).get("spec"))
+        if causes:
+            raise errors.Invalid.of("JobSet", meta["name"], causes, GROUP)
+
+    @staticmethod
+    def _deny(js: Obj, messages: list[str] | Causes) -> None:
+        causes = [m if isinstance(m, dict) else errors.cause("", m) for m in messages]
+        text = "\n".join(c["field"] + ": " + c["message"] if c["field"] else c["message"] for c in causes)
+        details = {"name": js["metadata"]["name"], "group": GROUP, "kind": "JobSet", "causes": causes}
+        raise errors.Invalid(f'admission webhook "vjobset.kb.io" denied the request: {text}', details=details)
+
+    def admit_create(self, obj: Obj) -> None:
+        apply_webhook_defaults(obj)
+        self._structural(obj, None)
+        if problems := [*managed_by_causes(obj), *webhook_messages(obj)]:
+            self._deny(obj, problems)
+
+    def admit_update(self, obj: Obj, old: Obj) -> None:
+        # mjobset.kb.io is registered for create *and* update: a re-applied manifest gets the same defaults.
+        apply_webhook_defaults(obj)
+        self._structural(obj, old)
+        spec, old_spec = obj["spec"], old["spec"]
+        new_rjobs, old_rjobs = spec.get("replicatedJobs"), old_spec.get("replicatedJobs")
+        if old_spec.get("suspend") or spec.get("suspend"):
+            new_rjobs, old_rjobs = _without_kueue_mutable(new_rjobs or []), _without_kueue_mutable(old_rjobs or [])
+        causes: Causes = []
+        if new_rjobs != old_rjobs:
+            causes.append(errors.cause("spec.replicatedJobs", 'Invalid value: "array": field is immutable'))
+        if spec.get("managedBy") != old_spec.get("managedBy"):
+            causes.append(
+                errors.cause("spec.managedBy", f"Invalid value: {_shown(spec.get('managedBy'))}: field is immutable")
+            )
+        if causes:
+            self._deny(obj, causes)
+
+
+def managed_by_causes(js: Obj) -> Causes:
+    """The ``managedBy`` checks of ValidateCreate (kept apart: they carry field paths)."""
+    manager = js["spec"].get("managedBy")
+    if manager is None:
+        return []
+    causes = domain_prefixed_path("spec.managedBy", manager)
+    if len(manager) > 63:
+        causes.append(errors.cause("spec.managedBy", "Too long: may not be more than 63 bytes", "FieldValueTooLong"))
+    return causes

@@ -1,0 +1,188 @@
+"""Streaming endpoints: watches (JSON lines fed by the store's queues) and container logs.
+
+A watch blocks on its queue: no polling. Bookmarks are sent only when the queue is drained, so a bookmark's
+resourceVersion never runs ahead of an undelivered event. A too-old resourceVersion is reported in-stream as an
+ERROR event carrying a 410 Status, as the real server does for watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from airflow_elastic.localcluster import errors
+from airflow_elastic.localcluster.api.handlers import Target, flag, selectors
+from airflow_elastic.localcluster.config import log_path
+from airflow_elastic.localcluster.resources import PODS
+from airflow_elastic.localcluster.store import Store
+
+DEFAULT_WATCH_SECONDS = 1800  # the real server's minRequestTimeout
+LOG_FOLLOW_INTERVAL = 0.2
+
+
+def _line(event: str, obj: Any) -> bytes:
+    return json.dumps({"type": event, "object": obj}).encode() + b"\n"
+
+
+async def watch(request: web.Request, store: Store, target: Target, bookmark_seconds: float) -> web.StreamResponse:
+    res, query = target.res, request.query
+    labels, fields = selectors(request, res)
+    if target.name:  # GET .../{name}?watch=1 watches one object
+        fields = _and(fields, lambda o, n=target.name: o["metadata"]["name"] == n)
+    timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
+    bookmarks = flag(request, "allowWatchBookmarks")
+    since = query.get("resourceVersion")
+    initial_end = flag(request, "sendInitialEvents")
+    if initial_end:
+        since = None
+    response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    await response.prepare(request)
+    try:
+        stream = store.watch(res, target.namespace, since, labels, fields)
+    except errors.Gone as err:
+        await response.write(_line("ERROR", err.status()))
+        return response
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        if initial_end:
+            while not stream.queue.empty():
+                item = stream.queue.get_nowait()
+                if item is None:
+                    return response
+                await response.write(_line(*item))
+            if bookmarks:
+                await response.write(_line("BOOKMARK", _bookmark(store, target, initial_end=True)))
+        while (left := deadline - loop.time()) > 0:
+            try:
+                item = await asyncio.wait_for(stream.queue.get(), min(left, bookmark_seconds))
+            except TimeoutError:
+                if bookmarks and loop.time() < deadline:
+                    await response.write(_line("BOOKMARK", _bookmark(store, target)))
+                continue
+            if item is None:  # the store ended every watch (shutdown, injected fault)
+                break
+            await response.write(_line(*item))
+    finally:
+        store.stop_watch(stream)
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response
+
+
+def _and(first: Any, second: Any) -> Any:
+    return lambda obj: first(obj) and second(obj)
+
+
+def _bookmark(store: Store, target: Target, initial_end: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": store.resource_version}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return {"kind": target.res.kind, "apiVersion": target.res.api_version, "metadata": meta}
+
+
+# ---------------------------------------------------------------------------------------------------- logs
+
+# The CRI log format the real kubelet writes: "<RFC3339Nano> <stream> <P|F> <text>".
+_CRI = re.compile(r"^(\S+) (stdout|stderr) ([PF]) (.*)$", re.DOTALL)
+
+
+def _parse(raw: bytes) -> list[tuple[datetime | None, str]]:
+    """Lines with their timestamps when the file is in CRI format (plain lines have none)."""
+    lines: list[tuple[datetime | None, str]] = []
+    partial = ""
+    for line in raw.decode(errors="replace").splitlines(keepends=True):
+        m = _CRI.match(line.rstrip("\n"))
+        if not m:
+            lines.append((None, line))
+            continue
+        stamp = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", m.group(1)).replace("Z", "+00:00"))
+        if m.group(3) == "P":
+            partial += m.group(4)
+            continue
+        lines.append((stamp, partial + m.group(4) + "\n"))
+        partial = ""
+    return lines
+
+
+def _render(lines: list[tuple[datetime | None, str]], timestamps: bool, since: datetime | None) -> bytes:
+    out = []
+    for stamp, text in lines:
+        if since is not None and stamp is not None and stamp < since:
+            continue
+        prefix = stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") if timestamps and stamp else ""
+        out.append(prefix + text)
+    return "".join(out).encode()
+
+
+def _log_options(request: web.Request, pod: dict[str, Any]) -> tuple[str, datetime | None]:
+    query, name = request.query, pod["metadata"]["name"]
+    containers = [c["name"] for c in (pod.get("spec", {}).get("containers") or [])]
+    init = [c["name"] for c in (pod.get("spec", {}).get("initContainers") or [])]
+    container = query.get("container")
+    if not container:
+        if len(containers) != 1:
+            choices = " ".join(containers)
+            raise errors.BadRequest(f"a container name must be specified for pod {name}, choose one of: [{choices}]")
+        container = containers[0]
+    if container not in containers + init:
+        raise errors.BadRequest(f"container {container} is not valid for pod {name}")
+    if flag(request, "previous"):
+        raise errors.BadRequest(f'previous terminated container "{container}" in pod "{name}" not found')
+    since = None
+    if "sinceSeconds" in query:
+        since = datetime.now(UTC) - timedelta(seconds=int(query["sinceSeconds"]))
+    elif "sinceTime" in query:
+        since = datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00"))
+    return container, since
+
+
+async def logs(request: web.Request, store: Store, target: Target, state_dir: Path) -> web.StreamResponse:
+    """``pods/{name}/log``: the container's log file as the kubelet wrote it (empty before it starts)."""
+    pod = store.get(PODS, target.namespace, target.name or "")
+    container, since = _log_options(request, pod)
+    query = request.query
+    meta = pod["metadata"]
+    path = log_path(state_dir, meta["namespace"], meta["name"], meta["uid"], container)
+    timestamps = flag(request, "timestamps")
+    raw = path.read_bytes() if path.exists() else b""
+    lines = _parse(raw)
+    if "tailLines" in query:
+        tail = int(query["tailLines"])
+        lines = lines[-tail:] if tail > 0 else []
+    body = _render(lines, timestamps, since)
+    limit = int(query.get("limitBytes") or 0)
+    if limit:
+        body = body[:limit]
+    if not flag(request, "follow"):
+        return web.Response(body=body, content_type="text/plain")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
+    await response.prepare(request)
+    await response.write(body)
+    offset = len(raw)
+    while True:
+        current = store.find(PODS, meta["namespace"], meta["name"])
+        running = current is not None and current["metadata"]["uid"] == meta["uid"]
+        running = running and current.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        size = path.stat().st_size if path.exists() else 0
+        if size > offset:
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read(size - offset)
+            cut = chunk.rfind(b"\n") + 1 if running else len(chunk)  # only whole lines while still writing
+            if cut:
+                await response.write(_render(_parse(chunk[:cut]), timestamps, since))
+                offset += cut
+        elif not running:
+            break
+        await asyncio.sleep(LOG_FOLLOW_INTERVAL)
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response

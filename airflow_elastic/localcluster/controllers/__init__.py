@@ -1,0 +1,1 @@
+"""Controllers of the local cluster: garbage collection, namespaces, Jobs, JobSets, nodes and the scheduler."""

@@ -1,0 +1,135 @@
+"""Container processes: each runs in its own session/process group, recorded in a pid file so that no process
+outlives the cluster, even one that was killed without a chance to clean up.
+
+A container's processes are its process group. When the main process exits, the rest of the group is killed (a
+container's PID namespace ends with its init process). A process that leaves the group (``setsid``) escapes.
+Before signalling a group that may be stale, the members are checked in ``/proc``: only processes of that group
+that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(pgid, start time in clock ticks since boot)`` of a live, non-zombie process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[2]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int:
+    stat = _stat(pid)
+    return stat[1] if stat else 0
+
+
+def group_members(pgid: int, since: int) -> list[int]:
+    """Live processes of group ``pgid`` started at or after ``since`` (the leader's start time)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(int(entry.name))
+        if stat and stat[0] == pgid and stat[1] >= since:
+            members.append(int(entry.name))
+    return members
+
+
+def signal_group(pgid: int, since: int, sig: int) -> bool:
+    """Signal the group's verified members; False when none is left."""
+    leader = _stat(pgid)
+    if leader and leader[0] == pgid and leader[1] == since:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+            return True
+    members = group_members(pgid, since)
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    return bool(members)
+
+
+@dataclass
+class Running:
+    """A started container process and its pid file."""
+
+    proc: asyncio.subprocess.Process
+    pgid: int
+    since: int
+    pid_file: Path
+
+    def signal(self, sig: int) -> bool:
+        return signal_group(self.pgid, self.since, sig)
+
+    def finish(self) -> None:
+        """After the main process exited: kill what is left of the group and forget it."""
+        self.signal(signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+
+
+async def spawn(argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, pid_file: Path) -> Running:
+    """Start ``argv`` in a new session, stdout+stderr appended to ``log_file``, and record it in ``pid_file``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab", buffering=0) as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=str(cwd),
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    since = start_ticks(proc.pid)
+    tmp = pid_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "start": since, "argv": argv[:3]}))
+    tmp.replace(pid_file)
+    return Running(proc, proc.pid, since, pid_file)
+
+
+def exit_code(returncode: int) -> tuple[int, int | None]:
+    """A container exit code (128 + signal when killed, as a shell reports it) and the signal, if any."""
+    if returncode < 0:
+        return 128 - returncode, -returncode
+    return returncode, None
+
+
+def reap_orphans(state_dir: Path) -> list[int]:
+    """Kill process groups left by a previous run of the cluster that died without cleaning up.
+
+    Returns the pgids that still had processes. Every pid file under ``<state_dir>/pods/*/pids`` is consumed.
+    """
+    killed: list[tuple[int, int]] = []
+    for pid_file in sorted(state_dir.glob("pods/*/pids/*.json")):
+        try:
+            record = json.loads(pid_file.read_text())
+            pgid, since = int(record["pgid"]), int(record["start"])
+        except (OSError, ValueError, KeyError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if since and signal_group(pgid, since, signal.SIGKILL):
+            log.warning("killed orphaned process group %s from %s", pgid, pid_file.parent.parent.name)
+            killed.append((pgid, since))
+        pid_file.unlink(missing_ok=True)
+    # SIGKILL is delivered asynchronously: on return the orphans must be gone (a few ms at startup).
+    deadline = time.monotonic() + 5.0
+    while any(group_members(pgid, since) for pgid, since in killed) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [pgid for pgid, _ in killed]

@@ -1,0 +1,199 @@
+"""Pod networking on one host: a loopback IP per pod and cluster DNS names rewritten to those IPs.
+
+There is no pod network namespace and no cluster DNS server, so the local cluster makes two explicit,
+documented substitutions:
+
+* **Pod IPs.** Each pod gets its own loopback address (``status.podIP``) in ``127.0.0.0/8`` outside
+  ``127.0.0.0/24`` (Linux routes the whole /8 to ``lo``). The address is derived from the pod's DNS identity,
+  ``<namespace>/<hostname>.<subdomain>`` (hostname defaults to the pod name), by hashing; collisions move to the
+  next hash. Assignments are kept in ``<state_dir>/network.json``, so a recreated pod with the same hostname and
+  subdomain (a restarted JobSet worker) gets the same IP, also across cluster restarts (two pods with one
+  identity alive at once, e.g. a replacement starting while its predecessor terminates, share the IP). The IP of
+  a pod without ``spec.hostname`` is released when the pod is deleted. A server that binds its
+  pod IP never collides with another pod's server on the same port; a server binding ``0.0.0.0`` shares the
+  host's port space with every other pod and with the host itself.
+* **DNS names.** Before a container starts, the kubelet rewrites, in its command, args and env values:
+
+  - ``<hostname>.<subdomain>`` and the same followed by ``.<ns>``, ``.<ns>.svc`` or ``.<ns>.svc.cluster.local``,
+    where ``<subdomain>`` is a headless Service or a pod subdomain of that namespace, to the IP of that hostname
+    (computed from the name, so a pod that is not scheduled yet is reachable once it starts);
+  - headless Service names: ``<svc>.<ns>.svc[.cluster.local]`` anywhere, and a bare ``<svc>`` or ``<svc>.<ns>``
+    only as a whole value of the form ``<svc>:<port>`` or as a URL host (``scheme://<svc>[:port][/...]``) — a
+    plain ``<svc>`` is left alone, since it is often just the group's name — to the IP of the first selected,
+    non-terminal pod (ready ones first, then by hostname); a Service without such a pod is left unresolved, like
+    a name without endpoints.
+
+  Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
+  ``socket.gethostname()`` returns the host's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from airflow_elastic.localcluster.resources import PODS, SERVICES
+from airflow_elastic.localcluster.selectors import match_label_selector
+from airflow_elastic.localcluster.store import Obj, Store
+
+_BASE = int(ipaddress.IPv4Address("127.0.0.0"))
+_SPAN = 2**24
+_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_END = r"(?![\w-]|\.[\w-])"
+
+
+def identity(pod: Obj) -> str:
+    """``<namespace>/<hostname>[.<subdomain>]``: what a pod's IP is derived from."""
+    spec = pod.get("spec") or {}
+    host = spec.get("hostname") or pod["metadata"]["name"]
+    sub = spec.get("subdomain")
+    return f"{pod['metadata']['namespace']}/{host}.{sub}" if sub else f"{pod['metadata']['namespace']}/{host}"
+
+
+def _candidate(ident: str, attempt: int) -> str | None:
+    digest = hashlib.sha256(f"{ident}#{attempt}".encode()).digest()
+    offset = int.from_bytes(digest[:4], "big") % _SPAN
+    ip = ipaddress.IPv4Address(_BASE + offset)
+    octets = ip.packed
+    if octets[1] == 0 and octets[2] == 0:  # 127.0.0.0/24 belongs to the host
+        return None
+    if octets[3] in (0, 255):
+        return None
+    return str(ip)
+
+
+class Network:
+    """Pod IP assignment (persistent) and DNS-name rewriting for the processes of pods."""
+
+    def __init__(self, store: Store, state_dir: Path):
+        self.store = store
+        self._path = state_dir / "network.json"
+        self._by_identity: dict[str, str] = {}
+        if self._path.exists():
+            self._by_identity = json.loads(self._path.read_text())
+        self._taken = set(self._by_identity.values())
+
+    def ip_for(self, ident: str) -> str:
+        """The IP of a DNS identity (assigned on first use, then fixed)."""
+        if ident in self._by_identity:
+            return self._by_identity[ident]
+        attempt = 0
+        while True:
+            ip = _candidate(ident, attempt)
+            attempt += 1
+            if ip is not None and ip not in self._taken:
+                break
+        self._by_identity[ident] = ip
+        self._taken.add(ip)
+        self._save()
+        return ip
+
+    def _save(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(self._by_identity, indent=0, sort_keys=True))
+        tmp.replace(self._path)
+
+    def pod_ip(self, pod: Obj) -> str:
+        return self.ip_for(identity(pod))
+
+    def release(self, pod: Obj) -> None:
+        """Forget the IP of a deleted pod that had no ``spec.hostname`` (its identity, the pod name, will not come
+        back); hostname-based identities keep their IP for the pod's successors."""
+        if (pod.get("spec") or {}).get("hostname"):
+            return
+        ip = self._by_identity.pop(identity(pod), None)
+        if ip is not None:
+            self._taken.discard(ip)
+            self._save()
+
+    # ------------------------------------------------------------------------------------------ DNS names
+
+    def _subdomains(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for svc in self.store.items(SERVICES):
+            if (svc.get("spec") or {}).get("clusterIP") == "None":
+                found.setdefault(svc["metadata"]["namespace"], set()).add(svc["metadata"]["name"])
+        for pod in self.store.items(PODS):
+            if sub := (pod.get("spec") or {}).get("subdomain"):
+                found.setdefault(pod["metadata"]["namespace"], set()).add(sub)
+        return found
+
+    def _service_ip(self, namespace: str, name: str) -> str | None:
+        svc = self.store.find(SERVICES, namespace, name)
+        if svc is None or (svc.get("spec") or {}).get("clusterIP") != "None":
+            return None
+        selector = (svc.get("spec") or {}).get("selector")
+        if not selector:
+            return None
+        pods = [
+            p
+            for p in self.store.items(PODS, namespace)
+            if match_label_selector({"matchLabels": selector}, p["metadata"].get("labels") or {})
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        if not pods:
+            return None
+
+        def order(p: Obj) -> tuple[bool, str, str]:
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p.get("status", {}).get("conditions") or []
+            )
+            return (not ready, p["spec"].get("hostname") or p["metadata"]["name"], p["metadata"]["name"])
+
+        return self.pod_ip(min(pods, key=order))
+
+    def rewriter(self, pod: Obj) -> Callable[[str], str]:
+        """A function rewriting the cluster DNS names in a string for a container of ``pod``."""
+        own_ns = pod["metadata"]["namespace"]
+        subdomains = self._subdomains()
+        subdomains.setdefault(own_ns, set())
+        if sub := (pod.get("spec") or {}).get("subdomain"):
+            subdomains[own_ns].add(sub)
+        all_subs = sorted({s for subs in subdomains.values() for s in subs}, key=len, reverse=True)
+        services = {
+            (svc["metadata"]["namespace"], svc["metadata"]["name"])
+            for svc in self.store.items(SERVICES)
+            if (svc.get("spec") or {}).get("clusterIP") == "None"
+        }
+        host_re = (
+            re.compile(
+                rf"(?<![\w.-])({_LABEL})\.({'|'.join(map(re.escape, all_subs))})"
+                rf"(?:\.({_LABEL})(?:\.svc(?:\.cluster\.local)?)?)?{_END}"
+            )
+            if all_subs
+            else None
+        )
+        svc_re = re.compile(rf"(?<![\w.-])({_LABEL})\.({_LABEL})\.svc(?:\.cluster\.local)?{_END}")
+        url_re = re.compile(rf"^([a-z][a-z0-9+.-]*://)({_LABEL})(?:\.({_LABEL}))?(?=$|:\d|/)")
+        host_port_re = re.compile(rf"^()({_LABEL})(?:\.({_LABEL}))?(?=:\d+$)")
+
+        def host(m: re.Match[str]) -> str:
+            ns = m.group(3) or own_ns
+            if m.group(2) not in subdomains.get(ns, ()):
+                return m.group(0)
+            return self.ip_for(f"{ns}/{m.group(1)}.{m.group(2)}")
+
+        def service(m: re.Match[str], name_group: int, ns_group: int) -> str:
+            ns = m.group(ns_group) or own_ns
+            if (ns, m.group(name_group)) not in services:
+                return m.group(0)
+            ip = self._service_ip(ns, m.group(name_group))
+            if ip is None:
+                return m.group(0)
+            return m.group(0)[: m.start(name_group) - m.start(0)] + ip
+
+        def rewrite(text: str) -> str:
+            if host_re is not None:
+                text = host_re.sub(host, text)
+            text = svc_re.sub(lambda m: service(m, 1, 2), text)
+            text = url_re.sub(lambda m: service(m, 2, 3), text, count=1)
+            return host_port_re.sub(lambda m: service(m, 2, 3), text, count=1)
+
+        return rewrite

@@ -1,0 +1,237 @@
+"""The local cluster's server process: ``python -m airflow_elastic.localcluster.serve --state-dir DIR``.
+
+One process per state directory (an exclusive lock on ``server.lock``). On start it reuses the directory's
+token and objects, listens on 127.0.0.1 (a port chosen by the OS unless ``--port``), writes ``kubeconfig`` and
+``ready.json`` and prints the ready line on stdout. SIGTERM/SIGINT stop it in order: no new requests, shutdown
+hooks (e.g. pod processes), controllers, watches, store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import fcntl
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import signal
+import ssl
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+from aiohttp import web
+
+from airflow_elastic.localcluster.api.server import ApiServer
+from airflow_elastic.localcluster.config import ClusterConfig, NodePool
+
+log = logging.getLogger(__name__)
+
+CONTEXT = "airflow-elastic-local"
+READY_FILE = "ready.json"
+LOCK_FILE = "server.lock"
+TOKEN_FILE = "token"
+CONFIG_FILE = "config.json"
+KUBECONFIG_FILE = "kubeconfig"
+CERT_FILE = "server.crt"
+KEY_FILE = "server.key"
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+def lock(state_dir: Path) -> IO[str]:
+    """Hold ``server.lock`` for the process's lifetime; a second server on the same directory fails here."""
+    handle = (state_dir / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as err:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        raise AlreadyRunning(f"a local cluster server (pid {owner}) is already running on {state_dir}") from err
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def token(state_dir: Path) -> str:
+    """The directory's bearer token (created once, so kubeconfigs stay valid across restarts)."""
+    path = state_dir / TOKEN_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def load_config(state_dir: Path) -> ClusterConfig:
+    """``config.json`` in the state directory (written by :class:`LocalCluster`), else the default cluster."""
+    path = state_dir / CONFIG_FILE
+    if not path.exists():
+        return ClusterConfig()
+    data = json.loads(path.read_text())
+    pools = data.pop("pools", None)
+    if pools is not None:
+        data["pools"] = tuple(NodePool(**{**p, "taints": tuple(p.get("taints") or ())}) for p in pools)
+    return ClusterConfig(**data)
+
+
+def config_json(config: ClusterConfig) -> str:
+    return json.dumps(dataclasses.asdict(config), indent=2)
+
+
+def certificate(state_dir: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (kept, so kubeconfigs stay valid across restarts).
+
+    kubectl does not send a bearer token over plain http, so the server speaks TLS."""
+    cert_path, key_path = state_dir / CERT_FILE, state_dir / KEY_FILE
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "airflow-elastic-local")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    _write_private(key_path, key_pem.decode())
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def kubeconfig(url: str, bearer: str, ca: bytes) -> dict[str, Any]:
+    cluster = {"server": url, "certificate-authority-data": base64.b64encode(ca).decode()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": CONTEXT, "user": {"token": bearer}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
+        "current-context": CONTEXT,
+        "preferences": {},
+    }
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write atomically, readable by the owner only (the file holds the token)."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
+def _on_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """The parent closed our stdin (it stopped or died): shut down like on SIGTERM."""
+    if not os.read(sys.stdin.fileno(), 4096):
+        loop.remove_reader(sys.stdin.fileno())
+        stop.set()
+
+
+async def run(args: argparse.Namespace) -> None:
+    state_dir = Path(args.state_dir).resolve()
+    server = ApiServer(
+        state_dir,
+        token(state_dir),
+        load_config(state_dir),
+        history=args.history,
+        bookmark_seconds=args.bookmark_seconds,
+    )
+    cert_path, key_path = certificate(state_dir)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert_path, key_path)
+    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port, shutdown_timeout=1.0, ssl_context=tls)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"https://127.0.0.1:{port}"
+    server.address = f"127.0.0.1:{port}"
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.stop_with_stdin:
+        loop.add_reader(sys.stdin.fileno(), _on_stdin, loop, stop)
+    _write_private(
+        state_dir / KUBECONFIG_FILE,
+        yaml.safe_dump(kubeconfig(url, server.token, cert_path.read_bytes()), sort_keys=False),
+    )
+    ready = {
+        "pid": os.getpid(),
+        "url": url,
+        "port": port,
+        "kubeconfig": str(state_dir / KUBECONFIG_FILE),
+        "ca": str(cert_path),
+    }
+    _write_private(state_dir / READY_FILE, json.dumps(ready))
+    sys.stdout.write(json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    log.info("local cluster API server listening on %s (state in %s)", url, state_dir)
+    await stop.wait()
+    log.info("stopping the local cluster API server")
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir / READY_FILE).unlink()
+    server.store.close_watches()  # watch responses end, so the runner's graceful shutdown is quick
+    await runner.cleanup()
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a local cluster's API server.")
+    parser.add_argument("--state-dir", required=True, help="directory for objects, token, kubeconfig and logs")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: chosen by the OS)")
+    parser.add_argument("--history", type=int, default=20000, help="watch events kept for resuming watches")
+    parser.add_argument("--bookmark-seconds", type=float, default=60.0, help="interval of watch BOOKMARK events")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--stop-with-stdin", action="store_true", help="stop when stdin closes (parent gone)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    state_dir = Path(args.state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        handle = lock(state_dir)
+    except AlreadyRunning as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    try:
+        asyncio.run(run(args))
+    finally:
+        handle.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

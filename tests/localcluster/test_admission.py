@@ -1,0 +1,232 @@
+"""Admission of JobSets, Jobs and Pods: defaults, schema + CEL errors, webhook messages, immutability."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from airflow_elastic.localcluster import admission, errors
+from airflow_elastic.localcluster.components import bootstrap
+from airflow_elastic.localcluster.resources import JOBS, JOBSETS, PODS
+from airflow_elastic.localcluster.store import Store
+from tests.localcluster.inprocess import container, job_body
+
+
+@pytest.fixture
+def store() -> Store:
+    store = Store()
+    bootstrap(store)
+    admission.register(store)
+    return store
+
+
+def jobset(name: str = "js", **spec: Any) -> dict[str, Any]:
+    rjobs = spec.pop("replicatedJobs", None) or [
+        {
+            "name": "workers",
+            "replicas": 2,
+            "template": {
+                "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": [container()]}}}
+            },
+        }
+    ]
+    return {"metadata": {"name": name}, "spec": {"replicatedJobs": rjobs, **spec}}
+
+
+def rejected(store: Store, body: dict[str, Any], res: Any = JOBSETS) -> errors.Invalid:
+    with pytest.raises(errors.Invalid) as info:
+        store.create(res, "default", body)
+    assert info.value.code == 422
+    return info.value
+
+
+def test_jobset_defaults(store: Store) -> None:
+    created = store.create(JOBSETS, "default", jobset(failurePolicy={"rules": [{"action": "FailJobSet"}]}))
+    spec = created["spec"]
+    assert spec["successPolicy"] == {"operator": "All"}
+    assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    assert spec["failurePolicy"]["rules"][0]["name"] == "failurePolicyRule0"
+    assert spec["failurePolicy"]["restartStrategy"] == "Recreate"
+    rjob = spec["replicatedJobs"][0]
+    assert rjob["groupName"] == "default"
+    assert rjob["template"]["spec"]["completionMode"] == "Indexed"
+    assert rjob["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+def test_jobset_schema_errors_are_field_causes(store: Store) -> None:
+    body = jobset(failurePolicy={"rules": [{"name": "r", "action": "Explode"}]})
+    body["spec"]["replicatedJobs"][0]["replicas"] = -1
+    body["spec"]["replicatedJobs"].append({"template": {"spec": {}}})
+    err = rejected(store, body)
+    causes = {c["field"]: c["message"] for c in err.details["causes"]}
+    assert causes["spec.replicatedJobs[0].replicas"] == (
+        "Invalid value: -1: spec.replicatedJobs[0].replicas in body should be greater than or equal to 0"
+    )
+    assert causes["spec.replicatedJobs[1].name"] == "Required value"
+    assert causes["spec.failurePolicy.rules[0].action"].startswith('Unsupported value: "Explode": supported values: ')
+    assert err.message.startswith('JobSet.jobset.x-k8s.io "js" is invalid: ')
+
+
+def test_jobset_cel_rules(store: Store) -> None:
+    second = {
+        "name": "b",
+        "dependsOn": [{"name": "workers", "status": "Ready"}],
+        "template": {"spec": {"template": {"spec": {"containers": [container()]}}}},
+    }
+    body = jobset(startupPolicy={"startupPolicyOrder": "InOrder"})
+    body["spec"]["replicatedJobs"].append(second)
+    err = rejected(store, body)
+    assert err.details["causes"] == [
+        errors.cause("spec", 'Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive')
+    ]
+
+    created = store.create(JOBSETS, "default", jobset())
+    changed = copy.deepcopy(created)
+    changed["spec"]["successPolicy"] = {"operator": "Any"}
+    with pytest.raises(errors.Invalid) as info:
+        store.update(JOBSETS, changed)
+    assert info.value.details["causes"][0]["field"] == "spec.successPolicy"
+    assert info.value.details["causes"][0]["message"].endswith("Value is immutable")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"name": "x" * 55}, "JobSet name is too long, job names generated for this JobSet will exceed 63 characters"),
+        ({"name": "x" * 47}, "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"),
+        (
+            {"successPolicy": {"operator": "All", "targetReplicatedJobs": ["nope"]}},
+            "invalid replicatedJob name 'nope' does not appear in .spec.ReplicatedJobs",
+        ),
+        (
+            {"failurePolicy": {"rules": [{"name": "r", "action": "FailJobSet", "onJobFailureReasons": ["OOMKilled"]}]}},
+            "invalid job failure reason 'OOMKilled' in failure policy is not a recognized job failure reason",
+        ),
+        (
+            {"failurePolicy": {"rules": [{"name": "1bad", "action": "FailJobSet"}]}},
+            "invalid failure policy rule name '1bad', a failure policy rule name must start with an alphabetic "
+            "character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an "
+            "alphanumeric character or '_'",
+        ),
+        (
+            {"failurePolicy": {"rules": [{"name": "r", "action": "RestartJob"}]}},
+            "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not allowed when RestartJob "
+            "feature gate is disabled",
+        ),
+        (
+            {"failurePolicy": {"restartStrategy": "InPlaceRestart"}},
+            "InPlaceRestart restart strategy cannot be set when InPlaceRestart feature gate is disabled",
+        ),
+        (
+            {"coordinator": {"replicatedJob": "workers", "jobIndex": 2}},
+            "coordinator job index 2 is invalid for replicatedJob workers",
+        ),
+        (
+            {"coordinator": {"replicatedJob": "workers", "podIndex": 5}},
+            "coordinator pod index 5 is invalid for replicatedJob workers job index 0",
+        ),
+        ({"network": {"subdomain": "s" * 64}}, ".spec.network.subdomain is too long, must be less than 63 characters"),
+    ],
+)
+def test_jobset_webhook_messages(store: Store, spec: dict[str, Any], message: str) -> None:
+    name = spec.pop("name", "js")
+    err = rejected(store, jobset(name, **spec))
+    assert message in [c["message"] for c in err.details["causes"]]
+    assert err.message.startswith('admission webhook "vjobset.kb.io" denied the request: ')
+
+
+def test_jobset_depends_on_order(store: Store) -> None:
+    body = jobset()
+    body["spec"]["replicatedJobs"][0]["dependsOn"] = [{"name": "later", "status": "Complete"}]
+    messages = [c["message"] for c in rejected(store, body).details["causes"]]
+    assert "DependsOn can't be set for the first ReplicatedJob" in messages
+    assert "replicatedJob: workers cannot depend on replicatedJob: later" in messages
+
+
+def test_jobset_update_rules(store: Store) -> None:
+    created = store.create(JOBSETS, "default", jobset(suspend=True))
+    pod_spec = lambda js: js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]  # noqa: E731
+    kueue = copy.deepcopy(created)
+    pod_spec(kueue)["nodeSelector"] = {"pool": "a"}
+    updated = store.update(JOBSETS, kueue)  # allowed while suspended
+    running = copy.deepcopy(updated)
+    running["spec"]["suspend"] = False
+    running = store.update(JOBSETS, running)
+    pod_spec(running)["nodeSelector"] = {"pool": "b"}
+    with pytest.raises(errors.Invalid) as info:
+        store.update(JOBSETS, running)
+    assert info.value.details["causes"][0]["field"] == "spec.replicatedJobs"
+    assert info.value.details["causes"][0]["message"].endswith("field is immutable")
+
+
+def test_job_defaults_selector_and_labels(store: Store) -> None:
+    job = store.create(JOBS, "default", job_body("j"))
+    uid, spec = job["metadata"]["uid"], job["spec"]
+    assert (spec["parallelism"], spec["completions"], spec["backoffLimit"]) == (1, 1, 6)
+    assert (spec["completionMode"], spec["suspend"], spec["podReplacementPolicy"]) == (
+        "NonIndexed",
+        False,
+        "TerminatingOrFailed",
+    )
+    assert spec["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    labels = spec["template"]["metadata"]["labels"]
+    assert labels == {
+        "controller-uid": uid,
+        "batch.kubernetes.io/controller-uid": uid,
+        "job-name": "j",
+        "batch.kubernetes.io/job-name": "j",
+    }
+
+
+def test_job_validation(store: Store) -> None:
+    causes = rejected(store, job_body("a", restartPolicy="Always"), JOBS).details["causes"]
+    assert causes == [
+        errors.cause(
+            "spec.template.spec.restartPolicy",
+            'Unsupported value: "Always": supported values: "OnFailure", "Never"',
+            "FieldValueNotSupported",
+        )
+    ]
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]}
+    causes = rejected(store, job_body("b", restartPolicy="OnFailure", podFailurePolicy=policy), JOBS).details["causes"]
+    assert any('only "Never" is supported when podFailurePolicy is specified' in c["message"] for c in causes)
+    causes = rejected(store, job_body("c", completionMode="Indexed", completions=None, parallelism=2), JOBS).details[
+        "causes"
+    ]
+    assert causes[0]["field"] == "spec.completions"
+
+
+def test_job_template_and_completion_mode_are_immutable(store: Store) -> None:
+    job = store.create(JOBS, "default", job_body("j"))
+    changed = copy.deepcopy(job)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "other"
+    changed["spec"]["completionMode"] = "Indexed"
+    with pytest.raises(errors.Invalid) as info:
+        store.update(JOBS, changed)
+    fields = {c["field"] for c in info.value.details["causes"]}
+    assert {"spec.template", "spec.completionMode"} <= fields
+    resized = copy.deepcopy(job)
+    resized["spec"]["parallelism"] = 3  # parallelism may change
+    assert store.update(JOBS, resized)["spec"]["parallelism"] == 3
+
+
+def test_pod_validation_and_update_rules(store: Store) -> None:
+    bad = {"metadata": {"name": "p"}, "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "Main"}]}}
+    fields = {c["field"] for c in rejected(store, bad, PODS).details["causes"]}
+    assert fields == {"spec.containers[0].name", "spec.containers[0].image", "spec.restartPolicy"}
+    assert rejected(store, {"metadata": {"name": "q"}, "spec": {}}, PODS).details["causes"][0]["field"] == (
+        "spec.containers"
+    )
+    pod = store.create(PODS, "default", {"metadata": {"name": "ok"}, "spec": {"containers": [container()]}})
+    assert (pod["spec"]["restartPolicy"], pod["spec"]["terminationGracePeriodSeconds"]) == ("Always", 30)
+    changed = copy.deepcopy(pod)
+    changed["spec"]["containers"][0]["command"] = ["other"]
+    with pytest.raises(errors.Invalid) as info:
+        store.update(PODS, changed)
+    assert info.value.details["causes"][0]["message"].startswith("Forbidden: pod updates may not change fields")
+    image = copy.deepcopy(pod)
+    image["spec"]["containers"][0]["image"] = "busybox:1.37"
+    assert store.update(PODS, image)["spec"]["containers"][0]["image"] == "busybox:1.37"
