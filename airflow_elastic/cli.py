@@ -66,11 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--group", help="render only the group with this name")
     cmd.add_argument("--namespace", default="default", help="namespace to render for (default: %(default)s)")
     cmd.set_defaults(func=render)
+    from airflow_elastic.localcluster.cli import add_commands  # standard library only
+
+    add_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "cluster":
+        from airflow_elastic.localcluster.cli import run
+
+        return run(args)
     try:
         args.func(args)
         sys.stdout.flush()

@@ -17,8 +17,10 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,6 +30,19 @@ from airflow_elastic.localcluster.config import ClusterConfig, NodePool
 
 class ClusterError(RuntimeError):
     """The server process could not be started or reached (the message includes its log's tail)."""
+
+
+def _terminate_pid(pid: int, timeout: float) -> None:
+    """SIGTERM ``pid`` and wait for it to exit (SIGKILL after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    try:
+        os.kill(pid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class LocalCluster:
@@ -79,8 +94,12 @@ class LocalCluster:
     def log_file(self) -> Path:
         return self.state_dir / "server.log"
 
-    def start(self) -> LocalCluster:
-        """Start the server process and wait until it serves; raises :class:`ClusterError` if it cannot."""
+    def start(self, *, detach: bool = False) -> LocalCluster:
+        """Start the server process and wait until it serves; raises :class:`ClusterError` if it cannot.
+
+        By default the server stops when this process goes away (it watches its stdin pipe). With
+        ``detach=True`` it keeps running until :meth:`stop` or ``airflow-elastic cluster down``.
+        """
         if self.process is not None:
             return self
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -88,10 +107,12 @@ class LocalCluster:
             config = json.dumps(dataclasses.asdict(self.config), indent=2)
             (self.state_dir / "config.json").write_text(config)
         command = [sys.executable, "-m", "airflow_elastic.localcluster.serve", "--state-dir", str(self.state_dir)]
+        if not detach:
+            command.append("--stop-with-stdin")
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(
-                [*command, "--stop-with-stdin", *self._args],
-                stdin=subprocess.PIPE,
+                [*command, *self._args],
+                stdin=subprocess.DEVNULL if detach else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,  # a Ctrl-C meant for the parent does not skip the orderly shutdown
@@ -99,7 +120,35 @@ class LocalCluster:
         ready = self._wait_ready()
         self.url = ready["url"]
         self.token = (self.state_dir / "token").read_text().strip()
+        if detach:
+            self._temporary = False  # the caller handed the cluster over; its state must outlive us
         return self
+
+    @classmethod
+    def attach(cls, state_dir: str | Path) -> LocalCluster:
+        """A handle on a server already running on ``state_dir`` (e.g. one started with ``cluster up``).
+
+        Raises:
+            ClusterError: if no server is running there.
+        """
+        cluster = cls(state_dir)
+        ready = cluster.ready_info()
+        if ready is None:
+            raise ClusterError(
+                f"no local cluster is running on {cluster.state_dir} (start one: airflow-elastic cluster up)"
+            )
+        cluster.url = ready["url"]
+        cluster.token = (cluster.state_dir / "token").read_text().strip()
+        return cluster
+
+    def ready_info(self) -> dict[str, Any] | None:
+        """What the running server reported (pid, url, port, kubeconfig), or None if none is running here."""
+        try:
+            ready = json.loads((self.state_dir / "ready.json").read_text())
+            os.kill(ready["pid"], 0)
+        except (FileNotFoundError, ProcessLookupError, json.JSONDecodeError, KeyError):
+            return None
+        return ready
 
     def _wait_ready(self) -> dict[str, Any]:
         assert self.process is not None and self.process.stdout is not None
@@ -124,6 +173,8 @@ class LocalCluster:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the server and wait for its orderly shutdown (SIGKILL after ``timeout`` seconds)."""
         process, self.process = self.process, None
+        if process is None and (ready := self.ready_info()) is not None:
+            _terminate_pid(ready["pid"], timeout)  # attached to a server another process started
         if process is not None:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -150,15 +201,25 @@ class LocalCluster:
 
     # ---------------------------------------------------------------------------------------- request log
 
-    def _get(self, path: str) -> Any:
+    def _open(self, path: str, timeout: float | None = 30):
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
         context = ssl.create_default_context(cafile=str(self.state_dir / "server.crt"))
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
+
+    def get(self, path: str) -> Any:
+        """GET an API path (e.g. ``/api/v1/nodes``) and return the decoded JSON."""
+        with self._open(path) as response:
             return json.loads(response.read())
+
+    def stream(self, path: str) -> Iterator[str]:
+        """GET an API path and yield its body as text while it arrives (e.g. ``follow``ed logs)."""
+        with self._open(path, timeout=None) as response:
+            while chunk := response.read1(65536):
+                yield chunk.decode(errors="replace")
 
     def request_count(self) -> int:
         """How many requests the server has answered so far (a mark for :meth:`requests` ``since``)."""
-        return int(self._get("/debug/requests?since=" + str(2**62))["total"])
+        return int(self.get("/debug/requests?since=" + str(2**62))["total"])
 
     def requests(
         self,
@@ -173,7 +234,7 @@ class LocalCluster:
         update, patch, delete, deletecollection), ``resource`` (e.g. ``jobsets.jobset.x-k8s.io``),
         ``subresource``, ``namespace``, ``name``, ``code``, ``user_agent``, ``method``, ``path``, ``query``.
         Filters match exactly, except ``user_agent`` (a substring)."""
-        items = self._get("/debug/requests?" + urllib.parse.urlencode({"since": since}))["items"]
+        items = self.get("/debug/requests?" + urllib.parse.urlencode({"since": since}))["items"]
         return [
             r
             for r in items

@@ -1,0 +1,130 @@
+"""``airflow-elastic cluster ...``: start, inspect and stop a local cluster from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import urllib.error
+import urllib.parse
+from collections import Counter
+from pathlib import Path
+
+from airflow_elastic.localcluster.cluster import ClusterError, LocalCluster
+
+DEFAULT_STATE_DIR = Path(os.environ.get("AIRFLOW_ELASTIC_CLUSTER_DIR", Path.home() / ".airflow-elastic" / "cluster"))
+CONNECTION_ID = "local_cluster"
+
+
+def connection_hint(cluster: LocalCluster) -> str:
+    """How to point Airflow at this cluster: an explicitly named connection, never an implicit default."""
+    extra = {"kube_config_path": str(cluster.kubeconfig), "namespace": "default"}
+    conn = json.dumps({"conn_type": "kubernetes", "extra": extra})
+    return (
+        f"Local cluster running at {cluster.url} (state in {cluster.state_dir})\n"
+        f"  kubectl:  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  Airflow:  export AIRFLOW_CONN_{CONNECTION_ID.upper()}='{conn}'\n"
+        f'            and use kubernetes_conn_id="{CONNECTION_ID}" in your tasks.\n'
+        "  Nothing picks this cluster implicitly: tasks reach it only through that connection."
+    )
+
+
+def up(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.state_dir)
+    if (ready := cluster.ready_info()) is not None:
+        print(f"a local cluster is already running (pid {ready['pid']})")
+        print(connection_hint(LocalCluster.attach(args.state_dir)))
+        return 0
+    cluster.start(detach=args.detach)
+    print(connection_hint(cluster), flush=True)
+    if args.detach:
+        print(f"Stop it with: airflow-elastic cluster down --state-dir {cluster.state_dir}")
+        return 0
+    print("Press Ctrl-C to stop.", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        assert cluster.process is not None
+        cluster.process.wait()
+        print("the local cluster server exited; see", cluster.log_file, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+
+
+def down(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.state_dir)
+    if cluster.ready_info() is None:
+        print(f"no local cluster is running on {cluster.state_dir}")
+        return 0
+    cluster.stop()
+    print("local cluster stopped (state kept; `cluster up` resumes it)")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    nodes = cluster.get("/api/v1/nodes")["items"]
+    pods = cluster.get("/api/v1/pods")["items"]
+    jobsets = cluster.get("/apis/jobset.x-k8s.io/v1alpha2/jobsets")["items"]
+    print(f"url: {cluster.url}\nkubeconfig: {cluster.kubeconfig}\npid: {cluster.ready_info()['pid']}")
+    print(f"nodes: {len(nodes)} ({', '.join(n['metadata']['name'] for n in nodes)})")
+    phases = Counter(p.get("status", {}).get("phase", "Unknown") for p in pods)
+    print(f"pods: {len(pods)}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(phases.items()))})" if pods else ""))
+    print(f"jobsets: {len(jobsets)}")
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    query = {"follow": "true"} if args.follow else {}
+    if args.container:
+        query["container"] = args.container
+    path = f"/api/v1/namespaces/{args.namespace}/pods/{args.pod}/log?{urllib.parse.urlencode(query)}"
+    for chunk in cluster.stream(path):
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+    return 0
+
+
+def requests(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    counts = Counter((r["verb"], r["resource"], r["user_agent"].split(" ")[0]) for r in cluster.requests())
+    for (verb, resource, agent), n in sorted(counts.items()):
+        print(f"{n:6d}  {verb:16s} {resource or '-':32s} {agent}")
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register ``cluster up|down|status|logs|requests`` on the main CLI."""
+    cluster = commands.add_parser("cluster", help="run a local cluster (Kubernetes API, pods as local processes)")
+    sub = cluster.add_subparsers(dest="cluster_command", required=True)
+
+    def command(name: str, func, help: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help)
+        parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
+        parser.set_defaults(func=func)
+        return parser
+
+    command("up", up, "start a local cluster (foreground unless --detach)").add_argument(
+        "--detach", action="store_true", help="keep running in the background"
+    )
+    command("down", down, "stop the local cluster (its state is kept)")
+    command("status", status, "show the cluster's address, nodes and workload counts")
+    log_cmd = command("logs", logs, "print a pod's logs")
+    log_cmd.add_argument("pod")
+    log_cmd.add_argument("-n", "--namespace", default="default")
+    log_cmd.add_argument("-c", "--container")
+    log_cmd.add_argument("-f", "--follow", action="store_true")
+    command("requests", requests, "count the API requests the server has answered, by verb, resource and client")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return args.func(args)
+    except (ClusterError, urllib.error.URLError) as err:
+        print(f"airflow-elastic: error: {err}", file=sys.stderr)
+        return 1
