@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/airflow-elastic render dags/example_groups.py
+	$(BIN)/airflow-elastic render dags/example_groups.py --group tiny-trainer
+	$(BIN)/python tools/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_elastic tests tools dags

@@ -47,6 +47,21 @@ llm_finetune = TrainingGroup(
     },
 )
 
+# The tiny trainer of the examples (dags/scripts/train_tiny.py): a leader coordinates two workers over TCP and
+# reports final metrics. The image's entrypoint runs the script; on the local cluster an image map stands in for it.
+TINY_TRAINER_IMAGE = "ghcr.io/airflow-elastic/tiny-trainer:0.1.0"
+tiny_trainer = TrainingGroup(
+    name="tiny-trainer",
+    image=TINY_TRAINER_IMAGE,
+    roles=[
+        Role("leader", resources=Resources(cpu="500m", memory="256Mi")),
+        Role("worker", replicas=2, resources=Resources(cpu="500m", memory="256Mi")),
+    ],
+    success=SuccessPolicy(roles=("leader",)),
+    failure=FailurePolicy(max_failures=1, max_preemptions=5),
+    env={"TRAIN_STEPS": "5"},
+)
+
 # A CPU-only group that runs anywhere (the local cluster included): two processes that rendezvous.
 cpu_smoke = TrainingGroup(
     name="cpu-smoke",

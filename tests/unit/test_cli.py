@@ -21,7 +21,7 @@ def test_renders_every_group_of_a_file():
     out = run("render", "dags/example_groups.py")
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
-    assert [d["metadata"]["name"] for d in docs] == ["llm-finetune", "cpu-smoke"]
+    assert [d["metadata"]["name"] for d in docs] == ["llm-finetune", "tiny-trainer", "cpu-smoke"]
     assert all(d["kind"] == "JobSet" for d in docs)
 
 
@@ -61,7 +61,7 @@ def test_file_without_groups(tmp_path: Path):
 
 def test_unknown_group_lists_what_exists():
     line = error_line(run("render", "dags/example_groups.py", "--group", "nope"))
-    assert "no training group named 'nope'" in line and "llm-finetune, cpu-smoke" in line
+    assert "no training group named 'nope'" in line and "llm-finetune, tiny-trainer, cpu-smoke" in line
 
 
 def test_spec_error_is_one_line_naming_the_field(tmp_path: Path):
