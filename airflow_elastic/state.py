@@ -1,0 +1,222 @@
+"""What a training group is doing, judged from the objects the cluster shows (pure: no Airflow, no kubernetes).
+
+The sync operator, the async trigger and the sensor all call these functions, so every path reaches the same
+verdict from the same evidence. Inputs are plain JSON dicts as the API returns them (JobSet, pods, events).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Obj = Mapping[str, Any]
+Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Missing"]
+TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Missing"})
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+ROLE_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: Condition types that mean "finished" (upstream may rename Completed to Complete: accept both).
+_SUCCEEDED = ("Completed", "Complete")
+
+
+def _conditions(obj: Obj | None) -> dict[str, Mapping[str, Any]]:
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if "type" in c}
+
+
+def _true(conditions: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return conditions.get(kind, {}).get("status") == "True"
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """A JobSet's state in the terms the operator decides on."""
+
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    #: Restarts counted against ``maxRestarts`` (genuine failures); ``restarts - restarts_counted`` were free
+    #: (disruptions under the ``RestartJobSetAndIgnoreMaxRestarts`` rule).
+    restarts_counted: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL
+
+    @property
+    def free_restarts(self) -> int:
+        return self.restarts - self.restarts_counted
+
+
+def group_status(jobset: Obj | None) -> GroupStatus:
+    """The phase of a JobSet (``None``: it does not exist, e.g. deleted by someone or by its TTL)."""
+    if jobset is None:
+        return GroupStatus("Missing", "NotFound", "the JobSet no longer exists")
+    status = jobset.get("status") or {}
+    conditions = _conditions(jobset)
+    counts = {"restarts": status.get("restarts", 0), "restarts_counted": status.get("restartsCountTowardsMax", 0)}
+    for kind in _SUCCEEDED:
+        if _true(conditions, kind):
+            return GroupStatus(
+                "Succeeded", conditions[kind].get("reason", ""), conditions[kind].get("message", ""), **counts
+            )
+    if _true(conditions, "Failed") or status.get("terminalState") == "Failed":
+        failed = conditions.get("Failed", {})
+        return GroupStatus("Failed", failed.get("reason", ""), failed.get("message", ""), **counts)
+    if status.get("terminalState") in _SUCCEEDED:
+        return GroupStatus("Succeeded", "", "", **counts)
+    if (jobset.get("spec") or {}).get("suspend") or _true(conditions, "Suspended"):
+        suspended = conditions.get("Suspended", {})
+        return GroupStatus("Suspended", suspended.get("reason", ""), suspended.get("message", ""), **counts)
+    if _true(conditions, "RestartingJobSet"):
+        restarting = conditions["RestartingJobSet"]
+        return GroupStatus("Restarting", restarting.get("reason", ""), restarting.get("message", ""), **counts)
+    jobs = status.get("replicatedJobsStatus") or []
+    if jobs and all(j.get("ready", 0) + j.get("succeeded", 0) >= _replicas(jobset, j["name"]) for j in jobs):
+        return GroupStatus("Running", **counts)
+    return GroupStatus("Pending", **counts)
+
+
+def _replicas(jobset: Obj, rjob: str) -> int:
+    for spec in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if spec.get("name") == rjob:
+            return int(spec.get("replicas", 1))
+    return 1
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    """Why one pod failed: what the task log shows and the result reports."""
+
+    pod: str
+    role: str
+    reason: str
+    exit_code: int | None
+    message: str
+    attempt: int = 0
+
+    def describe(self) -> str:
+        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+        text = f": {self.message.strip()}" if self.message.strip() else ""
+        return f"pod {self.pod} (role {self.role}, attempt {self.attempt}) {self.reason}{code}{text}"
+
+
+def _labels(pod: Obj) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def pod_failures(pods: Iterable[Obj]) -> list[PodFailure]:
+    """Failed pods with the reason, exit code and termination message of their first failed container (or the
+    pod-level reason, e.g. ``Evicted``, ``Terminated``, ``DeadlineExceeded``)."""
+    failures = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Failed":
+            continue
+        labels = _labels(pod)
+        reason, code, message = status.get("reason", ""), None, status.get("message", "")
+        for container in status.get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            if terminated and terminated.get("exitCode", 0) != 0:
+                reason = reason or terminated.get("reason", "Error")
+                code = terminated.get("exitCode")
+                message = message or terminated.get("message", "")
+                break
+        failures.append(
+            PodFailure(
+                pod=pod["metadata"]["name"],
+                role=labels.get(ROLE_LABEL, "?"),
+                reason=reason or "Failed",
+                exit_code=code,
+                message=message,
+                attempt=int(labels.get(RESTART_LABEL, "0") or 0),
+            )
+        )
+    return failures
+
+
+def pending_diagnosis(pods: Iterable[Obj], events: Iterable[Obj]) -> str:
+    """Why a group is not running yet, from its pods and events: unschedulable (with the scheduler's message),
+    image pull failures, pods that could not be created (quota, admission), suspension (e.g. queued in Kueue)."""
+    findings: list[str] = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                findings.append(
+                    f"pod {name} is {condition.get('reason', 'unscheduled')}: {condition.get('message', '')}"
+                )
+        for container in status.get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in (
+                "ErrImagePull",
+                "ImagePullBackOff",
+                "InvalidImageName",
+                "CreateContainerConfigError",
+            ):
+                findings.append(
+                    f"pod {name} container {container.get('name')}: {waiting['reason']}: {waiting.get('message', '')}"
+                )
+    for event in events:
+        if event.get("type") == "Warning" and event.get("reason") in (
+            "FailedCreate",
+            "JobCreationFailed",
+            "FailedScheduling",
+        ):
+            involved = event.get("involvedObject") or {}
+            text = (
+                f"{involved.get('kind', '')} {involved.get('name', '')}: {event['reason']}: {event.get('message', '')}"
+            )
+            if not any(event.get("message", "") in f for f in findings):
+                findings.append(text.strip())
+    return "; ".join(dict.fromkeys(findings)) or "no pod has started yet and the cluster reported no reason"
+
+
+def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
+    """The JSON object the first pod of ``role`` wrote to its termination message, if any (newest attempt)."""
+    candidates = [p for p in pods if _labels(p).get(ROLE_LABEL) == role]
+    candidates.sort(key=lambda p: (int(_labels(p).get(RESTART_LABEL, "0") or 0), p["metadata"]["name"]), reverse=True)
+    for pod in candidates:
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            message = (((container.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
+            if not message:
+                continue
+            try:
+                value = json.loads(message)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+@dataclass(frozen=True)
+class GroupEvent:
+    """The one event a trigger yields: primitives only, serialised in one place (:meth:`to_payload`)."""
+
+    status: Literal["succeeded", "failed", "missing", "timeout", "startup_timeout", "error"]
+    name: str
+    namespace: str
+    message: str = ""
+    uid: str = ""
+    phase: str = ""
+    reason: str = ""
+    restarts: int = 0
+    restarts_counted: int = 0
+    failures: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    metrics: dict[str, Any] | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = asdict(self)
+        payload["failures"] = list(self.failures)
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> GroupEvent:
+        known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
+        known["failures"] = tuple(known.get("failures") or ())
+        return cls(**known)
