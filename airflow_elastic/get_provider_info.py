@@ -25,4 +25,11 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
+        "hooks": [
+            {
+                "integration-name": "Kubernetes JobSet",
+                "python-modules": ["airflow_elastic.hooks.jobset", "airflow_elastic.hooks.async_jobset"],
+            }
+        ],
     }

@@ -1,0 +1,162 @@
+"""``AsyncJobSetHook``: the same operations as ``JobSetHook``, awaitable, for triggers on the event loop.
+
+It uses ``kubernetes_asyncio`` through the cncf provider's ``AsyncKubernetesHook.get_conn()`` (composed, not
+subclassed), so connection handling is the provider's: the same connection extras as the sync hook, resolved
+``connection_extras`` passed from the worker (no connection lookup in the triggerer), ``config_dict``, and
+exec-plugin credentials reloaded on every request.
+
+Each request opens its own ``ApiClient`` (an aiohttp session) and closes it: a session is bound to the event
+loop it was made on, and ``airflow dags test`` runs each trigger on a fresh loop, so a cached client would fail
+on the next run. For a trigger that polls every few seconds the cost (one TLS handshake per poll) is small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import ClientError
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.sdk import BaseHook
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.rest import RESTResponse
+
+from airflow_elastic.hooks import operations as ops
+from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
+from airflow_elastic.hooks.retry import Attempts, RetryPolicy
+
+#: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ClientError, TimeoutError, OSError)
+
+
+class AsyncJobSetHook(BaseHook):
+    """Awaitable JobSet, pod, event, node, Job and log access; same names, arguments and results as
+    :class:`~airflow_elastic.hooks.jobset.JobSetHook`, same errors and retry policy.
+
+    Args:
+        conn_id: the Airflow connection (type ``kubernetes``) to the cluster.
+        connection_extras: the connection's extras, resolved on the worker (``JobSetHook.get_connection_extras``),
+            so the triggerer needs no connection lookup; ``None`` looks ``conn_id`` up.
+        config_dict: a kubeconfig as a dict, instead of the connection's.
+        cluster_context: a kubeconfig context, overriding the connection's.
+        retry: the retry policy (default: 5 attempts, 0.5 s doubling to at most 15 s).
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "kubernetes_default"
+    conn_type = "kubernetes"
+    hook_name = "Kubernetes JobSet (async)"
+
+    def __init__(
+        self,
+        conn_id: str = default_conn_name,
+        *,
+        connection_extras: Mapping[str, Any] | None = None,
+        config_dict: dict[str, Any] | None = None,
+        cluster_context: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+        self.connection_extras = dict(connection_extras) if connection_extras is not None else None
+        self.config_dict = config_dict
+        self.cluster_context = cluster_context
+        self.retry = retry or RetryPolicy()
+        self.kubernetes_hook = self._new_kubernetes_hook()
+
+    def _new_kubernetes_hook(self) -> AsyncKubernetesHook:
+        return AsyncKubernetesHook(
+            conn_id=self.conn_id,
+            connection_extras=self.connection_extras,
+            config_dict=self.config_dict,
+            cluster_context=self.cluster_context,
+        )
+
+    # ------------------------------------------------------------------------------------------ connection
+
+    async def get_namespace(self) -> str | None:
+        """The connection's ``namespace`` extra, or ``None`` when it sets none."""
+        extras = await self.kubernetes_hook.get_conn_extras()
+        return extras.get("namespace") or extras.get("extra__kubernetes__namespace") or None
+
+    # -------------------------------------------------------------------------------------------- JobSets
+
+    async def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a JobSet (``fieldValidation=Strict``); see ``JobSetHook.create_jobset``."""
+        return await self._run(ops.create_jobset(namespace, body))
+
+    async def get_jobset(self, namespace: str, name: str) -> dict[str, Any]:
+        """Read a JobSet; see ``JobSetHook.get_jobset``."""
+        return await self._run(ops.get_jobset(namespace, name))
+
+    async def list_jobsets(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The JobSets of a namespace matching ``label_selector``."""
+        return await self._run(ops.list_jobsets(namespace, label_selector))
+
+    async def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply a JSON merge patch to a JobSet; see ``JobSetHook.patch_jobset``."""
+        return await self._run(ops.patch_jobset(namespace, name, patch))
+
+    async def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:
+        """Delete a JobSet, idempotent; ``None`` when there was none. See ``JobSetHook.delete_jobset``."""
+        return await self._run(ops.delete_jobset(namespace, name, propagation))
+
+    # ---------------------------------------------------------------------------------- around the JobSet
+
+    async def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The pods of a namespace matching ``label_selector``."""
+        return await self._run(ops.list_pods(namespace, label_selector))
+
+    async def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        """The core/v1 Events of a namespace matching ``field_selector`` (e.g. ``"involvedObject.name=x"``)."""
+        return await self._run(ops.list_events(namespace, field_selector))
+
+    async def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The batch/v1 Jobs of a namespace matching ``label_selector``."""
+        return await self._run(ops.list_jobs(namespace, label_selector))
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """A node, or ``None`` when it does not exist."""
+        return await self._run(ops.get_node(name))
+
+    async def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        since_seconds: int | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        """A container's log as text, byte-exact; see ``JobSetHook.read_pod_log``."""
+        return await self._run(ops.read_pod_log(namespace, pod, container, since_seconds, tail_lines))
+
+    # ------------------------------------------------------------------------------------------- plumbing
+
+    async def _send(self, op: ops.Operation) -> bytes:
+        async with self.kubernetes_hook.get_conn() as api_client:
+            api = getattr(k8s, op.api)(api_client)
+            try:
+                response = await getattr(api, op.method)(**op.kwargs, _preload_content=False)
+                data = await response.read()
+            except k8s.ApiException as exc:
+                raise from_api_exception(exc, op.description) from exc
+            except TRANSPORT_ERRORS as exc:
+                raise unreachable(exc, op.description) from exc
+        if not 200 <= response.status <= 299:
+            # Unlike the sync client, kubernetes_asyncio only checks the status when it preloads the reply.
+            raise from_api_exception(k8s.ApiException(http_resp=RESTResponse(response, data)), op.description)
+        return data
+
+    async def _run(self, op: ops.Operation) -> Any:
+        attempts = Attempts(self.retry, repeatable=op.repeatable, log=self.log)
+        while True:
+            try:
+                return op.decode(await self._send(op))
+            except KubernetesApiError as error:
+                if op.none_if_missing and isinstance(error, NotFound):
+                    return None
+                step = attempts.after(error)
+                if step.refresh:
+                    self.kubernetes_hook = self._new_kubernetes_hook()
+                await asyncio.sleep(step.delay)

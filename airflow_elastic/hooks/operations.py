@@ -1,0 +1,172 @@
+"""The Kubernetes API requests the hooks make, described once as data (pure: no client imports).
+
+Each builder returns an :class:`Operation`: which generated API class and method to call, with which arguments,
+whether repeating it is harmless, and how to turn the raw reply into plain JSON-like data. The sync hook calls
+``kubernetes.client.<api>(...).<method>(**kwargs)``, the async hook awaits the same method of
+``kubernetes_asyncio.client`` (both clients are generated from the same OpenAPI spec, so names and arguments
+agree). Replies are read raw (``_preload_content=False``) and decoded here: that keeps the server's JSON exactly
+(typed models drop fields the client version does not know and turn timestamps into ``datetime``), and keeps pod
+logs byte-exact (the preloading path of ``read_namespaced_pod_log`` mangles multi-line text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airflow_elastic.render.jobset import API_VERSION
+
+JOBSET_GROUP, JOBSET_VERSION = API_VERSION.split("/")
+JOBSET_PLURAL = "jobsets"
+_JOBSETS = {"group": JOBSET_GROUP, "version": JOBSET_VERSION, "plural": JOBSET_PLURAL}
+
+Result = Literal["object", "items", "text"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One API request, client-independent.
+
+    Attributes:
+        description: what it does, for errors and logs (``create jobsets ns/name``).
+        api: the generated API class (``CustomObjectsApi``, ``CoreV1Api``, ``BatchV1Api``).
+        method: its method (``get_namespaced_custom_object``).
+        kwargs: the method's arguments.
+        repeatable: whether sending it twice is harmless (see :mod:`airflow_elastic.hooks.retry`).
+        result: ``object`` (the decoded JSON), ``items`` (a list's ``items``) or ``text`` (UTF-8, bad bytes replaced).
+        none_if_missing: answer ``None`` instead of raising ``NotFound`` on 404.
+    """
+
+    description: str
+    api: str
+    method: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    repeatable: bool = True
+    result: Result = "object"
+    none_if_missing: bool = False
+
+    def decode(self, data: bytes) -> Any:
+        """Turn the raw reply body into the operation's result."""
+        if self.result == "text":
+            return data.decode("utf-8", errors="replace")
+        decoded = json.loads(data) if data else {}
+        if self.result == "items":
+            return list(decoded.get("items") or [])
+        return decoded
+
+
+def create_jobset(namespace: str, body: Mapping[str, Any]) -> Operation:
+    name = (body.get("metadata") or {}).get("name") or (body.get("metadata") or {}).get("generateName", "")
+    return Operation(
+        f"create jobsets {namespace}/{name}",
+        "CustomObjectsApi",
+        "create_namespaced_custom_object",
+        # Strict: a cluster whose JobSet CRD lacks a field we set answers 400 instead of silently dropping it.
+        {**_JOBSETS, "namespace": namespace, "body": dict(body), "field_validation": "Strict"},
+        repeatable=False,
+    )
+
+
+def get_jobset(namespace: str, name: str) -> Operation:
+    return Operation(
+        f"get jobsets {namespace}/{name}",
+        "CustomObjectsApi",
+        "get_namespaced_custom_object",
+        {**_JOBSETS, "namespace": namespace, "name": name},
+    )
+
+
+def list_jobsets(namespace: str, label_selector: str | None) -> Operation:
+    return Operation(
+        f"list jobsets in {namespace}",
+        "CustomObjectsApi",
+        "list_namespaced_custom_object",
+        {**_JOBSETS, "namespace": namespace, **_selector("label_selector", label_selector)},
+        result="items",
+    )
+
+
+def patch_jobset(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    return Operation(
+        f"patch jobsets {namespace}/{name}",
+        "CustomObjectsApi",
+        "patch_namespaced_custom_object",
+        # Forced: left alone, kubernetes_asyncio picks strategic-merge, which custom resources do not support.
+        {
+            **_JOBSETS,
+            "namespace": namespace,
+            "name": name,
+            "body": dict(patch),
+            "_content_type": "application/merge-patch+json",
+        },
+        # A JSON merge patch (RFC 7386) gives the same object however often it is applied.
+        repeatable=True,
+    )
+
+
+def delete_jobset(namespace: str, name: str, propagation: str) -> Operation:
+    return Operation(
+        f"delete jobsets {namespace}/{name}",
+        "CustomObjectsApi",
+        "delete_namespaced_custom_object",
+        {**_JOBSETS, "namespace": namespace, "name": name, "propagation_policy": propagation},
+        # A retry after a lost reply finds the object gone (404), which is the outcome asked for.
+        none_if_missing=True,
+    )
+
+
+def list_pods(namespace: str, label_selector: str | None) -> Operation:
+    return Operation(
+        f"list pods in {namespace}",
+        "CoreV1Api",
+        "list_namespaced_pod",
+        {"namespace": namespace, **_selector("label_selector", label_selector)},
+        result="items",
+    )
+
+
+def list_events(namespace: str, field_selector: str | None) -> Operation:
+    return Operation(
+        f"list events in {namespace}",
+        "CoreV1Api",
+        "list_namespaced_event",
+        {"namespace": namespace, **_selector("field_selector", field_selector)},
+        result="items",
+    )
+
+
+def list_jobs(namespace: str, label_selector: str | None) -> Operation:
+    return Operation(
+        f"list jobs in {namespace}",
+        "BatchV1Api",
+        "list_namespaced_job",
+        {"namespace": namespace, **_selector("label_selector", label_selector)},
+        result="items",
+    )
+
+
+def get_node(name: str) -> Operation:
+    return Operation(f"get nodes {name}", "CoreV1Api", "read_node", {"name": name}, none_if_missing=True)
+
+
+def read_pod_log(
+    namespace: str,
+    pod: str,
+    container: str | None,
+    since_seconds: int | None,
+    tail_lines: int | None,
+) -> Operation:
+    optional = {"container": container, "since_seconds": since_seconds, "tail_lines": tail_lines}
+    return Operation(
+        f"read log of pods {namespace}/{pod}" + (f" container {container}" if container else ""),
+        "CoreV1Api",
+        "read_namespaced_pod_log",
+        {"namespace": namespace, "name": pod, **{k: v for k, v in optional.items() if v is not None}},
+        result="text",
+    )
+
+
+def _selector(key: str, value: str | None) -> dict[str, str]:
+    return {key: value} if value else {}

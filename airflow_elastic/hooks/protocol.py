@@ -1,0 +1,83 @@
+"""What operators and triggers need from a hook, as ``typing.Protocol``s, so their tests can use small fakes.
+
+``JobSetHook`` satisfies :class:`JobSetHookProtocol` and ``AsyncJobSetHook`` :class:`AsyncJobSetHookProtocol`.
+Results are plain JSON data; failures are :mod:`airflow_elastic.hooks.errors` exceptions. A fake should keep that
+contract: return dicts shaped like the API's, raise ``NotFound``/``AlreadyExists``/... with a status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+JSON = dict[str, Any]
+
+
+@runtime_checkable
+class JobSetHookProtocol(Protocol):
+    """Blocking JobSet access (operators, sensors in poke mode)."""
+
+    def get_namespace(self) -> str | None: ...
+
+    def get_connection_extras(self) -> dict[str, Any]: ...
+
+    def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    def get_jobset(self, namespace: str, name: str) -> JSON: ...
+
+    def list_jobsets(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+    def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None: ...
+
+    def list_pods(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    def list_events(self, namespace: str, field_selector: str | None = None) -> list[JSON]: ...
+
+    def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    def get_node(self, name: str) -> JSON | None: ...
+
+    def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        since_seconds: int | None = None,
+        tail_lines: int | None = None,
+    ) -> str: ...
+
+
+@runtime_checkable
+class AsyncJobSetHookProtocol(Protocol):
+    """Awaitable JobSet access (triggers): the same methods as :class:`JobSetHookProtocol`, as coroutines."""
+
+    async def get_namespace(self) -> str | None: ...
+
+    async def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    async def get_jobset(self, namespace: str, name: str) -> JSON: ...
+
+    async def list_jobsets(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    async def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+    async def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None: ...
+
+    async def list_pods(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    async def list_events(self, namespace: str, field_selector: str | None = None) -> list[JSON]: ...
+
+    async def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[JSON]: ...
+
+    async def get_node(self, name: str) -> JSON | None: ...
+
+    async def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        since_seconds: int | None = None,
+        tail_lines: int | None = None,
+    ) -> str: ...
