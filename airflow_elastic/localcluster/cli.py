@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from airflow_elastic.localcluster.cluster import ClusterError, LocalCluster
+from airflow_elastic.localcluster.errors import ApiError
 
 DEFAULT_STATE_DIR = Path(os.environ.get("AIRFLOW_ELASTIC_CLUSTER_DIR", Path.home() / ".airflow-elastic" / "cluster"))
 CONNECTION_ID = "local_cluster"
@@ -98,8 +99,99 @@ def requests(args: argparse.Namespace) -> int:
     return 0
 
 
+def preempt(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    options = {k: v for k, v in vars(args).items() if k in PREEMPT_OPTIONS and v is not None}
+    result = cluster.preempt_node(args.node, args.style, **options)
+    print(f"{args.style} preemption of {result['node']} started; pods: {', '.join(result['pods']) or 'none'}")
+    return 0
+
+
+def evict(args: argparse.Namespace) -> int:
+    LocalCluster.attach(args.state_dir).evict_pod(args.namespace, args.pod, args.grace_seconds)
+    print(f"pod {args.namespace}/{args.pod} evicted")
+    return 0
+
+
+def fault(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    if args.kind == "clear":
+        cluster.clear_faults()
+        print("API faults cleared, preemption schedule stopped")
+        return 0
+    if args.kind == "drop-watches":
+        print(f"dropped {cluster.drop_watches(args.resource, args.namespace)} watch(es)")
+        return 0
+    if args.kind == "expire-token":
+        cluster.expire_token()
+        print(f"token expired; the new one is in {cluster.kubeconfig}")
+        return 0
+    rule = {k: getattr(args, k) for k in ("code", "verb", "resource", "namespace", "count", "seconds", "retry_after")}
+    if args.latency:
+        rule["latency"] = args.latency if len(args.latency) > 1 else args.latency[0]
+    added = cluster.inject_api_fault(args.kind, **{k: v for k, v in rule.items() if v is not None})
+    print(json.dumps(added))
+    return 0
+
+
+def chaos(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    if args.stop:
+        print(json.dumps(cluster.stop_preemptions(), indent=2))
+        return 0
+    means = dict(item.split("=", 1) for item in args.mean)
+    result = cluster.start_preemptions(
+        {pool: float(m) for pool, m in means.items()},
+        seed=args.seed,
+        style=args.style,
+        replace_after=args.replace_after,
+    )
+    print(json.dumps(result))
+    return 0
+
+
+PREEMPT_OPTIONS = (
+    "grace_seconds",
+    "delete_after",
+    "replace_after",
+    "notice_seconds",
+    "deadline_seconds",
+    "unreachable_after",
+)
+STYLES = ("gke", "eks", "karpenter", "vanish")
+
+
+def _add_disruption_commands(command) -> None:
+    """``cluster preempt|evict|fault|chaos``: failure injection (see :mod:`airflow_elastic.localcluster.faults`)."""
+    pre = command("preempt", preempt, "reclaim a node like a cloud would (gke|eks|karpenter|vanish)")
+    pre.add_argument("node")
+    pre.add_argument("--style", choices=STYLES, default="gke")
+    for option in PREEMPT_OPTIONS:
+        pre.add_argument("--" + option.replace("_", "-"), type=float, help="seconds (style-specific; see docs)")
+    ev = command("evict", evict, "evict a pod through the Eviction API (PDBs respected)")
+    ev.add_argument("pod")
+    ev.add_argument("-n", "--namespace", default="default")
+    ev.add_argument("--grace-seconds", type=int)
+    ft = command("fault", fault, "inject API faults (error|latency|gone), drop watches, expire the token, clear")
+    ft.add_argument("kind", choices=("error", "latency", "gone", "drop-watches", "expire-token", "clear"))
+    ft.add_argument("--code", type=int, help="error: 401, 429, 500, 503 or 504")
+    ft.add_argument("--verb", help="get, list, watch, create, update, patch, delete, deletecollection")
+    ft.add_argument("--resource", help="e.g. pods or jobsets.jobset.x-k8s.io")
+    ft.add_argument("-n", "--namespace")
+    ft.add_argument("--count", type=int, help="for this many requests")
+    ft.add_argument("--seconds", type=float, help="for this long")
+    ft.add_argument("--retry-after", type=int)
+    ft.add_argument("--latency", type=float, nargs="+", metavar="SECONDS", help="fixed, or LOW HIGH")
+    ch = command("chaos", chaos, "start or stop a seeded random preemption schedule")
+    ch.add_argument("--mean", action="append", default=[], metavar="POOL=SECONDS", help="mean time between reclaims")
+    ch.add_argument("--seed", type=int, default=0)
+    ch.add_argument("--style", choices=STYLES, default="gke")
+    ch.add_argument("--replace-after", type=float, default=5.0)
+    ch.add_argument("--stop", action="store_true")
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Register ``cluster up|down|status|logs|requests`` on the main CLI."""
+    """Register ``cluster up|down|status|logs|requests|preempt|evict|fault|chaos`` on the main CLI."""
     cluster = commands.add_parser("cluster", help="run a local cluster (Kubernetes API, pods as local processes)")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
 
@@ -120,11 +212,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     log_cmd.add_argument("-c", "--container")
     log_cmd.add_argument("-f", "--follow", action="store_true")
     command("requests", requests, "count the API requests the server has answered, by verb, resource and client")
+    _add_disruption_commands(command)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
-    except (ClusterError, urllib.error.URLError) as err:
+    except (ClusterError, ApiError, urllib.error.URLError) as err:
         print(f"airflow-elastic: error: {err}", file=sys.stderr)
         return 1

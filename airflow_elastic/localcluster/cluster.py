@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from airflow_elastic.localcluster.config import ClusterConfig, NodePool
+from airflow_elastic.localcluster.faults.client import FaultInjection
 
 
 class ClusterError(RuntimeError):
@@ -45,8 +46,8 @@ def _terminate_pid(pid: int, timeout: float) -> None:
         pass
 
 
-class LocalCluster:
-    """A local cluster server process.
+class LocalCluster(FaultInjection):
+    """A local cluster server process (with failure injection: :class:`FaultInjection`).
 
     Args:
         state_dir: where objects, token, kubeconfig, pod logs live (default: a temporary directory, removed on

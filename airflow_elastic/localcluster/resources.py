@@ -124,8 +124,27 @@ JOBSETS = Resource(
     "JobSet",
     subresources=frozenset({"status"}),
 )
+PODDISRUPTIONBUDGETS = Resource(
+    "policy",
+    "v1",
+    "poddisruptionbudgets",
+    "PodDisruptionBudget",
+    short_names=("pdb",),
+    subresources=frozenset({"status"}),
+)
 
-ALL: tuple[Resource, ...] = (NAMESPACES, NODES, PODS, EVENTS, SERVICES, CONFIGMAPS, SECRETS, JOBS, JOBSETS)
+ALL: tuple[Resource, ...] = (
+    NAMESPACES,
+    NODES,
+    PODS,
+    EVENTS,
+    SERVICES,
+    CONFIGMAPS,
+    SECRETS,
+    JOBS,
+    JOBSETS,
+    PODDISRUPTIONBUDGETS,
+)
 BY_KEY = {r.key: r for r in ALL}
 
 

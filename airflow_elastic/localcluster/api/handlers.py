@@ -20,7 +20,8 @@ from multidict import CIMultiDict
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.api import apitypes, patch
 from airflow_elastic.localcluster.controllers import namespaces
-from airflow_elastic.localcluster.resources import NAMESPACES, PODS, Resource
+from airflow_elastic.localcluster.faults import eviction
+from airflow_elastic.localcluster.resources import JOBSETS, NAMESPACES, PODS, Resource
 from airflow_elastic.localcluster.selectors import parse_field_selector, parse_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
 
@@ -113,7 +114,28 @@ def _columns(res: Resource, obj: Obj) -> list[tuple[str, Any]]:
         cells.append(("Data", len(obj.get("data") or {}) + len(obj.get("binaryData") or {})))
     elif res is NAMESPACES:
         cells.append(("Status", obj.get("status", {}).get("phase", "")))
+    elif res is JOBSETS:
+        cells += _jobset_columns(obj)
     return [*cells, ("Age", _age(meta.get("creationTimestamp")))]
+
+
+def _printed(value: Any) -> str | None:
+    """A CRD printer column of type string: the JSONPath result printed, or null when the path finds nothing."""
+    if value is None:
+        return None
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def _jobset_columns(obj: Obj) -> list[tuple[str, Any]]:
+    """The JobSet CRD's ``additionalPrinterColumns`` (all of type string; Age follows)."""
+    status, spec = obj.get("status") or {}, obj.get("spec") or {}
+    completed = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Completed"), None)
+    return [
+        ("TerminalState", _printed(status.get("terminalState"))),
+        ("Restarts", _printed(status.get("restarts"))),
+        ("Completed", _printed(completed)),
+        ("Suspended", _printed(spec.get("suspend"))),
+    ]
 
 
 def _wants_table(request: web.Request) -> bool:
@@ -331,7 +353,8 @@ async def delete_collection(request: web.Request, store: Store, target: Target) 
 
 
 async def pod_action(request: web.Request, store: Store, target: Target) -> web.Response:
-    """``pods/{name}/eviction`` (a graceful delete) and ``pods/{name}/binding`` (assign a node)."""
+    """``pods/{name}/eviction`` (budget check, ``DisruptionTarget``, graceful delete, see :mod:`faults.eviction`)
+    and ``pods/{name}/binding`` (assign a node)."""
     body = await read_body(request)
     if target.subresource == "binding":
         node = (body.get("target") or {}).get("name")
@@ -342,5 +365,5 @@ async def pod_action(request: web.Request, store: Store, target: Target) -> web.
     else:
         options = body.get("deleteOptions") or {}
         options["dryRun"] = bool(dry_run(request, options))
-        delete_one(store, PODS, target.namespace, target.name or "", options)
+        eviction.evict(store, target.namespace or "default", target.name or "", options)
     return respond({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)

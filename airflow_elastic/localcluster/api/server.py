@@ -22,6 +22,8 @@ from airflow_elastic.localcluster.api.handlers import Target, respond
 from airflow_elastic.localcluster.components import install
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
+from airflow_elastic.localcluster.faults.injector import PREFIXES as FAULT_PATHS
+from airflow_elastic.localcluster.faults.injector import Faults
 from airflow_elastic.localcluster.resources import PODS, lookup
 from airflow_elastic.localcluster.store import Store
 
@@ -110,6 +112,7 @@ class ApiServer:
         self.store = Store(state_dir / "state.db", history=history)
         self.manager = Manager(self.store)
         self.recorder = install(self.store, self.manager, config or ClusterConfig(), state_dir)
+        self.faults = Faults(self)
         self.requests = RequestLog()
         self.address = "127.0.0.1:0"
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
@@ -167,6 +170,8 @@ class ApiServer:
         if path.startswith("/debug/requests"):
             since = int(request.query.get("since") or 0)
             return respond({"total": self.requests.total, "items": self.requests.since(since)})
+        if path.startswith(FAULT_PATHS):
+            return await self.faults.handle(request, path)
         target = parse_target(path)
         if target is None:
             return self._non_resource(request, path.rstrip("/") or "/")
@@ -178,7 +183,7 @@ class ApiServer:
             "namespace": target.namespace or "",
             "name": target.name or "",
         }
-        return await self._resource(request, target, audit["verb"])
+        return await self.faults.api.serve(request, audit, lambda: self._resource(request, target, audit["verb"]))
 
     async def _resource(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
         store, sub = self.store, target.subresource

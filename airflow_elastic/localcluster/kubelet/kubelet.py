@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import copy
 import shutil
+import signal
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,20 @@ class Kubelet(Controller):
         if worker is None or worker.uid != pod["metadata"]["uid"]:
             return
         await worker.terminate(grace, reason=reason, message=message)
+
+    def lose_node(self, node: str) -> None:
+        """The node vanished (power loss): its processes die at once (SIGKILL, no SIGTERM) and nothing more is
+        reported for its pods, no status and no events; what happens to them is up to the control plane (taint
+        manager, PodGC). The kubelet stops serving the node."""
+        self.nodes.discard(node)
+        for key, worker in list(self.workers.items()):
+            if worker.node != node:
+                continue
+            self.workers.pop(key)
+            worker.silent = True
+            for running in list(worker.running.values()):
+                running.signal(signal.SIGKILL)
+            self.spawn_task(self._forget(worker))
 
     async def shutdown(self) -> None:
         """Stop every process (SIGTERM, SIGKILL after ``shutdown_grace``) without touching pod statuses: the

@@ -80,7 +80,7 @@ class PodWorker:
 
     def event(self, kind: str, reason: str, message: str) -> None:
         pod = self.pod()
-        if pod is not None:
+        if pod is not None and not self.silent:  # a silenced worker's node is gone or stopping: it reports nothing
             self.k.recorder.record(pod, kind, reason, message, COMPONENT, self.node)
 
     def publish(self, terminal: str | None = None, reason: str | None = None, message: str | None = None) -> None:
@@ -366,9 +366,11 @@ class PodWorker:
         self.stop.set()
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
+        # No grace at all means SIGKILL at once: a SIGTERM first could still be handled (exit 143) before it.
+        first = signal.SIGKILL if grace <= 0 else signal.SIGTERM
         for name, running in list(self.running.items()):
             self.event("Normal", "Killing", f"Stopping container {name}")
-            running.signal(signal.SIGTERM)
+            running.signal(first)
         self._kill_timer = asyncio.get_running_loop().call_later(max(grace, 0), self._kill_all)
         if self.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
