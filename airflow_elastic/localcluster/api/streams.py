@@ -94,14 +94,20 @@ def _bookmark(store: Store, target: Target, initial_end: bool = False) -> dict[s
 _CRI = re.compile(r"^(\S+) (stdout|stderr) ([PF]) (.*)$", re.DOTALL)
 
 
-def _parse(raw: bytes) -> list[tuple[datetime | None, str]]:
-    """Lines with their timestamps when the file is in CRI format (plain lines have none)."""
-    lines: list[tuple[datetime | None, str]] = []
+def _parse(raw: bytes, written: datetime) -> list[tuple[datetime, str]]:
+    """Lines with their timestamps: the CRI format's own, else ``written`` (when the plain text was written).
+
+    The process kubelet appends plain stdout/stderr, which carries no per-line time. A real kubelet stamps every
+    line, and clients depend on it (``timestamps=true`` to resume a followed log, ``sinceSeconds``), so plain
+    lines get the file's mtime, or the time a followed chunk was read: never earlier than the real write, so a
+    ``since`` filter may repeat a line but never drops one.
+    """
+    lines: list[tuple[datetime, str]] = []
     partial = ""
     for line in raw.decode(errors="replace").splitlines(keepends=True):
         m = _CRI.match(line.rstrip("\n"))
         if not m:
-            lines.append((None, line))
+            lines.append((written, line))
             continue
         stamp = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", m.group(1)).replace("Z", "+00:00"))
         if m.group(3) == "P":
@@ -112,12 +118,12 @@ def _parse(raw: bytes) -> list[tuple[datetime | None, str]]:
     return lines
 
 
-def _render(lines: list[tuple[datetime | None, str]], timestamps: bool, since: datetime | None) -> bytes:
+def _render(lines: list[tuple[datetime, str]], timestamps: bool, since: datetime | None) -> bytes:
     out = []
     for stamp, text in lines:
-        if since is not None and stamp is not None and stamp < since:
+        if since is not None and stamp < since:
             continue
-        prefix = stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") if timestamps and stamp else ""
+        prefix = stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") if timestamps else ""
         out.append(prefix + text)
     return "".join(out).encode()
 
@@ -152,8 +158,11 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
     meta = pod["metadata"]
     path = log_path(state_dir, meta["namespace"], meta["name"], meta["uid"], container)
     timestamps = flag(request, "timestamps")
-    raw = path.read_bytes() if path.exists() else b""
-    lines = _parse(raw)
+    raw, written = b"", datetime.now(UTC)
+    if path.exists():
+        raw = path.read_bytes()
+        written = datetime.fromtimestamp(path.stat().st_mtime, UTC)  # after the read: not before any line in raw
+    lines = _parse(raw, written)
     if "tailLines" in query:
         tail = int(query["tailLines"])
         lines = lines[-tail:] if tail > 0 else []
@@ -178,7 +187,7 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
                 chunk = f.read(size - offset)
             cut = chunk.rfind(b"\n") + 1 if running else len(chunk)  # only whole lines while still writing
             if cut:
-                await response.write(_render(_parse(chunk[:cut]), timestamps, since))
+                await response.write(_render(_parse(chunk[:cut], datetime.now(UTC)), timestamps, since))
                 offset += cut
         elif not running:
             break
