@@ -51,6 +51,11 @@ def respond(body: Any, status: int = 200, warnings: list[str] | None = None) -> 
 
 
 async def read_body(request: web.Request) -> Any:
+    if "protobuf" in request.content_type:
+        # client-go falls back to JSON when a server answers 415 to a protobuf body (kubectl create does this).
+        raise errors.UnsupportedMediaType(
+            f"the local cluster does not decode {request.content_type}; send application/json"
+        )
     raw = await request.read()
     if not raw:
         raise errors.BadRequest("the request has no body")
