@@ -26,6 +26,18 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
+        "triggers": [
+            {
+                "integration-name": "Kubernetes JobSet",
+                "python-modules": ["airflow_elastic.triggers.training_group"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Kubernetes JobSet",
+                "python-modules": ["airflow_elastic.sensors.training_group"],
+            }
+        ],
         "hooks": [
             {
                 "integration-name": "Kubernetes JobSet",

@@ -1,0 +1,184 @@
+"""``TrainingGroupSensor``: wait for an existing training group (a JobSet) to succeed.
+
+Cheap to import (DAG files are parsed every 30 s): the hook, the Kubernetes clients and the trigger are imported
+inside the methods that use them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+
+from airflow_elastic.state import (
+    JOBSET_NAME_LABEL,
+    GroupEvent,
+    GroupStatus,
+    PodFailure,
+    group_status,
+    pod_failures,
+    reported_metrics,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_elastic.hooks.protocol import JobSetHookProtocol
+
+
+class TrainingGroupSensor(BaseSensorOperator):
+    """Wait until a training group's JobSet succeeds; fail when it fails or disappears.
+
+    The group is named directly (``name="nightly-train"``) or taken from the upstream ``TrainingGroupOperator``'s
+    result (``name="{{ ti.xcom_pull(task_ids='train')['name'] }}"``, and likewise ``namespace``). The sensor
+    follows whatever JobSet carries that name, and never deletes it: it did not create it.
+
+    By default it defers to :class:`~airflow_elastic.triggers.training_group.TrainingGroupTrigger` (no worker slot
+    while waiting; ``on_kill_action="keep"``); with ``deferrable=False`` it pokes with the blocking hook, in
+    ``mode="poke"`` or ``"reschedule"``. Both judge the JobSet with the same ``state.group_status``. The usual sensor
+    arguments apply: ``poke_interval`` (also the trigger's poll interval), ``timeout`` (counted from the start of
+    this try; past it: ``AirflowSensorTimeout``), ``soft_fail`` (skip instead of failing, also when the group fails).
+
+    Args:
+        name: the JobSet's name (templated).
+        namespace: its namespace (templated); default: the connection's namespace, else ``default``.
+        kubernetes_conn_id: the Airflow ``kubernetes`` connection to the cluster.
+        metrics_role: the role whose termination-message JSON is returned as ``metrics``.
+        deferrable: wait in the triggerer (default) instead of poking from a worker.
+
+    Returns:
+        ``{"name", "namespace", "uid", "phase", "restarts", "metrics"}`` (pushed as XCom ``return_value``).
+
+    Raises:
+        AirflowFailException: the group failed (the message names the group, the reason and each failed pod), or no
+            JobSet of that name exists. Not retried: the group's outcome is final.
+        AirflowSensorTimeout: ``timeout`` passed first.
+        AirflowException: the cluster could not be observed (retried as usual).
+    """
+
+    template_fields: Sequence[str] = ("name", "namespace")
+    ui_color = "#d6e6f2"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        metrics_role: str = "",
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.name = name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.metrics_role = metrics_role
+        self.deferrable = deferrable
+
+    def hook(self) -> JobSetHookProtocol:
+        """The blocking hook for the connection (imported here to keep DAG parsing cheap)."""
+        from airflow_elastic.hooks.jobset import JobSetHook
+
+        return JobSetHook(self.kubernetes_conn_id)
+
+    def _namespace(self, hook: JobSetHookProtocol) -> str:
+        return self.namespace or hook.get_namespace() or "default"
+
+    # ------------------------------------------------------------------------------------------------ poke
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        """One look at the JobSet: done (with the result), still waiting, or an exception when it failed."""
+        hook = self.hook()
+        result = self._check(hook, self._namespace(hook))
+        return False if result is None else PokeReturnValue(True, result)
+
+    def _check(self, hook: JobSetHookProtocol, namespace: str) -> dict[str, Any] | None:
+        from airflow_elastic.hooks.errors import NotFound
+
+        try:
+            jobset = hook.get_jobset(namespace, self.name)
+        except NotFound:
+            jobset = None
+        status = group_status(jobset)
+        if not status.terminal:
+            self.log.info("JobSet %s/%s is %s", namespace, self.name, status.phase)
+            return None
+        if status.phase == "Missing":
+            raise AirflowFailException(_missing_message(namespace, self.name))
+        pods = hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}={self.name}")
+        uid = (jobset or {}).get("metadata", {}).get("uid", "")
+        if status.phase == "Failed":
+            raise AirflowFailException(_failed_message(namespace, self.name, status, pod_failures(pods)))
+        metrics = reported_metrics(pods, self.metrics_role) if self.metrics_role else None
+        return _result(namespace, self.name, uid, status.phase, status.restarts, metrics)
+
+    # ------------------------------------------------------------------------------------------ deferrable
+
+    def execute(self, context: Context) -> Any:
+        """Poke (``deferrable=False``), or check once and defer to ``TrainingGroupTrigger`` until it fires."""
+        if not self.deferrable:
+            return super().execute(context)
+        from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+
+        hook = self.hook()
+        namespace = self._namespace(hook)
+        result = self._check(hook, namespace)
+        if result is not None:
+            return result
+        trigger = TrainingGroupTrigger(
+            self.name,
+            namespace,
+            self.kubernetes_conn_id,
+            poll_interval=self.poke_interval,
+            deadline=time.time() + self.timeout,
+            metrics_role=self.metrics_role,
+            on_kill_action="keep",
+            connection_extras=hook.get_connection_extras(),
+        )
+        # The trigger's deadline answers first; the deferral timeout is a backstop for a lost triggerer.
+        backstop = timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval))
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
+        """Turn the trigger's event into the result, or the matching exception (see the class docstring)."""
+        got = GroupEvent.from_payload(event)
+        if got.status == "succeeded":
+            self.log.info("JobSet %s/%s succeeded", got.namespace, got.name)
+            return _result(got.namespace, got.name, got.uid, got.phase, got.restarts, got.metrics)
+        if got.status == "timeout":
+            raise AirflowSensorTimeout(
+                f"Sensor has timed out: JobSet {got.namespace}/{got.name} did not finish within {self.timeout} s"
+            )
+        if got.status == "missing":
+            raise AirflowFailException(_missing_message(got.namespace, got.name, got.message))
+        if got.status in ("failed", "startup_timeout"):
+            status = GroupStatus("Failed", got.reason or got.status, got.message, got.restarts, got.restarts_counted)
+            failures = [PodFailure(**f) for f in got.failures]
+            raise AirflowFailException(_failed_message(got.namespace, got.name, status, failures))
+        raise AirflowException(f"Could not watch JobSet {got.namespace}/{got.name}: {got.message}")
+
+
+def _result(
+    namespace: str, name: str, uid: str, phase: str, restarts: int, metrics: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "uid": uid, "phase": phase, "restarts": restarts, "metrics": metrics}
+
+
+def _missing_message(namespace: str, name: str, detail: str = "") -> str:
+    why = detail or "deleted, removed by its TTL, or never created"
+    return f"JobSet {namespace}/{name} does not exist ({why}): there is no training group to wait for"
+
+
+def _failed_message(namespace: str, name: str, status: GroupStatus, failures: Iterable[PodFailure]) -> str:
+    lines = [f"Training group JobSet {namespace}/{name} failed: {status.reason or 'Failed'}"]
+    if status.message:
+        lines[0] += f": {status.message}"
+    lines += [f"  - {failure.describe()}" for failure in failures]
+    if status.restarts:
+        lines.append(f"  ({status.restarts} restarts, {status.restarts_counted} counted against maxRestarts)")
+    return "\n".join(lines)

@@ -1,0 +1,216 @@
+"""One shared JobSet list per (event loop, connection, namespace, label selector), fanned out to waiting triggers.
+
+A triggerer runs hundreds of deferred training tasks on one event loop. If each polled its own JobSet (one GET per
+object per poll, the cncf style), API load would grow with the number of waits. Instead every
+:class:`~airflow_elastic.triggers.training_group.TrainingGroupTrigger` subscribes to a :class:`JobSetObserver`:
+
+- **Key.** ``(id of the running loop, connection id, hash of the connection extras, namespace, label selector)``.
+  Triggers on the same loop, cluster and namespace share one poller; ``airflow dags test`` runs every trigger on a
+  fresh loop (``asyncio.run``), and each loop gets its own poller (an aiohttp session, an ``asyncio.Event`` and a
+  task all belong to one loop). The entry also remembers its loop object, so a recycled ``id`` never resurrects a
+  stale entry.
+- **Polling.** One task lists the namespace's JobSets every ``min(poll_interval)`` of the current subscribers (a
+  subscriber with a shorter interval wakes it up) and publishes a :class:`Snapshot` (name → JobSet dict, or the
+  error of that list). The default selector is ``app.kubernetes.io/managed-by=airflow-elastic`` (every JobSet the
+  provider renders carries it), so a namespace full of foreign JobSets is not transferred each poll; a trigger
+  watching a foreign, unlabelled JobSet subscribes with no selector (see the trigger).
+- **Delivery.** Each subscriber keeps only the newest snapshot (latest wins; a slow consumer never queues up
+  history) and an ``asyncio.Event``. :meth:`Subscription.next` returns only snapshots whose list *started after*
+  the subscription: a list that began before an operator created its JobSet must not report it missing.
+- **Reference counting.** :meth:`JobSetObserver.subscribe` is an ``async with``: entering adds the subscriber (and
+  starts the poller for the first one), leaving removes it — also when the trigger is cancelled (the triggerer
+  cancels triggers whose task was cleared or moved) — and the last one out cancels the poller and drops the
+  registry entry.
+- **Errors.** A failed list is delivered as a snapshot with ``error`` set; the hook already retried 429/5xx, so
+  the subscriber decides (the trigger gives up after a few consecutive failures). The poller itself never dies on
+  an API error.
+
+Pods, events and logs are not part of the shared observation: only the trigger that needs them fetches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
+
+log = logging.getLogger(__name__)
+
+#: The label every JobSet rendered by this provider carries (``render.jobset.MANAGED_BY_LABEL=MANAGER``).
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=airflow-elastic"
+
+ObserverKey = tuple[int, str, str, str, str]
+
+
+def connection_identity(conn_id: str, connection_extras: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The part of the observer key that names the cluster: connection id and a digest of its resolved extras.
+
+    Two triggers with the same connection id but different extras (e.g. a changed kubeconfig between deferrals)
+    must not share a poller; the extras themselves (possibly credentials) are never kept in the key.
+    """
+    blob = json.dumps(connection_extras or {}, sort_keys=True, default=str).encode()
+    return conn_id, hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One list of the namespace's JobSets.
+
+    Attributes:
+        started: ``time.monotonic()`` when the list request was sent.
+        jobsets: JobSet name → JobSet dict (empty when ``error`` is set).
+        error: why the list failed (after the hook's own retries), else ``None``.
+    """
+
+    started: float
+    jobsets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+class Subscription:
+    """A trigger's view of a shared poller: the newest snapshot, and a wake-up when a newer one arrives."""
+
+    def __init__(self, observer: JobSetObserver, poll_interval: float) -> None:
+        self.observer = observer
+        self.poll_interval = poll_interval
+        self.since = time.monotonic()
+        self._latest: Snapshot | None = None
+        self._ready = asyncio.Event()
+
+    def _deliver(self, snapshot: Snapshot) -> None:
+        if snapshot.started >= self.since:
+            self._latest = snapshot
+            self._ready.set()
+
+    async def next(self, timeout: float | None = None) -> Snapshot | None:
+        """Wait for a snapshot newer than the last one returned (and begun after subscribing).
+
+        Args:
+            timeout: the longest wait in seconds (``None``: no limit).
+
+        Returns:
+            The newest snapshot, or ``None`` when ``timeout`` passed first.
+        """
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return None
+        self._ready.clear()
+        return self._latest
+
+
+class JobSetObserver:
+    """The shared poller of one registry key; get it through :meth:`subscribe`, never construct it directly."""
+
+    #: Live observers, one per key. Entries exist exactly while they have subscribers.
+    registry: ClassVar[dict[ObserverKey, JobSetObserver]] = {}
+
+    def __init__(
+        self,
+        key: ObserverKey,
+        loop: asyncio.AbstractEventLoop,
+        hook: AsyncJobSetHookProtocol,
+        namespace: str,
+        label_selector: str | None,
+    ) -> None:
+        self.key = key
+        self.loop = loop
+        self.hook = hook
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.subscribers: set[Subscription] = set()
+        self.polls = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def subscribe(
+        cls,
+        hook: AsyncJobSetHookProtocol,
+        *,
+        conn_id: str,
+        connection_extras: Mapping[str, Any] | None,
+        namespace: str,
+        label_selector: str | None = MANAGED_SELECTOR,
+        poll_interval: float = 10.0,
+    ) -> AsyncIterator[Subscription]:
+        """Share the JobSet list of ``namespace`` with every other waiter on this loop and cluster.
+
+        Args:
+            hook: used for the list when this subscription starts the poller (later subscribers share it).
+            conn_id: the Airflow connection id (part of the key).
+            connection_extras: the resolved extras (hashed into the key).
+            namespace: the namespace to list.
+            label_selector: which JobSets to list; ``None`` lists all of them.
+            poll_interval: seconds between lists this subscriber wants; the poller uses the smallest.
+
+        Yields:
+            The subscription; leaving the block (normally, by an exception or by cancellation) unsubscribes.
+        """
+        loop = asyncio.get_running_loop()
+        key: ObserverKey = (id(loop), *connection_identity(conn_id, connection_extras), namespace, label_selector or "")
+        observer = cls.registry.get(key)
+        if observer is None or observer.loop is not loop or observer.loop.is_closed():
+            observer = cls(key, loop, hook, namespace, label_selector)
+            cls.registry[key] = observer
+        subscription = Subscription(observer, max(poll_interval, 0.01))
+        observer._add(subscription)
+        try:
+            yield subscription
+        finally:
+            observer._remove(subscription)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two list requests: the shortest interval any subscriber asked for."""
+        return min((s.poll_interval for s in self.subscribers), default=10.0)
+
+    def _add(self, subscription: Subscription) -> None:
+        self.subscribers.add(subscription)
+        if self._task is None or self._task.done():
+            self._task = self.loop.create_task(self._poll(), name=f"jobset-observer {self.namespace}")
+        else:
+            self._changed.set()  # the interval may have shrunk
+
+    def _remove(self, subscription: Subscription) -> None:
+        self.subscribers.discard(subscription)
+        if self.subscribers:
+            return
+        if self.registry.get(self.key) is self:
+            del self.registry[self.key]
+        if self._task is not None and not self._task.done():
+            # Not awaited: we may be inside a cancelled trigger; the task ends at its next await.
+            self._task.cancel()
+
+    async def _poll(self) -> None:
+        while self.subscribers:
+            started = time.monotonic()
+            try:
+                items = await self.hook.list_jobsets(self.namespace, self.label_selector)
+                snapshot = Snapshot(started, {j["metadata"]["name"]: j for j in items})
+            except Exception as exc:  # delivered, judged by each subscriber; the poller keeps going
+                log.warning("listing JobSets in %s failed: %s", self.namespace, exc)
+                snapshot = Snapshot(started, error=exc)
+            self.polls += 1
+            for subscription in list(self.subscribers):
+                subscription._deliver(snapshot)
+            await self._sleep_until_next(started)
+
+    async def _sleep_until_next(self, started: float) -> None:
+        # A new subscriber only re-computes the wait (its interval may be shorter); it never forces an extra list,
+        # or a thousand triggers deferring one after another would make a thousand lists.
+        while (remaining := self.interval - (time.monotonic() - started)) > 0:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return

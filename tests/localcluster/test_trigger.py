@@ -1,0 +1,123 @@
+"""``TrainingGroupTrigger`` against the local cluster: real pods, the real async hook and connection handling
+(an ``AIRFLOW_CONN_*`` variable, no metadata database), and the server's request log as the witness of sharing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+import structlog.testing
+
+from airflow_elastic import Role, TrainingGroup
+from airflow_elastic.hooks import JobSetHook
+from airflow_elastic.render import render_jobset
+from airflow_elastic.triggers.observer import JobSetObserver
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+
+CONN_ID = "elastic_trigger"
+JOBSETS = "jobsets.jobset.x-k8s.io"
+POLL = 0.5
+
+SUCCEED = (
+    "import json, os\n"
+    "print('training step 1', flush=True)\n"
+    "print('training step 2', flush=True)\n"
+    "open(os.environ['LOCALCLUSTER_TERMINATION_LOG'], 'w').write(json.dumps({'loss': 0.125, 'steps': 2}))\n"
+)
+FAIL = "import sys\nprint('diverged', file=sys.stderr)\nsys.exit(3)\n"
+
+
+@pytest.fixture
+def connection(local_cluster, namespace, monkeypatch) -> str:
+    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return CONN_ID
+
+
+@pytest.fixture
+def hook(connection) -> JobSetHook:
+    hook = JobSetHook(connection)
+    yield hook
+    hook.close()
+
+
+def submit(hook: JobSetHook, namespace: str, name: str, code: str, roles: int = 1) -> str:
+    """Create a JobSet from a small training group; its uid."""
+    group = TrainingGroup(
+        "trig",
+        [Role("leader", command=["python", "-c", code])]
+        + [Role("worker", command=["python", "-c", "pass"])] * (roles - 1),
+        image="python:3",
+    )
+    return hook.create_jobset(namespace, render_jobset(group, name=name, namespace=namespace))["metadata"]["uid"]
+
+
+def trigger(connection: str, namespace: str, name: str, uid: str, **kwargs: Any) -> TrainingGroupTrigger:
+    extras = JobSetHook(connection).get_connection_extras()
+    return TrainingGroupTrigger(
+        name, namespace, connection, uid=uid, poll_interval=POLL, connection_extras=extras, **kwargs
+    )
+
+
+async def first_event(trigger: TrainingGroupTrigger) -> dict[str, Any]:
+    events = [event.payload async for event in trigger.run()]
+    assert len(events) == 1
+    return events[0]
+
+
+def test_succeeded_group_reports_metrics_and_streams_logs(hook, connection, namespace):
+    uid = submit(hook, namespace, "ok", SUCCEED)
+    with structlog.testing.capture_logs() as logs:
+        event = asyncio.run(
+            asyncio.wait_for(
+                first_event(trigger(connection, namespace, "ok", uid, metrics_role="leader", log_role="leader")), 120
+            )
+        )
+    assert (event["status"], event["phase"], event["uid"]) == ("succeeded", "Succeeded", uid)
+    assert event["metrics"] == {"loss": 0.125, "steps": 2}
+    assert event["failures"] == []
+    lines = [entry["event"] for entry in logs if entry["event"].startswith("[ok-leader-0-0-")]
+    assert [line.split("] ", 1)[1] for line in lines] == ["training step 1", "training step 2"]
+
+
+def test_failed_group_names_pod_role_and_exit_code(hook, connection, namespace):
+    uid = submit(hook, namespace, "bad", FAIL)
+    event = asyncio.run(asyncio.wait_for(first_event(trigger(connection, namespace, "bad", uid)), 120))
+    assert event["status"] == "failed" and event["phase"] == "Failed"
+    (failure,) = event["failures"]
+    assert failure["pod"].startswith("bad-leader-0-0-")
+    assert (failure["role"], failure["exit_code"]) == ("leader", 3)
+    assert "diverged" in failure["message"]  # FallbackToLogsOnError: the last log lines
+
+
+def test_deleted_group_is_missing(hook, connection, namespace):
+    uid = submit(hook, namespace, "gone", "import time; time.sleep(60)")
+    hook.delete_jobset(namespace, "gone", propagation="Background")
+    event = asyncio.run(asyncio.wait_for(first_event(trigger(connection, namespace, "gone", uid)), 60))
+    assert event["status"] == "missing"
+
+
+def test_many_concurrent_triggers_make_one_list_per_poll(hook, connection, namespace, local_cluster):
+    names = [f"many-{i}" for i in range(8)]
+    uids = {name: submit(hook, namespace, name, "pass") for name in names}
+    mark = len(local_cluster.requests())
+    polls: list[int] = []
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [asyncio.create_task(first_event(trigger(connection, namespace, n, uids[n]))) for n in names]
+        await asyncio.sleep(0)
+        (observer,) = JobSetObserver.registry.values()
+        results = await asyncio.gather(*tasks)
+        polls.append(observer.polls)
+        return results
+
+    events = asyncio.run(asyncio.wait_for(scenario(), 180))
+    assert [e["status"] for e in events] == ["succeeded"] * len(names)
+    requests = [r for r in local_cluster.requests(since=mark, namespace=namespace) if r["resource"] == JOBSETS]
+    lists = [r for r in requests if r["verb"] == "list"]
+    assert len(lists) == polls[0] >= 1  # one list per poll for all eight triggers
+    assert [r for r in requests if r["verb"] == "get"] == []  # no per-object GETs
+    pod_lists = local_cluster.requests(since=mark, namespace=namespace, verb="list", resource="pods")
+    assert len(pod_lists) == len(names)  # pods fetched once per trigger, at its end

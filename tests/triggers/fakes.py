@@ -1,0 +1,155 @@
+"""A small in-memory ``AsyncJobSetHookProtocol`` for trigger tests: JobSets, pods, events and logs as dicts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_elastic.hooks.errors import NotFound
+
+JSON = dict[str, Any]
+
+
+def jobset(name: str, *, uid: str = "", conditions: list[JSON] | None = None, labelled: bool = True, **status) -> JSON:
+    """A JobSet dict as the API returns it; ``conditions`` as ``[{"type", "status", "reason", "message"}]``."""
+    labels = {"app.kubernetes.io/managed-by": "airflow-elastic"} if labelled else {}
+    return {
+        "metadata": {"name": name, "uid": uid or f"uid-{name}", "labels": labels},
+        "spec": {"replicatedJobs": [{"name": "leader", "replicas": 1}]},
+        "status": {"conditions": conditions or [], **status},
+    }
+
+
+def condition(kind: str, reason: str = "", message: str = "") -> JSON:
+    return {"type": kind, "status": "True", "reason": reason, "message": message}
+
+
+def pod(
+    jobset_name: str,
+    role: str,
+    *,
+    phase: str,
+    exit_code: int | None = None,
+    message: str = "",
+    uid: str = "",
+    index: int = 0,
+    attempt: int = 0,
+    conditions: list[JSON] | None = None,
+) -> JSON:
+    name = f"{jobset_name}-{role}-{index}-0-abcde"
+    status: JSON = {"phase": phase, "conditions": conditions or []}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": "main", "state": {"terminated": {"exitCode": exit_code, "message": message, "reason": "Error"}}}
+        ]
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid or f"uid-{name}-{attempt}",
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": jobset_name,
+                "jobset.sigs.k8s.io/replicatedjob-name": role,
+                "jobset.sigs.k8s.io/job-index": str(index),
+                "jobset.sigs.k8s.io/restart-attempt": str(attempt),
+            },
+        },
+        "status": status,
+    }
+
+
+def _matches(labels: Mapping[str, str], selector: str | None) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class FakeHook:
+    """Answers from dicts, counts calls per method, and can run a callback before each JobSet list.
+
+    Attributes:
+        jobsets: name -> JobSet (one namespace is enough for these tests; ``namespace`` is recorded).
+        pods, events: lists returned (filtered by label / ``type=`` selectors).
+        logs: pod name -> log text.
+        list_errors: exceptions the next JobSet lists raise, in order.
+        on_list: called with the list number (1-based) before each JobSet list answers.
+        calls: method name -> number of calls.
+    """
+
+    def __init__(self) -> None:
+        self.jobsets: dict[str, JSON] = {}
+        self.pods: list[JSON] = []
+        self.events: list[JSON] = []
+        self.logs: dict[str, str] = {}
+        self.list_errors: list[BaseException] = []
+        self.get_error: BaseException | None = None
+        self.on_list: Callable[[int], None] | None = None
+        self.calls: Counter[str] = Counter()
+        self.deleted: list[tuple[str, str, str]] = []
+        self.namespaces: set[str] = set()
+
+    async def get_namespace(self) -> str | None:
+        return None
+
+    async def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+        self.calls["create_jobset"] += 1
+        self.jobsets[body["metadata"]["name"]] = dict(body)
+        return dict(body)
+
+    async def get_jobset(self, namespace: str, name: str) -> JSON:
+        self.calls["get_jobset"] += 1
+        await asyncio.sleep(0)
+        if self.get_error is not None:
+            raise self.get_error
+        if name not in self.jobsets:
+            raise NotFound(404, "NotFound", f'jobsets "{name}" not found')
+        return self.jobsets[name]
+
+    async def list_jobsets(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
+        self.calls["list_jobsets"] += 1
+        self.namespaces.add(namespace)
+        if self.on_list is not None:
+            self.on_list(self.calls["list_jobsets"])
+        await asyncio.sleep(0)
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        return [j for j in self.jobsets.values() if _matches(j["metadata"].get("labels") or {}, label_selector)]
+
+    async def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON:
+        raise NotImplementedError("not used by the trigger")
+
+    async def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None:
+        self.calls["delete_jobset"] += 1
+        self.deleted.append((namespace, name, propagation))
+        return self.jobsets.pop(name, None)
+
+    async def list_pods(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
+        self.calls["list_pods"] += 1
+        return [p for p in self.pods if _matches(p["metadata"]["labels"], label_selector)]
+
+    async def list_events(self, namespace: str, field_selector: str | None = None) -> list[JSON]:
+        self.calls["list_events"] += 1
+        kind = (field_selector or "").removeprefix("type=")
+        return [e for e in self.events if not kind or e.get("type") == kind]
+
+    async def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
+        return []
+
+    async def get_node(self, name: str) -> JSON | None:
+        return None
+
+    async def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        since_seconds: int | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        self.calls["read_pod_log"] += 1
+        if pod not in self.logs:
+            raise NotFound(404, "NotFound", f'pods "{pod}" not found')
+        return self.logs[pod]
