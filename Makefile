@@ -18,7 +18,6 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/airflow-elastic render dags/example_groups.py --group tiny-trainer
 	$(BIN)/python tools/demo.py
 
 lint: $(STAMP)

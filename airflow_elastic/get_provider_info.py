@@ -26,6 +26,12 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
+        "operators": [
+            {
+                "integration-name": "Kubernetes JobSet",
+                "python-modules": ["airflow_elastic.operators.training_group"],
+            }
+        ],
         "triggers": [
             {
                 "integration-name": "Kubernetes JobSet",

@@ -490,7 +490,8 @@ def _checkpoint(group: TrainingGroup) -> Iterator[Problem]:
     ckpt = group.checkpoint
     if ckpt is None:
         return
-    if not isinstance(ckpt.uri, str) or not _URI.match(ckpt.uri.strip()):
+    templated = isinstance(ckpt.uri, str) and "{{" in ckpt.uri  # checked again once rendered for a run
+    if not templated and (not isinstance(ckpt.uri, str) or not _URI.match(ckpt.uri.strip())):
         yield "checkpoint.uri", f"{ckpt.uri!r} must be an absolute path or a URI such as 's3://bucket/run'"
     if not _is_int(ckpt.keep) or ckpt.keep < 1:
         yield "checkpoint.keep", f"must keep at least 1 complete checkpoint, got {ckpt.keep!r}"

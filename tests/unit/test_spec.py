@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from airflow_elastic import FailurePolicy, Placement, Role, SpecError, SuccessPolicy, TrainingGroup
+from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, SpecError, SuccessPolicy, TrainingGroup
 from tests.builders import group
 
 
@@ -59,3 +59,4 @@ def test_templated_strings_are_accepted():
         roles=[Role("leader", args=["--run", "{{ run_id }}"])],
     )
     assert g.env["LR"] == "{{ params.lr }}"
+    assert group(checkpoint=Checkpointing("{{ var.value.bucket }}/ckpt")).checkpoint.uri.endswith("/ckpt")

@@ -1,0 +1,117 @@
+"""A user's own JobSet manifest, run like a rendered group: per-run name, namespace, ownership labels, TTL (pure).
+
+The operator accepts ``jobset=`` (a dict or a YAML string) instead of ``group=``. Everything else is the same:
+the name is derived per run from the manifest's ``metadata.name`` (or ``generateName``), the task instance's
+labels are added to the JobSet and its pod templates, and ``ttlSecondsAfterFinished`` is set unless the
+manifest sets it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_elastic import names
+from airflow_elastic.render.jobset import API_VERSION, KIND, MANAGED_BY_LABEL, MANAGER
+from airflow_elastic.spec import SpecError
+
+
+def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
+    """Parse and check a JobSet manifest.
+
+    Args:
+        jobset: the manifest as a dict, or as a YAML (or JSON) document.
+
+    Returns:
+        A deep copy, as a dict.
+
+    Raises:
+        SpecError: not one JobSet document of ``jobset.x-k8s.io/v1alpha2``, no ``replicatedJobs``, or a base
+            name that cannot carry the per-run suffix.
+    """
+    if isinstance(jobset, str):
+        import yaml
+
+        try:
+            documents = [d for d in yaml.safe_load_all(jobset) if d is not None]
+        except yaml.YAMLError as error:
+            raise SpecError([("jobset", f"is not valid YAML: {error}")]) from error
+        if len(documents) != 1:
+            raise SpecError([("jobset", f"must hold exactly one YAML document, got {len(documents)}")])
+        jobset = documents[0]
+    if not isinstance(jobset, Mapping):
+        raise SpecError([("jobset", f"must be a mapping (a JobSet manifest), got {type(jobset).__name__}")])
+    manifest = copy.deepcopy(dict(jobset))
+    problems = []
+    if manifest.get("apiVersion") != API_VERSION or manifest.get("kind") != KIND:
+        problems.append(
+            (
+                "jobset",
+                f"must be apiVersion {API_VERSION!r}, kind {KIND!r}; "
+                f"got {manifest.get('apiVersion')!r}, {manifest.get('kind')!r}",
+            )
+        )
+    rjobs = (manifest.get("spec") or {}).get("replicatedJobs")
+    if not isinstance(rjobs, list) or not rjobs or not all(isinstance(r, Mapping) and r.get("name") for r in rjobs):
+        problems.append(("jobset.spec.replicatedJobs", "must be a non-empty list of named replicated Jobs"))
+    base = base_name(manifest)
+    if not names.is_dns1035_label(base) or names.run_name_length(base) > names.MAX_LABEL:
+        problems.append(
+            (
+                "jobset.metadata.name",
+                f"{base!r} must be a DNS-1035 label of at most {names.MAX_LABEL - names.RUN_SUFFIX_LEN - 1} "
+                "characters (each run's JobSet is named <name>-<6 chars>)",
+            )
+        )
+    if problems:
+        raise SpecError(problems)
+    return manifest
+
+
+def base_name(manifest: Mapping[str, Any]) -> str:
+    """The prefix of each run's JobSet name: ``metadata.name``, else ``generateName`` without its dash."""
+    metadata = manifest.get("metadata") or {}
+    return str(metadata.get("name") or str(metadata.get("generateName") or "").rstrip("-"))
+
+
+def leader_role(manifest: Mapping[str, Any]) -> str:
+    """The replicated Job whose first pod reports metrics and logs: the coordinator's, else the first one."""
+    spec = manifest.get("spec") or {}
+    coordinator = (spec.get("coordinator") or {}).get("replicatedJob")
+    return str(coordinator or spec["replicatedJobs"][0]["name"])
+
+
+def for_run(
+    manifest: Mapping[str, Any],
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    ttl_seconds_after_finished: int | None,
+) -> dict[str, Any]:
+    """The manifest of one run: its name and namespace set, the ownership labels added (JobSet and pods).
+
+    Raises:
+        SpecError: the manifest already sets one of the ownership labels to something else.
+    """
+    result = copy.deepcopy(dict(manifest))
+    metadata = result.setdefault("metadata", {})
+    metadata.pop("generateName", None)
+    metadata.update(name=name, namespace=namespace)
+    owned = {MANAGED_BY_LABEL: MANAGER, **labels}
+    clashes = [
+        (f"jobset.metadata.labels[{k!r}]", "is set by airflow-elastic")
+        for k, v in (metadata.get("labels") or {}).items()
+        if k in labels and v != labels[k]
+    ]
+    if clashes:
+        raise SpecError(clashes)
+    metadata["labels"] = {**(metadata.get("labels") or {}), **owned}
+    for rjob in result["spec"]["replicatedJobs"]:
+        pod_meta = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        pod_meta = pod_meta.setdefault("metadata", {})
+        pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **owned}
+    if ttl_seconds_after_finished is not None:
+        result["spec"].setdefault("ttlSecondsAfterFinished", ttl_seconds_after_finished)
+    return result

@@ -1,0 +1,396 @@
+"""``TrainingGroupOperator``: run a training group (or your own JobSet) as one Airflow task.
+
+Submit (or adopt) the group's JobSet, wait without holding a worker slot (deferrable, the default) or on the
+worker (sync), and finish with the group's verdict: a small result dict, or a failure that names the pods.
+
+Connections: the cncf ``KubernetesHook`` handles ``kubernetes_conn_id``. A connection without ``in_cluster``,
+``kube_config`` or ``kube_config_path`` falls back to in-cluster config and then to ``~/.kube/config``, i.e.
+whatever cluster the worker's user last pointed kubectl at. Always give the connection an explicit kubeconfig
+(``AIRFLOW_CONN_LOCAL_CLUSTER`` as printed by ``airflow-elastic cluster up``, or ``in_cluster: true``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+from airflow_elastic.operators import identity as ident
+from airflow_elastic.operators import manifest as user_manifest
+from airflow_elastic.spec import SpecError, TrainingGroup
+from airflow_elastic.state import GroupEvent, PodFailure
+from airflow_elastic.templating import render_group
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+#: Re-defer at most this often when the trigger reports an error while the group still runs.
+MAX_REDEFERS = 3
+_REDEFER_KEY = "training_group_redefers"
+
+
+class TrainingGroupOperator(BaseOperator):
+    """Run a :class:`~airflow_elastic.TrainingGroup` (or a JobSet manifest) on Kubernetes and wait for its verdict.
+
+    Each task instance gets a JobSet of its own, named ``<group>-<6 chars>`` from the DAG, task, run and map
+    index, labelled with them, and recorded in ``task_state_store``. A retry, a restarted worker or a create
+    whose reply was lost adopts that JobSet while it runs; a cleared task whose group already finished trains
+    again under the next name. There is never more than one live group per task instance.
+
+    Jinja in the group's ``image``, ``command``, ``args``, ``env`` values and ``checkpoint.uri`` is rendered per
+    run into a copy of the spec, which is validated again (a bad rendered value raises ``SpecError`` naming the
+    field). The rendered manifest is shown as the ``rendered_jobset`` template field.
+
+    Args:
+        group: the training group. Give either ``group`` or ``jobset``.
+        jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix.
+        namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
+        kubernetes_conn_id: a ``kubernetes`` connection (templated). Give it an explicit kubeconfig: see the
+            module docstring about the ``~/.kube/config`` fallback.
+        deferrable: wait in the triggerer (default) instead of on the worker.
+        poll_interval: seconds between status checks.
+        startup_timeout: seconds (or a ``timedelta``) for the group to be running once; then it is deleted and the
+            task fails with the cluster's reason (unschedulable, image pull, quota, ...). ``None``: wait forever.
+        on_kill_action: ``"delete"`` the group when the task is killed (marked failed/success, cleared), or
+            ``"keep"`` it. In sync mode ``on_kill`` also runs when the *worker* gets SIGTERM (e.g. evicted), so
+            ``"keep"`` lets training survive worker loss; deferrable mode needs no worker.
+        on_finish_action: ``"keep"`` finished groups (``ttl_seconds_after_finished`` removes them), ``"delete"``
+            them at once, or ``"delete_succeeded"`` (keep failed ones for inspection).
+        ttl_seconds_after_finished: the JobSet's TTL after it finished (default one day; ``None``: none).
+        log_role: the role whose first pod's log is copied into the task log (default: the leader).
+        metrics_role: the role whose first pod's termination message holds the final metrics (default: the
+            leader).
+        **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
+            ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
+
+    Returns (XCom ``return_value``):
+        ``{"name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"}``:
+        ``preemptions`` are free restarts (disruptions), ``failures`` restarts counted against ``max_failures``,
+        ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
+        ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
+
+    Raises:
+        SpecError: neither or both of ``group``/``jobset``, a bad manifest, or a rendered value breaking a rule.
+        AirflowException: the group failed (message names pod, role, reason, exit code), did not start in
+            time, or disappeared.
+        AirflowTaskTimeout: ``execution_timeout`` passed (the group is deleted).
+    """
+
+    template_fields = ("namespace", "kubernetes_conn_id", "jobset", "rendered_jobset")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"jobset": "yaml", "rendered_jobset": "yaml"}
+    ui_color = "#d6eaf8"
+
+    def __init__(
+        self,
+        *,
+        group: TrainingGroup | None = None,
+        jobset: Mapping[str, Any] | str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = True,
+        poll_interval: float = 10.0,
+        startup_timeout: float | datetime.timedelta | None = 600.0,
+        on_kill_action: Literal["delete", "keep"] = "delete",
+        on_finish_action: Literal["keep", "delete", "delete_succeeded"] = "keep",
+        ttl_seconds_after_finished: int | None = 86400,
+        log_role: str | None = None,
+        metrics_role: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if (group is None) == (jobset is None):
+            raise SpecError([("group", f"give exactly one of group= or jobset= (task {kwargs.get('task_id')!r})")])
+        if group is not None and not isinstance(group, TrainingGroup):
+            raise SpecError([("group", f"must be a TrainingGroup, got {type(group).__name__}")])
+        problems = []
+        if on_kill_action not in ("delete", "keep"):
+            problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
+        if on_finish_action not in ("keep", "delete", "delete_succeeded"):
+            problems.append(
+                ("on_finish_action", f"must be 'keep', 'delete' or 'delete_succeeded', got {on_finish_action!r}")
+            )
+        roles = [r.name for r in group.roles] if group is not None else None
+        for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
+            if role is not None and roles is not None and role not in roles:
+                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))  # type: ignore[union-attr]
+        if problems:
+            raise SpecError(problems)
+        self.group = group
+        self.jobset = jobset
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = float(poll_interval)
+        if isinstance(startup_timeout, datetime.timedelta):
+            startup_timeout = startup_timeout.total_seconds()
+        self.startup_timeout = startup_timeout
+        self.on_kill_action = on_kill_action
+        self.on_finish_action = on_finish_action
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.log_role = log_role
+        self.metrics_role = metrics_role
+        self.rendered_jobset = ""
+        self._run_group: TrainingGroup | None = None
+        self._run_manifest: dict[str, Any] | None = None
+        self._current: ident.Submission | None = None
+
+    # ------------------------------------------------------------------------------------- per-run spec
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        """Render the template fields, then the group's templated strings into a per-run copy of the spec."""
+        super().render_template_fields(context, jinja_env)
+        self._prepare(context)
+        identity = ident.TaskIdentity.from_ti(context["ti"])
+        previous = ident.recorded(context["task_state_store"])
+        name = identity.name(self._base_name, previous.epoch if previous else 0)
+        import yaml
+
+        manifest = self._manifest(name, self.namespace or "default", identity)
+        if not self.namespace:
+            manifest["metadata"]["namespace"] = "(the connection's namespace, else default)"
+        self.rendered_jobset = yaml.safe_dump(manifest, sort_keys=False)
+
+    def _prepare(self, context: Context) -> None:
+        if self._run_group is not None or self._run_manifest is not None:
+            return
+        if self.group is not None:
+            self._run_group = render_group(self.group, lambda value: self.render_template(value, context))
+        else:
+            self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
+
+    @property
+    def _base_name(self) -> str:
+        if self._run_group is not None:
+            return self._run_group.name
+        return user_manifest.base_name(self._run_manifest or {})
+
+    @property
+    def _leader(self) -> str:
+        if self._run_group is not None:
+            return self._run_group.leader.name
+        return user_manifest.leader_role(self._run_manifest or {})
+
+    def _manifest(self, name: str, namespace: str, identity: ident.TaskIdentity) -> dict[str, Any]:
+        labels = identity.labels()
+        if self._run_group is not None:
+            from airflow_elastic.render import render_jobset
+
+            return render_jobset(
+                self._run_group,
+                name=name,
+                namespace=namespace,
+                labels=labels,
+                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+            )
+        return user_manifest.for_run(
+            self._run_manifest or {},
+            name=name,
+            namespace=namespace,
+            labels=labels,
+            ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+        )
+
+    # ------------------------------------------------------------------------------------------- execute
+
+    def hook(self) -> JobSetHook:
+        """The blocking JobSet hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
+        from airflow_elastic.hooks.jobset import JobSetHook
+
+        return JobSetHook(self.kubernetes_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Submit or adopt the group, then defer (or wait here in sync mode) until it ends."""
+        self._prepare(context)
+        hook = self.hook()
+        namespace = self.namespace or hook.get_namespace() or "default"
+        identity = ident.TaskIdentity.from_ti(context["ti"])
+        submission = ident.submit(
+            hook,
+            context["task_state_store"],
+            identity,
+            base=self._base_name,
+            namespace=namespace,
+            build=lambda name: self._manifest(name, namespace, identity),
+            log=self.log,
+        )
+        self._current = submission
+        context["ti"].xcom_push(key="jobset_name", value=submission.name)
+        context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
+        deadline = self._deadline(context)
+        startup_deadline = submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
+        if self.deferrable:
+            self._defer(hook, submission, deadline, startup_deadline)
+        from airflow_elastic.operators.waiting import wait_for_group
+
+        try:
+            event = wait_for_group(
+                hook,
+                submission.namespace,
+                submission.name,
+                uid=submission.uid,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                startup_deadline=startup_deadline,
+                metrics_role=self.metrics_role or self._leader,
+                log_role=self.log_role or self._leader,
+                log=self.log,
+            )
+        except AirflowTaskTimeout:
+            # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
+            self._delete(hook, submission, "execution_timeout reached")
+            raise
+        return self._finish(context, hook, submission, event)
+
+    def _deadline(self, context: Context) -> float | None:
+        """``execution_timeout`` as epoch seconds, anchored on the try's start (stable across deferrals)."""
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        started = start.timestamp() if start is not None else time.time()
+        return started + self.execution_timeout.total_seconds()
+
+    def _defer(
+        self, hook: JobSetHook, submission: ident.Submission, deadline: float | None, startup_deadline: float | None
+    ) -> None:
+        from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+
+        timeout = None
+        if deadline is not None:
+            # Past the trigger's own deadline, so its "timeout" event (which deletes the group) comes first.
+            timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+        trigger = TrainingGroupTrigger(
+            submission.name,
+            submission.namespace,
+            self.kubernetes_conn_id,
+            uid=submission.uid,
+            poll_interval=self.poll_interval,
+            deadline=deadline,
+            startup_deadline=startup_deadline,
+            metrics_role=self.metrics_role or self._leader,
+            log_role=self.log_role or self._leader,
+            on_kill_action=self.on_kill_action,
+            connection_extras=hook.get_connection_extras(),
+        )
+        # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
+        """Resume from the trigger: finish with its verdict (re-defer if it erred while the group still runs)."""
+        self._prepare(context)
+        store = context["task_state_store"]
+        submission = ident.recorded(store)
+        verdict = GroupEvent.from_payload(event)
+        if submission is None or submission.name != verdict.name:
+            submission = ident.Submission(verdict.name, verdict.namespace, 0, verdict.uid)
+        self._current = submission
+        hook = self.hook()
+        if verdict.status == "error":
+            redefers = int(store.get(_REDEFER_KEY) or 0)
+            if redefers < MAX_REDEFERS and self._still_running(hook, submission):
+                store.set(_REDEFER_KEY, redefers + 1)
+                self.log.warning("The trigger failed (%s); the group still runs, waiting again", verdict.message)
+                deadline = self._deadline(context)
+                startup = submission.submitted_at + self.startup_timeout if self.startup_timeout else None
+                self._defer(hook, submission, deadline, startup)
+        return self._finish(context, hook, submission, verdict)
+
+    def _still_running(self, hook: JobSetHook, submission: ident.Submission) -> bool:
+        from airflow_elastic.hooks.errors import KubernetesApiError
+        from airflow_elastic.state import group_status
+
+        try:
+            return not group_status(hook.get_jobset(submission.namespace, submission.name)).terminal
+        except KubernetesApiError:
+            return False
+
+    # -------------------------------------------------------------------------------------------- finish
+
+    def _finish(
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
+    ) -> dict[str, Any]:
+        where = f"JobSet {submission.namespace}/{submission.name}"
+        if event.status == "timeout":
+            self._delete(hook, submission, "execution_timeout reached")
+            raise AirflowTaskTimeout(f"{where}: execution_timeout ({self.execution_timeout}) reached; group deleted")
+        if event.status == "startup_timeout":
+            self._delete(hook, submission, "it did not start in time")
+            raise AirflowException(
+                f"{where} did not start within {self.startup_timeout:.0f} s and was deleted: {event.message}"
+            )
+        if event.status == "missing":
+            raise AirflowException(f"{where} disappeared before it finished (deleted by someone, or its TTL)")
+        if event.status == "error":
+            raise AirflowException(f"{where}: waiting for the group failed: {event.message}")
+        result = {
+            "name": submission.name,
+            "namespace": submission.namespace,
+            "uid": event.uid or submission.uid,
+            "state": event.phase or ("Succeeded" if event.status == "succeeded" else "Failed"),
+            "restarts": event.restarts,
+            "preemptions": event.restarts - event.restarts_counted,
+            "failures": event.restarts_counted,
+            "checkpoint": self._run_group.checkpoint.uri if self._run_group and self._run_group.checkpoint else None,
+            "metrics": event.metrics,
+        }
+        if event.status == "failed":
+            message = self._report_failure(hook, submission, event)
+            if self.on_finish_action == "delete":
+                self._delete(hook, submission, "it failed (on_finish_action='delete')")
+            raise AirflowException(message)
+        self.log.info(
+            "%s succeeded after %d restart(s) (%d preemption(s), %d failure(s)); metrics: %s",
+            where,
+            result["restarts"],
+            result["preemptions"],
+            result["failures"],
+            result["metrics"],
+        )
+        if self.on_finish_action in ("delete", "delete_succeeded"):
+            self._delete(hook, submission, f"it succeeded (on_finish_action={self.on_finish_action!r})")
+        return result
+
+    def _report_failure(self, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> str:
+        """Log the evidence (failed pods, warning events) and return the exception message."""
+        from airflow_elastic.hooks.errors import KubernetesApiError
+        from airflow_elastic.operators.waiting import group_events
+
+        failures = [PodFailure(**f).describe() for f in event.failures]
+        for line in failures:
+            self.log.error("%s", line)
+        try:
+            for e in group_events(hook, submission.namespace, submission.name):
+                if e.get("type") == "Warning":
+                    obj = e.get("involvedObject") or {}
+                    self.log.warning(
+                        "event %s %s: %s: %s", obj.get("kind"), obj.get("name"), e.get("reason"), e.get("message")
+                    )
+        except KubernetesApiError as error:
+            self.log.warning("Could not list the group's events: %s", error)
+        why = f"{event.reason}: {event.message}".strip(": ")
+        detail = "; ".join(failures) if failures else "no failed pod was left to inspect"
+        return f"JobSet {submission.namespace}/{submission.name} failed ({why}); {detail}"
+
+    def _delete(self, hook: JobSetHook, submission: ident.Submission, why: str) -> None:
+        from airflow_elastic.hooks.errors import KubernetesApiError
+
+        self.log.info("Deleting JobSet %s/%s: %s", submission.namespace, submission.name, why)
+        try:
+            hook.delete_jobset(submission.namespace, submission.name)
+        except KubernetesApiError as error:
+            self.log.error("Could not delete JobSet %s/%s: %s", submission.namespace, submission.name, error)
+
+    def on_kill(self) -> None:
+        """Delete the group unless ``on_kill_action="keep"`` (sync mode; runs on user kill, worker SIGTERM and
+        ``execution_timeout``). In deferrable mode the trigger's ``on_kill`` does the same."""
+        if self._current is None:
+            return
+        if self.on_kill_action == "keep":
+            self.log.info("Keeping JobSet %s/%s (on_kill_action='keep')", self._current.namespace, self._current.name)
+            return
+        self._delete(self.hook(), self._current, "the task was killed")

@@ -1,0 +1,43 @@
+"""Reading what a ``TrainingGroupOperator`` run left behind: XComs in Airflow's DB, JobSets and pods in the cluster."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JOBSET_RESOURCE = "jobsets.jobset.x-k8s.io"
+
+
+def xcom(db: Path, dag_id: str, task_id: str, key: str = "return_value") -> Any:
+    """The XCom ``key`` of ``task_id`` (the test DB holds one run), decoded; ``None`` if absent."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = connection.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = ?", (dag_id, task_id, key)
+        ).fetchone()
+    finally:
+        connection.close()
+    if row is None or row[0] is None:
+        return None
+    value = json.loads(row[0]) if isinstance(row[0], str | bytes) else row[0]
+    # XCom values are stored JSON-serialised once more by the XCom backend.
+    return json.loads(value) if isinstance(value, str) and value[:1] in '{["' else value
+
+
+def jobsets(k8s_client: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    """The JobSets of ``namespace`` by name."""
+    from kubernetes import client
+
+    items = client.CustomObjectsApi(k8s_client).list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])
+    return {js["metadata"]["name"]: js for js in items["items"]}
+
+
+def pods_of(k8s_client: Any, namespace: str, jobset: str) -> list[Any]:
+    """The pods of JobSet ``jobset`` (``V1Pod`` objects)."""
+    from kubernetes import client
+
+    selector = f"jobset.sigs.k8s.io/jobset-name={jobset}"
+    return client.CoreV1Api(k8s_client).list_namespaced_pod(namespace, label_selector=selector).items
