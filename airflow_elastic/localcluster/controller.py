@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from airflow_elastic.localcluster.resources import Resource
+from airflow_elastic.localcluster.resources import ALL, Resource
 from airflow_elastic.localcluster.store import Obj, Store
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,13 @@ class Manager:
             self._timers = [t for t in self._timers if not t.cancelled() and t.when() > loop.time()]
 
     def start(self) -> None:
+        """Start the workers, each with every existing object its controller watches already queued (an
+        informer's initial list): after a restart nothing else would look at objects whose last change was
+        made, or was due, before it — a JobSet created just before a crash, a foreground deletion whose
+        dependents are gone, a TTL or a grace period that was waiting on a timer."""
+        for res in ALL:
+            for obj in list(self.store.items(res)):
+                self._on_change("ADDED", res, obj, None)
         for controller in self.controllers:
             self._tasks.append(asyncio.create_task(self._work(controller), name=f"controller:{controller.name}"))
 

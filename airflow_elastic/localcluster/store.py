@@ -9,13 +9,14 @@ a watch from an older resourceVersion gets 410 Gone, as from a compacted etcd.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import secrets
 import sqlite3
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -151,6 +152,21 @@ class Store:
         return found, self.resource_version
 
     # ------------------------------------------------------------------------------------------- writing
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Make the writes inside one SQLite transaction, so that a crash keeps all of them or none: for writes
+        that are only correct together (a Job's counters and the release of the pods they counted). Each write
+        is visible at once as usual; the block must not ``await`` (other coroutines would see uncommitted
+        objects). An exception still commits what was written (memory and disk never disagree). Nests."""
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
 
     def _commit(self, event: str, res: Resource, obj: Obj, old: Obj | None) -> Obj:
         self._rv += 1

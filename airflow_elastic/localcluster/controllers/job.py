@@ -5,7 +5,8 @@ finalizer so no termination is missed (a pod deleted while running still counts 
 to fail or succeed first gets ``FailureTarget``/``SuccessCriteriaMet``, its remaining pods are terminated, and
 only then does it get ``Failed``/``Complete``. Simplified: no pod-recreation back-off delay, no
 ``backoffLimitPerIndex``/``FailIndex``, and terminated pods are counted in one status write (no
-``uncountedTerminatedPods`` two-phase commit).
+``uncountedTerminatedPods`` two-phase commit: that write and the release of the counted pods' finalizers are one
+store transaction, so a crash cannot count a pod twice).
 """
 
 from __future__ import annotations
@@ -319,10 +320,13 @@ class JobController(Controller):
         status.setdefault("succeeded", 0)
         status.setdefault("failed", 0)
         status["uncountedTerminatedPods"] = {}
-        if status != before:
-            self.store.update(JOBS, {**job, "status": status}, subresource="status")
-        for pod in counted:
-            self._release(pod)
+        # The counters and the release of the pods they counted commit together: a crash in between would
+        # leave pods that still hold the finalizer and are counted again by the next run.
+        with self.store.atomic():
+            if status != before:
+                self.store.update(JOBS, {**job, "status": status}, subresource="status")
+            for pod in counted:
+                self._release(pod)
         return delay
 
     def _manage(

@@ -31,6 +31,13 @@ What differs from a real node, on purpose and visibly:
   :func:`reap_orphans` kills groups recorded in pid files by a run that died. Pods that had started in a previous
   run end ``Failed`` with reason ``NodeRestart``, their unfinished containers ``terminated`` with reason
   ``Unknown`` and exit code 255 (what a node reports after a reboot), whatever their restartPolicy.
+  **Not a disruption:** no ``DisruptionTarget`` condition is added. A real node that reboots without a graceful
+  shutdown (crash, power cycle) comes back with its ``restartPolicy: Never`` pods ``Failed`` and no such
+  condition (only graceful node shutdown, eviction, preemption, the taint manager and PodGC add one). So the Job
+  counts the pod against ``backoffLimit``, a podFailurePolicy rule on ``DisruptionTarget`` does not match, and a
+  JobSet restart it causes counts towards ``maxRestarts`` (match ``onExitCodes: [255]`` to treat it otherwise).
+  ``cluster down`` (SIGTERM) is reported the same way on the next ``up``: it stops processes without writing
+  statuses, so a crash and a stop leave the same state.
 """
 
 from airflow_elastic.localcluster.kubelet.kubelet import NODE_RESTART_REASON, Kubelet

@@ -143,7 +143,9 @@ class Kubelet(Controller):
 
     def _fail_after_restart(self, pod: Obj) -> None:
         """Report a pod whose processes died with the previous run: containers terminated ``Unknown`` with exit
-        code 255 (what a real node reports after a reboot), the pod ``Failed`` with reason ``NodeRestart``."""
+        code 255 (what a real node reports after a reboot), the pod ``Failed`` with reason ``NodeRestart``.
+        Deliberately no ``DisruptionTarget`` condition: an ungraceful node reboot adds none, so the Job counts the
+        failure (see the package docstring)."""
         status = pod.get("status") or {}
         records = []
         for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses")):
