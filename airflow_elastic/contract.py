@@ -23,6 +23,8 @@ RESTART_ATTEMPT = "AE_RESTART_ATTEMPT"  #: JobSet restart attempt (0 on first st
 CHECKPOINT_URI = "AE_CHECKPOINT_URI"  #: where checkpoints of this group live (if configured)
 CHECKPOINT_KEEP = "AE_CHECKPOINT_KEEP"  #: how many complete checkpoints to retain
 METRICS_PATH = "AE_METRICS_PATH"  #: file whose JSON content is reported as the pod's final metrics
+RESUME_FROM = "AE_RESUME_FROM"  #: the complete checkpoint a resubmitted group resumes from (set by the operator)
+TRIAL_PARAMS = "AE_TRIAL_PARAMS"  #: a sweep trial's parameters, a JSON object (set by sweeps)
 
 # Conventional names read by PyTorch (torch.distributed env:// init) and torchrun.
 MASTER_ADDR = "MASTER_ADDR"

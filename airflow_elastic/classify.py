@@ -1,0 +1,476 @@
+"""Why a pod stopped: a pure, table-driven classifier of the evidence a cluster leaves behind.
+
+Inputs are plain JSON dicts as the API returns them: the pod (possibly the last copy a watch saw before it
+vanished), its node (``None`` once the Node object is gone), events about the pod or its node, the group's
+JobSet (for Kueue suspension) and the user's transient exit codes. :data:`RULES` is evaluated in order and the
+first rule whose predicate finds evidence wins. Each rule says which budget the stop counts against:
+``preemption`` (free restarts, bounded by ``max_preemptions``), ``transient`` (the user's declared retriable
+exit codes) or ``failure`` (the normal failure budget). Sources for every rule: ``PREEMPTION.md`` §1.1 to §1.6.
+
+Decisions that upstream leaves open (documented in the README table):
+
+* ``Evicted`` for node pressure is infrastructure, unless the kubelet's message names a container of this pod
+  as using more than its request (``pkg/kubelet/eviction/helpers.go``): that eviction would recur, so it
+  counts against the failure budget (cause still ``eviction``).
+* Exit 137/143 with no infrastructure evidence at all is ``unknown`` and counts as a failure: something
+  outside the program killed it, but nothing proves it was the platform.
+* The local cluster's ``NodeRestart`` (processes died with the node) is ``node_loss``.
+* A ``DisruptionTarget`` older than a genuine non-zero exit by more than the pod's grace period is stale
+  (KEP-3329 caveat): it is ignored and the exit code decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from airflow_elastic.platforms import SPOT_PLATFORMS
+
+Obj = Mapping[str, Any]
+
+
+class Cause(StrEnum):
+    """Why a pod stopped, in the terms the operator decides on."""
+
+    SCHEDULER_PREEMPTION = "scheduler_preemption"
+    SPOT_RECLAIM = "spot_reclaim"  #: spot/preemptible reclaim or graceful node shutdown
+    EVICTION = "eviction"  #: Eviction API (drain, autoscaler) or kubelet node-pressure eviction
+    NODE_LOSS = "node_loss"  #: node unreachable, vanished or restarted
+    BEST_EFFORT_REVOKED = "best_effort_revoked"
+    QUEUE_SUSPENSION = "queue_suspension"
+    OOM = "oom"
+    USER_ERROR = "user_error"
+    TRANSIENT = "transient"  #: exit code the user declared retriable
+    UNKNOWN = "unknown"
+
+
+class Budget(StrEnum):
+    """Which restart budget a stop is charged to."""
+
+    PREEMPTION = "preemption"
+    TRANSIENT = "transient"
+    FAILURE = "failure"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The classification of one pod: cause, budget, the rule that decided and the evidence it saw."""
+
+    cause: Cause
+    budget: Budget
+    rule: str
+    evidence: tuple[str, ...] = ()
+
+    @property
+    def is_preemption(self) -> bool:
+        """True if the stop is charged to the preemption budget (not the user's fault)."""
+        return self.budget is Budget.PREEMPTION
+
+    def describe(self) -> str:
+        return f"{self.cause} ({self.rule}; charged to the {self.budget} budget): {'; '.join(self.evidence)}"
+
+
+# ------------------------------------------------------------------------------------------------ declared tables
+
+DISRUPTION_TARGET = "DisruptionTarget"
+#: Pod ``status.reason`` values of a graceful node shutdown (1.22+, 1.21, admission while shutting down).
+SHUTDOWN_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown"})
+#: Pod reasons meaning the node lost the pod's processes (our local cluster's reboot; the historical NodeLost).
+NODE_LOSS_REASONS = frozenset({"NodeRestart", "NodeLost"})
+#: Container ``terminated.reason`` values that are not the program's own exit.
+KILLED_CONTAINER_REASONS = frozenset({"ContainerStatusUnknown", "Unknown"})
+#: Exit codes a shell reports for SIGKILL / SIGTERM.
+SIGNAL_EXIT_CODES = frozenset({137, 143})
+#: Tolerance on top of the pod's grace period before a ``DisruptionTarget`` is judged stale.
+STALE_SLACK_SECONDS = 5.0
+
+#: Node taints that announce the node is being taken away, and what that means.
+NODE_TAINTS: tuple[tuple[Callable[[str], bool], Cause, str], ...] = (
+    (lambda k: k.endswith("/spot-itn"), Cause.SPOT_RECLAIM, "spot interruption notice (node termination handler)"),
+    (lambda k: k.startswith("aws-node-termination-handler/"), Cause.SPOT_RECLAIM, "AWS node termination handler"),
+    (lambda k: k == "karpenter.sh/disrupted", Cause.SPOT_RECLAIM, "Karpenter is disrupting the node"),
+    (lambda k: k == "cloud.google.com/impending-node-termination", Cause.SPOT_RECLAIM, "GKE node termination"),
+    (lambda k: k == "remediator.kubernetes.azure.com/unschedulable", Cause.SPOT_RECLAIM, "AKS node auto-drain"),
+    (lambda k: k == "ToBeDeletedByClusterAutoscaler", Cause.EVICTION, "cluster-autoscaler scale-down"),
+    (lambda k: k == "node.kubernetes.io/unreachable", Cause.NODE_LOSS, "node unreachable"),
+)
+#: Node events that announce a reclaim (kubelet shutdown manager, AWS NTH, Karpenter).
+NODE_EVENTS = frozenset({"NodeShutdown", "SpotInterruption", "DisruptionTerminating"})
+#: Node labels that mark spot/preemptible capacity: every platform's selector plus legacy GKE preemptible.
+SPOT_LABELS: frozenset[tuple[str, str]] = frozenset(
+    {item for capacity in SPOT_PLATFORMS.values() for item in capacity.node_selector.items()}
+    | {("cloud.google.com/gke-preemptible", "true"), ("kubernetes.azure.com/scalesetpriority", "spot")}
+)
+BEST_EFFORT_LABEL = ("alibabacloud.com/compute-qos", "best-effort")
+#: The kubelet names containers that used more than their request (``containerMessageFmt``).
+OVER_REQUEST = re.compile(r"Container (\S+) was using (\S+), request is (\S+)")
+PRESSURE_MESSAGE = re.compile(r"The node (was low on resource|had condition)")
+
+
+# ------------------------------------------------------------------------------------------------ facts
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How one main container terminated."""
+
+    container: str
+    code: int
+    reason: str
+    finished_at: datetime | None
+
+    @property
+    def genuine(self) -> bool:
+        """A non-zero exit of the program itself (not a kill by signal, not lost with the node)."""
+        if self.code == 0:
+            return False
+        own = self.code not in SIGNAL_EXIT_CODES and self.reason not in KILLED_CONTAINER_REASONS
+        return own or self.reason == "OOMKilled"  # the kernel killed it for the program's own memory use
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The evidence about one pod, normalised once; the rules only read this."""
+
+    pod: Obj
+    reason: str
+    message: str
+    labels: Mapping[str, str]
+    deleted: bool
+    disruption: Obj | None
+    stale_note: str
+    exits: tuple[Exit, ...]
+    node_name: str
+    node_gone: bool
+    node_labels: Mapping[str, str]
+    taints: tuple[str, ...]
+    events: tuple[Obj, ...]
+    transient: frozenset[int]
+    jobset: Obj | None
+
+    @property
+    def genuine_exit(self) -> Exit | None:
+        return next((e for e in self.exits if e.genuine), None)
+
+    @property
+    def killed(self) -> bool:
+        """Stopped from outside: no container exited by itself with a non-zero code (and none succeeded alone)."""
+        return self.genuine_exit is None
+
+    def disruption_reason(self) -> str:
+        return (self.disruption or {}).get("reason", "")
+
+    def disruption_message(self) -> str:
+        return (self.disruption or {}).get("message", "")
+
+    def event(self, reason: str, kind: str = "Pod") -> Obj | None:
+        return next((e for e in self.events if e.get("reason") == reason and _kind(e) == kind), None)
+
+
+def _kind(event: Obj) -> str:
+    return (event.get("involvedObject") or {}).get("kind", "")
+
+
+def _time(stamp: str | None) -> datetime | None:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+
+def _exits(pod: Obj) -> tuple[Exit, ...]:
+    found = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            code = int(terminated.get("exitCode", 0))
+            found.append(
+                Exit(status.get("name", ""), code, terminated.get("reason", ""), _time(terminated.get("finishedAt")))
+            )
+    return tuple(found)
+
+
+def _stale(condition: Obj | None, exits: tuple[Exit, ...], pod: Obj, reason: str) -> str:
+    """Why ``condition`` is stale (KEP-3329 caveat), or ``""``: set before a delete that failed, then the pod
+    kept running and its program failed on its own later than the grace period allows."""
+    if condition is None or reason in SHUTDOWN_REASONS | {"Evicted"}:
+        return ""
+    since = _time(condition.get("lastTransitionTime"))
+    grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+    for exit_ in exits:
+        if exit_.genuine and since and exit_.finished_at:
+            late = (exit_.finished_at - since).total_seconds()
+            if late > grace + STALE_SLACK_SECONDS:
+                return (
+                    f"DisruptionTarget/{condition.get('reason', '')} ignored as stale: container {exit_.container} "
+                    f"exited {exit_.code} {late:.0f}s later (grace {grace:.0f}s)"
+                )
+    return ""
+
+
+def facts(
+    pod: Obj,
+    node: Obj | None = None,
+    *,
+    events: Iterable[Obj] = (),
+    jobset: Obj | None = None,
+    transient_exit_codes: Iterable[int] = (),
+    pod_gone: bool = False,
+    node_gone: bool | None = None,
+) -> Facts:
+    """Normalise the raw objects into :class:`Facts` (see :func:`classify` for the arguments)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    node_name = spec.get("nodeName", "")
+    if node_gone is None:
+        node_gone = node is None and bool(node_name)
+    condition = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == DISRUPTION_TARGET and c.get("status", "True") == "True"
+        ),
+        None,
+    )
+    exits = _exits(pod)
+    reason = status.get("reason", "")
+    stale = _stale(condition, exits, pod, reason)
+    # A vanished node's labels survive in the last copy, or in the pod's own node selector.
+    node_labels = dict((node or {}).get("metadata", {}).get("labels") or {}) or dict(spec.get("nodeSelector") or {})
+    wanted = {meta.get("name"), node_name}
+    return Facts(
+        pod=pod,
+        reason=reason,
+        message=status.get("message", ""),
+        labels=meta.get("labels") or {},
+        deleted=pod_gone or bool(meta.get("deletionTimestamp")),
+        disruption=None if stale else condition,
+        stale_note=stale,
+        exits=exits,
+        node_name=node_name,
+        node_gone=node_gone,
+        node_labels=node_labels,
+        taints=tuple(t.get("key", "") for t in ((node or {}).get("spec") or {}).get("taints") or []),
+        events=tuple(e for e in events if (e.get("involvedObject") or {}).get("name") in wanted),
+        transient=frozenset(transient_exit_codes),
+        jobset=jobset,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ predicates
+# Each returns the evidence it found (a short sentence) or None.
+
+
+def _suspended(f: Facts) -> str | None:
+    if f.jobset is None:
+        return None
+    if (f.jobset.get("spec") or {}).get("suspend"):
+        return "JobSet spec.suspend is true (queued/preempted by Kueue)"
+    for c in (f.jobset.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Suspended" and c.get("status") == "True":
+            return f"JobSet condition Suspended ({c.get('reason', '')})"
+    return None
+
+
+def _disruption(*reasons: str) -> Callable[[Facts], str | None]:
+    def match(f: Facts) -> str | None:
+        if f.disruption_reason() in reasons:
+            return f"DisruptionTarget/{f.disruption_reason()}: {f.disruption_message()}".rstrip(": ")
+        return None
+
+    return match
+
+
+def _scheduler_preemption(f: Facts) -> str | None:
+    if found := _disruption("PreemptionByScheduler")(f):
+        return found
+    event = f.event("Preempted")
+    return f"event Preempted: {event.get('message', '')}" if event else None
+
+
+def _node_shutdown(f: Facts) -> str | None:
+    if f.reason in SHUTDOWN_REASONS:
+        return f"pod reason {f.reason}: {f.message}".rstrip(": ")
+    if f.disruption_reason() == "TerminationByKubelet" and "shutdown" in f.disruption_message().lower():
+        return f"DisruptionTarget/TerminationByKubelet: {f.disruption_message()}"
+    return None
+
+
+def _pressure_eviction(f: Facts) -> str | None:
+    if f.reason == "Evicted":
+        return f"pod reason Evicted: {f.message}".rstrip(": ")
+    if f.disruption_reason() == "TerminationByKubelet" and PRESSURE_MESSAGE.search(f.disruption_message()):
+        return f"DisruptionTarget/TerminationByKubelet: {f.disruption_message()}"
+    return None
+
+
+def _over_request(f: Facts) -> str | None:
+    if _pressure_eviction(f) is None:
+        return None
+    event = f.event("Evicted")
+    for text in (f.message, f.disruption_message(), (event or {}).get("message", "")):
+        if found := OVER_REQUEST.search(text or ""):
+            name, usage, request = found.groups()
+            return f"evicted for node pressure while container {name} used {usage}, more than its request {request}"
+    return None
+
+
+def _node_loss_reason(f: Facts) -> str | None:
+    return f"pod reason {f.reason}: {f.message}".rstrip(": ") if f.reason in NODE_LOSS_REASONS else None
+
+
+def _taint(cause: Cause) -> Callable[[Facts], str | None]:
+    """Killed (not a genuine exit) on a node carrying a taint of ``cause``."""
+
+    def match(f: Facts) -> str | None:
+        if not f.killed:
+            return None
+        for key in f.taints:
+            for test, meaning, what in NODE_TAINTS:
+                if meaning is cause and test(key):
+                    return f"node {f.node_name} tainted {key} ({what})"
+        if cause is Cause.SPOT_RECLAIM:
+            event = next((e for e in f.events if _kind(e) == "Node" and e.get("reason") in NODE_EVENTS), None)
+            if event:
+                return f"node {f.node_name} event {event['reason']}: {event.get('message', '')}"
+        return None
+
+    return match
+
+
+def _spot_node_gone(f: Facts) -> str | None:
+    if not (f.killed and f.node_gone):
+        return None
+    spot = sorted(f"{k}={v}" for k, v in f.node_labels.items() if (k, v) in SPOT_LABELS)
+    return f"node {f.node_name} is gone and was spot capacity ({', '.join(spot)})" if spot else None
+
+
+def _node_gone(f: Facts) -> str | None:
+    return f"node {f.node_name} is gone" if f.killed and f.node_gone else None
+
+
+def _any_disruption(f: Facts) -> str | None:
+    return f"DisruptionTarget/{f.disruption_reason()}: {f.disruption_message()}".rstrip(": ") if f.disruption else None
+
+
+def _oom(f: Facts) -> str | None:
+    oom = next((e for e in f.exits if e.reason == "OOMKilled"), None)
+    if oom:
+        return f"container {oom.container} OOMKilled (exceeded its memory limit)"
+    event = f.event("OOMKilled")
+    return f"event OOMKilled: {event.get('message', '')}" if event else None
+
+
+def _best_effort(f: Facts) -> str | None:
+    key, value = BEST_EFFORT_LABEL
+    if f.labels.get(key) != value or not f.killed or not (f.exits or f.deleted or f.reason):
+        return None
+    return f"BestEffort pod ({key}={value}) stopped without a user exit code" + (f": {f.reason}" if f.reason else "")
+
+
+def _transient(f: Facts) -> str | None:
+    code = next((e for e in f.exits if e.code in f.transient), None)
+    return f"container {code.container} exited {code.code}, declared transient" if code else None
+
+
+def _deleted_before_start(f: Facts) -> str | None:
+    started = f.exits or any(
+        "running" in (s.get("state") or {}) for s in (f.pod.get("status") or {}).get("containerStatuses") or []
+    )
+    return "pod deleted before its containers started" if f.deleted and not started else None
+
+
+def _signal_exit(f: Facts) -> str | None:
+    code = next((e for e in f.exits if e.code in SIGNAL_EXIT_CODES or e.reason in KILLED_CONTAINER_REASONS), None)
+    if code:
+        return f"container {code.container} killed (exit {code.code}, {code.reason or 'no reason'}) with no cause shown"
+    return "pod deleted without any disruption evidence" if f.deleted else None
+
+
+def _user_error(f: Facts) -> str | None:
+    code = f.genuine_exit
+    return f"container {code.container} exited {code.code} ({code.reason or 'Error'})" if code else None
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the classification table: the first rule whose ``match`` finds evidence decides."""
+
+    name: str
+    cause: Cause
+    budget: Budget
+    match: Callable[[Facts], str | None] = field(repr=False)
+    source: str = ""
+
+
+P, T, F = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE
+RULES: tuple[Rule, ...] = (
+    Rule("queue-suspension", Cause.QUEUE_SUSPENSION, P, _suspended, "§1.3 suspend, §1.4 blind spots"),
+    Rule("scheduler-preemption", Cause.SCHEDULER_PREEMPTION, P, _scheduler_preemption, "§1.1 PreemptionByScheduler"),
+    Rule("node-shutdown", Cause.SPOT_RECLAIM, P, _node_shutdown, "§1.2 Terminated/Shutdown/NodeShutdown"),
+    Rule("pressure-eviction-over-request", Cause.EVICTION, F, _over_request, "§1.2 Evicted, §1.6 could recur"),
+    Rule("pressure-eviction", Cause.EVICTION, P, _pressure_eviction, "§1.2 Evicted, §1.1 TerminationByKubelet"),
+    Rule("node-lost-by-reason", Cause.NODE_LOSS, P, _node_loss_reason, "§1.2 NodeLost; local NodeRestart"),
+    Rule("reclaim-taint", Cause.SPOT_RECLAIM, P, _taint(Cause.SPOT_RECLAIM), "§1.5 taints, §1.6 blind spots"),
+    Rule("spot-node-gone", Cause.SPOT_RECLAIM, P, _spot_node_gone, "§1.5 spot labels, §1.6"),
+    Rule("scale-down-taint", Cause.EVICTION, P, _taint(Cause.EVICTION), "§1.1 EvictionByEvictionAPI (autoscaler)"),
+    Rule("eviction-api", Cause.EVICTION, P, _disruption("EvictionByEvictionAPI"), "§1.1 EvictionByEvictionAPI"),
+    Rule("taint-manager", Cause.NODE_LOSS, P, _disruption("DeletionByTaintManager"), "§1.1 DeletionByTaintManager"),
+    Rule("pod-gc", Cause.NODE_LOSS, P, _disruption("DeletionByPodGC"), "§1.1 DeletionByPodGC"),
+    Rule("kubelet-termination", Cause.EVICTION, P, _disruption("TerminationByKubelet"), "§1.1 TerminationByKubelet"),
+    Rule("unreachable-node", Cause.NODE_LOSS, P, _taint(Cause.NODE_LOSS), "§1.1 taint manager"),
+    Rule("node-gone", Cause.NODE_LOSS, P, _node_gone, "§1.1 PodGC race"),
+    Rule("disruption-target", Cause.UNKNOWN, P, _any_disruption, "§1.6 any reason"),
+    Rule("oom", Cause.OOM, F, _oom, "§1.1 OOM gets no DisruptionTarget"),
+    Rule("best-effort-revoked", Cause.BEST_EFFORT_REVOKED, P, _best_effort, "§1.5 ACS BestEffort"),
+    Rule("transient-exit-code", Cause.TRANSIENT, T, _transient, "§1.6 user-declared retriable codes"),
+    Rule("deleted-before-start", Cause.UNKNOWN, P, _deleted_before_start, "§1.6 pod deleted before start"),
+    Rule("killed-without-evidence", Cause.UNKNOWN, F, _signal_exit, "decision: 137/143 alone is not proof"),
+    Rule("user-error", Cause.USER_ERROR, F, _user_error, "§1.6 non-zero exit"),
+)
+
+
+def classify(
+    pod: Obj,
+    node: Obj | None = None,
+    *,
+    events: Iterable[Obj] = (),
+    jobset: Obj | None = None,
+    transient_exit_codes: Iterable[int] = (),
+    pod_gone: bool = False,
+    node_gone: bool | None = None,
+) -> Verdict:
+    """Classify why ``pod`` stopped.
+
+    Args:
+        pod: the pod as the API returned it; for a pod that no longer exists, the last copy a watch or list saw.
+        node: the pod's Node as last seen, or ``None`` if it no longer exists.
+        events: events about the pod or its node (others are ignored).
+        jobset: the group's JobSet, for Kueue suspension (a group-level signal).
+        transient_exit_codes: exit codes the user declared retriable.
+        pod_gone: the pod no longer exists (a watch saw it deleted or a get returned 404).
+        node_gone: the node no longer exists; default: inferred as ``node is None`` for a bound pod. Pass
+            ``True`` with the node's last copy to keep its labels and taints as evidence.
+
+    Returns:
+        The :class:`Verdict` of the first rule of :data:`RULES` that matched; ``unknown`` charged to the
+        failure budget when none did.
+    """
+    found = facts(
+        pod,
+        node,
+        events=events,
+        jobset=jobset,
+        transient_exit_codes=transient_exit_codes,
+        pod_gone=pod_gone,
+        node_gone=node_gone,
+    )
+    notes = (found.stale_note,) if found.stale_note else ()
+    for rule in RULES:
+        evidence = rule.match(found)
+        if evidence:
+            return Verdict(rule.cause, rule.budget, rule.name, (evidence, *notes))
+    return Verdict(Cause.UNKNOWN, Budget.FAILURE, "no-evidence", ("no rule matched the pod's evidence", *notes))

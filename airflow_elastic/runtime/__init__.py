@@ -1,0 +1,45 @@
+"""What training code imports inside a pod: its place in the group, checkpoints, preemption, metrics.
+
+Standard library only at import (training images install airflow-elastic with ``--no-deps``); fsspec is
+imported lazily, and only for non-local checkpoint URIs. A complete loop::
+
+    from airflow_elastic import runtime
+
+    ctx = runtime.context()
+    last = runtime.latest_checkpoint()
+    start = last.step + 1 if last else 0
+    with runtime.preemption_signal() as stop:
+        for step in range(start, steps):
+            train_one_step()
+            if ctx.is_leader and (step % every == 0 or stop.requested):
+                runtime.save_checkpoint(step, lambda d: save_state(d))
+            if stop.requested:
+                break
+    runtime.report({"loss": loss, "step": step})
+"""
+
+from __future__ import annotations
+
+from airflow_elastic.checkpoints import Checkpoint
+from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
+from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
+from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, termination_log_path
+from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
+
+__all__ = [
+    "MAX_BYTES",
+    "RESUME_FROM",
+    "TRIAL_PARAMS",
+    "Checkpoint",
+    "Context",
+    "MetricsTooLarge",
+    "PreemptionSignal",
+    "checkpoint_at",
+    "context",
+    "latest_checkpoint",
+    "on_sigterm",
+    "preemption_signal",
+    "report",
+    "save_checkpoint",
+    "termination_log_path",
+]

@@ -1,0 +1,95 @@
+"""Who this process is in its training group, read from the environment the renderer writes (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from airflow_elastic import contract
+
+RESUME_FROM = contract.RESUME_FROM
+TRIAL_PARAMS = contract.TRIAL_PARAMS
+
+
+@dataclass(frozen=True)
+class Context:
+    """This pod's place in its group. Outside a group (no ``AE_`` variables) it describes a single process."""
+
+    group: str = ""
+    jobset: str = ""
+    namespace: str = ""
+    role: str = ""
+    role_rank: int = 0
+    role_replicas: int = 1
+    rank: int = 0
+    world_size: int = 1
+    processes_per_pod: int = 1
+    coordinator_addr: str = ""
+    coordinator_port: int = 0
+    restart_attempt: int = 0
+    checkpoint_uri: str = ""
+    checkpoint_keep: int = 0
+    resume_from: str = ""
+    metrics_path: str = ""
+    trial_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def is_leader(self) -> bool:
+        """True on the group's rank-0 pod (the one that writes checkpoint markers and final metrics)."""
+        return self.rank == 0
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _params(env: Mapping[str, str]) -> Mapping[str, Any]:
+    raw = env.get(TRIAL_PARAMS, "").strip()
+    if not raw:
+        return MappingProxyType({})
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"environment variable {TRIAL_PARAMS} is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"environment variable {TRIAL_PARAMS} must be a JSON object, got {type(value).__name__}")
+    return MappingProxyType(value)
+
+
+def context(env: Mapping[str, str] | None = None) -> Context:
+    """Read this pod's :class:`Context` from ``env`` (default: ``os.environ``).
+
+    Raises:
+        ValueError: a variable is malformed (a rank that is not an integer, trial params that are not a JSON
+            object); the message names the variable.
+    """
+    env = os.environ if env is None else env
+    return Context(
+        group=env.get(contract.GROUP, ""),
+        jobset=env.get(contract.JOBSET, ""),
+        namespace=env.get(contract.NAMESPACE, ""),
+        role=env.get(contract.ROLE, ""),
+        role_rank=_int(env, contract.ROLE_RANK, 0),
+        role_replicas=_int(env, contract.ROLE_REPLICAS, 1),
+        rank=_int(env, contract.RANK, 0),
+        world_size=_int(env, contract.WORLD_SIZE, 1),
+        processes_per_pod=_int(env, contract.PROCESSES_PER_POD, 1),
+        coordinator_addr=env.get(contract.COORDINATOR_ADDR, ""),
+        coordinator_port=_int(env, contract.COORDINATOR_PORT, 0),
+        restart_attempt=_int(env, contract.RESTART_ATTEMPT, 0),
+        checkpoint_uri=env.get(contract.CHECKPOINT_URI, ""),
+        checkpoint_keep=_int(env, contract.CHECKPOINT_KEEP, 0),
+        resume_from=env.get(RESUME_FROM, ""),
+        metrics_path=env.get(contract.METRICS_PATH, ""),
+        trial_params=_params(env),
+    )

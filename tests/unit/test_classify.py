@@ -1,0 +1,448 @@
+"""The disruption classifier against evidence shaped like real clusters and upstream docs (PREEMPTION.md §1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_elastic.classify import RULES, Budget, Cause, classify
+
+T0 = "2026-03-01T10:00:00Z"
+T0_PLUS_5 = "2026-03-01T10:00:05Z"
+T0_PLUS_600 = "2026-03-01T10:10:00Z"
+SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
+
+
+def pod(
+    *,
+    phase: str = "Failed",
+    reason: str = "",
+    message: str = "",
+    disruption: tuple[str, str] | None = None,
+    disrupted_at: str = T0,
+    exit_code: int | None = None,
+    exit_reason: str = "",
+    finished_at: str = T0_PLUS_5,
+    running: bool = False,
+    deleted: bool = False,
+    labels: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "conditions": []}
+    if reason:
+        status["reason"], status["message"] = reason, message
+    if disruption:
+        status["conditions"].append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": disruption[0],
+                "message": disruption[1],
+                "lastTransitionTime": disrupted_at,
+            }
+        )
+    state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+    if running:
+        state = {"running": {"startedAt": T0}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": exit_reason, "finishedAt": finished_at}}
+    status["containerStatuses"] = [{"name": "trainer", "state": state}]
+    meta: dict[str, Any] = {"name": "g-worker-0-0-abcde", "namespace": "ns", "labels": labels or {}}
+    if deleted:
+        meta["deletionTimestamp"] = T0_PLUS_5
+    spec: dict[str, Any] = {"nodeName": "n1", "terminationGracePeriodSeconds": 30}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def node(*taints: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n1", "labels": labels or {}},
+        "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
+    }
+
+
+def event(reason: str, message: str = "", kind: str = "Pod", name: str = "g-worker-0-0-abcde") -> dict[str, Any]:
+    return {"reason": reason, "message": message, "involvedObject": {"kind": kind, "name": name}}
+
+
+HEALTHY = node()
+P, T, F = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE
+
+# (id, kwargs for classify, expected cause, expected budget, expected rule)
+CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
+    # §1.1 PreemptionByScheduler: condition, then graceful delete; SIGTERM ends the container 143.
+    (
+        "scheduler-preemption-condition",
+        {
+            "pod": pod(
+                disruption=("PreemptionByScheduler", "default-scheduler: preempting"),
+                exit_code=143,
+                exit_reason="Error",
+                deleted=True,
+            ),
+            "node": HEALTHY,
+        },
+        Cause.SCHEDULER_PREEMPTION,
+        P,
+        "scheduler-preemption",
+    ),
+    # §1.1 + §2 (Volcano/scheduler): only the `Preempted` event survived (condition lost on the deleted copy).
+    (
+        "scheduler-preemption-event-only",
+        {"pod": pod(running=True, deleted=True), "node": HEALTHY, "events": [event("Preempted", "by pod x on n1")]},
+        Cause.SCHEDULER_PREEMPTION,
+        P,
+        "scheduler-preemption",
+    ),
+    # §1.5 GKE spot: graceful node shutdown, TerminationByKubelet + reason Terminated with the upstream message.
+    (
+        "gke-spot-terminated",
+        {
+            "pod": pod(
+                reason="Terminated",
+                message=SHUTDOWN,
+                disruption=("TerminationByKubelet", SHUTDOWN),
+                exit_code=143,
+                exit_reason="Error",
+            ),
+            "node": None,
+        },
+        Cause.SPOT_RECLAIM,
+        P,
+        "node-shutdown",
+    ),
+    # §1.2 pod rejected at admission while the node shuts down (GKE cleanup greps NodeShutdown).
+    (
+        "gke-node-shutdown-admission",
+        {"pod": pod(reason="NodeShutdown", message="Pod was rejected as the node is shutting down.")},
+        Cause.SPOT_RECLAIM,
+        P,
+        "node-shutdown",
+    ),
+    # §1.2 Kubernetes 1.21 used reason Shutdown (kubernetes#102820).
+    ("k8s-1.21-shutdown", {"pod": pod(reason="Shutdown", exit_code=137)}, Cause.SPOT_RECLAIM, P, "node-shutdown"),
+    # §1.1 the shutdown condition is set at the start of graceful shutdown, before phase/reason are updated.
+    (
+        "kubelet-shutdown-condition-before-phase",
+        {"pod": pod(phase="Running", disruption=("TerminationByKubelet", SHUTDOWN), running=True), "node": HEALTHY},
+        Cause.SPOT_RECLAIM,
+        P,
+        "node-shutdown",
+    ),
+    # §1.2 node-pressure eviction (helpers.go message), no container over its request.
+    (
+        "pressure-eviction",
+        {
+            "pod": pod(
+                reason="Evicted",
+                message="The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. ",
+                disruption=("TerminationByKubelet", "The node was low on resource: memory."),
+                exit_code=137,
+            ),
+            "node": node("node.kubernetes.io/memory-pressure"),
+        },
+        Cause.EVICTION,
+        P,
+        "pressure-eviction",
+    ),
+    # §1.2 + §1.6: the kubelet names this pod's container as over its request -> it would recur.
+    (
+        "pressure-eviction-over-request",
+        {
+            "pod": pod(
+                reason="Evicted",
+                message="The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
+                "Container trainer was using 3Gi, request is 1Gi, has larger consumption of memory. ",
+                exit_code=137,
+            ),
+            "node": HEALTHY,
+        },
+        Cause.EVICTION,
+        F,
+        "pressure-eviction-over-request",
+    ),
+    # §1.5 EKS + NTH: taint spot-itn, then eviction through the Eviction API -> spot reclaim, not a plain drain.
+    (
+        "eks-nth-spot-itn-eviction",
+        {
+            "pod": pod(disruption=("EvictionByEvictionAPI", "Eviction API: evicting"), exit_code=143, deleted=True),
+            "node": node("aws-node-termination-handler/spot-itn"),
+        },
+        Cause.SPOT_RECLAIM,
+        P,
+        "reclaim-taint",
+    ),
+    # §1.1 EvictionByEvictionAPI on an untainted node: kubectl drain / maintenance.
+    (
+        "kubectl-drain",
+        {
+            "pod": pod(disruption=("EvictionByEvictionAPI", "Eviction API: evicting"), exit_code=143, deleted=True),
+            "node": HEALTHY,
+        },
+        Cause.EVICTION,
+        P,
+        "eviction-api",
+    ),
+    # §1.5 Karpenter raw delete at the terminationGracePeriod deadline: no condition, node tainted disrupted.
+    (
+        "karpenter-raw-delete",
+        {"pod": pod(exit_code=143, exit_reason="Error", deleted=True), "node": node("karpenter.sh/disrupted")},
+        Cause.SPOT_RECLAIM,
+        P,
+        "reclaim-taint",
+    ),
+    # §1.5 GKE taint while the pod was killed and its node is still there.
+    (
+        "gke-impending-termination-taint",
+        {"pod": pod(running=True, deleted=True), "node": node("cloud.google.com/impending-node-termination")},
+        Cause.SPOT_RECLAIM,
+        P,
+        "reclaim-taint",
+    ),
+    # §1.5 AKS node auto-drain taint.
+    (
+        "aks-remediator-taint",
+        {"pod": pod(exit_code=137, deleted=True), "node": node("remediator.kubernetes.azure.com/unschedulable")},
+        Cause.SPOT_RECLAIM,
+        P,
+        "reclaim-taint",
+    ),
+    # §1.5 Azure/AKS#3528: the spot node vanished un-drained; PodGC then marks the pod.
+    (
+        "aks-spot-vanished-podgc",
+        {
+            "pod": pod(
+                disruption=("DeletionByPodGC", "PodGC: node no longer exists"),
+                running=True,
+                node_selector={"kubernetes.azure.com/scalesetpriority": "spot"},
+            ),
+            "node": None,
+        },
+        Cause.SPOT_RECLAIM,
+        P,
+        "spot-node-gone",
+    ),
+    # §1.5 GKE spot node's last copy kept (node_gone=True) and the pod still "running" when last seen.
+    (
+        "gke-spot-node-gone-silent",
+        {
+            "pod": pod(phase="Running", running=True),
+            "node": node(labels={"cloud.google.com/gke-spot": "true"}),
+            "node_gone": True,
+            "pod_gone": True,
+        },
+        Cause.SPOT_RECLAIM,
+        P,
+        "spot-node-gone",
+    ),
+    # §1.1 PodGC on an on-demand node that disappeared.
+    (
+        "podgc-on-demand",
+        {"pod": pod(disruption=("DeletionByPodGC", "PodGC: node no longer exists"), running=True), "node": None},
+        Cause.NODE_LOSS,
+        P,
+        "pod-gc",
+    ),
+    # §1.1 taint manager after the node went unreachable (default 300 s toleration).
+    (
+        "taint-manager-unreachable",
+        {
+            "pod": pod(
+                disruption=("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"),
+                running=True,
+                deleted=True,
+            ),
+            "node": node("node.kubernetes.io/unreachable"),
+        },
+        Cause.NODE_LOSS,
+        P,
+        "taint-manager",
+    ),
+    # README "How pods run": a local-cluster restart reports NodeRestart, containers Unknown/255.
+    (
+        "local-node-restart",
+        {"pod": pod(reason="NodeRestart", exit_code=255, exit_reason="Unknown"), "node": HEALTHY},
+        Cause.NODE_LOSS,
+        P,
+        "node-lost-by-reason",
+    ),
+    # §1.1 website#46896: OOM over the limit gets no DisruptionTarget -> the pod's own fault.
+    (
+        "oom-killed",
+        {"pod": pod(exit_code=137, exit_reason="OOMKilled"), "node": HEALTHY},
+        Cause.OOM,
+        F,
+        "oom",
+    ),
+    # §1.6: OOMKilled on a node being disrupted is still the pod's own memory use.
+    (
+        "oom-on-disrupted-node",
+        {"pod": pod(exit_code=137, exit_reason="OOMKilled"), "node": node("karpenter.sh/disrupted")},
+        Cause.OOM,
+        F,
+        "oom",
+    ),
+    # §1.1 KEP-3329 caveat: condition set, delete failed, the pod kept running and later failed on its own.
+    (
+        "stale-disruption-target",
+        {
+            "pod": pod(
+                disruption=("EvictionByEvictionAPI", "Eviction API: evicting"),
+                exit_code=1,
+                exit_reason="Error",
+                finished_at=T0_PLUS_600,
+            ),
+            "node": HEALTHY,
+        },
+        Cause.USER_ERROR,
+        F,
+        "user-error",
+    ),
+    # Same caveat, but the late exit code is one the user declared transient.
+    (
+        "stale-disruption-target-transient",
+        {
+            "pod": pod(disruption=("PreemptionByScheduler", "x"), exit_code=75, finished_at=T0_PLUS_600),
+            "node": HEALTHY,
+            "transient_exit_codes": [75],
+        },
+        Cause.TRANSIENT,
+        T,
+        "transient-exit-code",
+    ),
+    # The program's own non-zero exit inside the grace period after a disruption is a consequence, not a bug.
+    (
+        "exit-1-within-grace-after-disruption",
+        {"pod": pod(disruption=("PreemptionByScheduler", "x"), exit_code=1, deleted=True), "node": HEALTHY},
+        Cause.SCHEDULER_PREEMPTION,
+        P,
+        "scheduler-preemption",
+    ),
+    # §1.5 ACS BestEffort: killed by the platform, no DisruptionTarget, no user exit code (local model reason).
+    (
+        "acs-best-effort-revoked",
+        {
+            "pod": pod(
+                reason="BestEffortRevoked",
+                exit_code=137,
+                labels={"alibabacloud.com/compute-qos": "best-effort"},
+            ),
+            "node": HEALTHY,
+        },
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "best-effort-revoked",
+    ),
+    # §1.5 BestEffort pod that exited 1 by itself is a user error, not a revocation.
+    (
+        "acs-best-effort-user-exit",
+        {"pod": pod(exit_code=1, labels={"alibabacloud.com/compute-qos": "best-effort"}), "node": HEALTHY},
+        Cause.USER_ERROR,
+        F,
+        "user-error",
+    ),
+    # §1.4 blind spot: Kueue suspends the JobSet, the Job controller deletes the pods, no condition.
+    (
+        "kueue-suspension",
+        {
+            "pod": pod(exit_code=143, deleted=True),
+            "node": HEALTHY,
+            "jobset": {"spec": {"suspend": True}, "status": {}},
+        },
+        Cause.QUEUE_SUSPENSION,
+        P,
+        "queue-suspension",
+    ),
+    # §1.6 user-declared transient code (SkyPilot recover_on_exit_codes).
+    (
+        "transient-exit-code",
+        {"pod": pod(exit_code=42, exit_reason="Error"), "node": HEALTHY, "transient_exit_codes": [42]},
+        Cause.TRANSIENT,
+        T,
+        "transient-exit-code",
+    ),
+    # §1.6 plain non-zero exit.
+    ("user-error", {"pod": pod(exit_code=1, exit_reason="Error"), "node": HEALTHY}, Cause.USER_ERROR, F, "user-error"),
+    # Decision: 137/143 with no infrastructure evidence is unexplained and counts.
+    (
+        "sigkill-without-evidence",
+        {"pod": pod(exit_code=137, exit_reason="Error"), "node": HEALTHY},
+        Cause.UNKNOWN,
+        F,
+        "killed-without-evidence",
+    ),
+    # §1.6 pod deleted before its container started (airflow#59626) -> infrastructure.
+    (
+        "deleted-before-start",
+        {"pod": pod(phase="Pending"), "node": HEALTHY, "pod_gone": True},
+        Cause.UNKNOWN,
+        P,
+        "deleted-before-start",
+    ),
+    # §1.5 NTH event on the node when the taint was not enabled (TAINT_NODE=false).
+    (
+        "nth-event-without-taint",
+        {
+            "pod": pod(exit_code=143, deleted=True),
+            "node": HEALTHY,
+            "events": [event("SpotInterruption", "Spot ITN", kind="Node", name="n1")],
+        },
+        Cause.SPOT_RECLAIM,
+        P,
+        "reclaim-taint",
+    ),
+    # §1.1 kubelet admission preemption for a critical pod: TerminationByKubelet with another message.
+    (
+        "kubelet-critical-pod-preemption",
+        {
+            "pod": pod(disruption=("TerminationByKubelet", "Preempted in order to admit critical pod"), exit_code=137),
+            "node": HEALTHY,
+        },
+        Cause.EVICTION,
+        P,
+        "kubelet-termination",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "cause", "budget", "rule"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_classification_table(kwargs: dict[str, Any], cause: Cause, budget: Budget, rule: str) -> None:
+    verdict = classify(**kwargs)
+    assert (verdict.cause, verdict.budget, verdict.rule) == (cause, budget, rule), verdict.describe()
+    assert verdict.evidence and all(verdict.evidence)
+
+
+def test_there_are_at_least_twenty_shapes_and_every_rule_is_exercised() -> None:
+    assert len(CASES) >= 20
+    exercised = {c[4] for c in CASES}
+    assert {r.name for r in RULES} - exercised <= {
+        "scale-down-taint",
+        "unreachable-node",
+        "node-gone",
+        "disruption-target",
+    }
+
+
+def test_stale_condition_is_reported_as_evidence() -> None:
+    verdict = classify(**CASES[[c[0] for c in CASES].index("stale-disruption-target")][1])
+    assert any("stale" in e for e in verdict.evidence)
+
+
+def test_no_evidence_is_unknown_and_counts() -> None:
+    verdict = classify(pod(phase="Failed", running=True), HEALTHY)
+    assert (verdict.cause, verdict.budget, verdict.is_preemption) == (Cause.UNKNOWN, F, False)
+
+
+def test_events_about_other_objects_are_ignored() -> None:
+    other = event("Preempted", "someone else", name="another-pod")
+    assert classify(pod(exit_code=1), HEALTHY, events=[other]).cause is Cause.USER_ERROR
+
+
+def test_scale_down_taint_and_unreachable_node() -> None:
+    killed = pod(exit_code=143, deleted=True)
+    assert classify(killed, node("ToBeDeletedByClusterAutoscaler")).rule == "scale-down-taint"
+    assert classify(killed, node("node.kubernetes.io/unreachable")).cause is Cause.NODE_LOSS
+    assert classify(killed, None).rule == "node-gone"
