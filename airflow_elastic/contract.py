@@ -25,6 +25,9 @@ CHECKPOINT_KEEP = "AE_CHECKPOINT_KEEP"  #: how many complete checkpoints to reta
 METRICS_PATH = "AE_METRICS_PATH"  #: file whose JSON content is reported as the pod's final metrics
 RESUME_FROM = "AE_RESUME_FROM"  #: the complete checkpoint a resubmitted group resumes from (set by the operator)
 TRIAL_PARAMS = "AE_TRIAL_PARAMS"  #: a sweep trial's parameters, a JSON object (set by sweeps)
+ELASTIC_ROLE = "AE_ELASTIC_ROLE"  #: the group's elastic role (only in groups with ``elastic=``)
+ELASTIC_MIN = "AE_ELASTIC_MIN"  #: fewest pods the elastic role trains with
+ELASTIC_MAX = "AE_ELASTIC_MAX"  #: most pods of the elastic role (the pods rendered)
 
 # Conventional names read by PyTorch (torch.distributed env:// init) and torchrun.
 MASTER_ADDR = "MASTER_ADDR"

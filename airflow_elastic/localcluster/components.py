@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from airflow_elastic.localcluster import admission, errors
@@ -30,8 +31,15 @@ def bootstrap(store: Store) -> None:
             store.create(NAMESPACES, None, {"metadata": {"name": name}})
 
 
-def install(store: Store, manager: Manager, config: ClusterConfig, state_dir: Path) -> Recorder:
-    """Register admission plugins and controllers on ``manager``; returns the shared event recorder."""
+def install(
+    store: Store,
+    manager: Manager,
+    config: ClusterConfig,
+    state_dir: Path,
+    api_address: Callable[[], str] | None = None,
+) -> Recorder:
+    """Register admission plugins and controllers on ``manager``; returns the shared event recorder.
+    ``api_address`` gives the API server's ``host:port`` once it listens (pods get in-cluster credentials)."""
     recorder = Recorder(store)
     namespaces.install(store, manager)
     bootstrap(store)
@@ -43,7 +51,7 @@ def install(store: Store, manager: Manager, config: ClusterConfig, state_dir: Pa
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them
     scheduler, kubelet = (
         Scheduler(store, recorder),
-        Kubelet(store, recorder, config, state_dir, Network(store, state_dir)),
+        Kubelet(store, recorder, config, state_dir, Network(store, state_dir), api_address=api_address),
     )
     for part in (scheduler, kubelet):
         manager.add(part)

@@ -3,7 +3,8 @@
 Mapping: each role is one replicated Job with ``replicas`` = the role's pods and one pod per Job (Indexed,
 completions = parallelism = 1). So JobSet's ``job-index`` label is the rank within the role, and
 ``job-global-index`` the rank within the group; hostnames are ``<jobset>-<role>-<i>-0``; exclusive placement
-gives each *pod* a topology domain of its own. See the README ("How a group becomes a JobSet").
+gives each *pod* a topology domain of its own. An elastic role differs (see :mod:`airflow_elastic.render.elastic`).
+See the README ("How a group becomes a JobSet").
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import names, platforms
+from airflow_elastic.render import elastic
 from airflow_elastic.render.pod import pod_template
 from airflow_elastic.spec import Role, SpecError, TrainingGroup
 from airflow_elastic.validation import is_label_key, is_label_value
@@ -136,26 +138,29 @@ def _replicated_job(group: TrainingGroup, role: Role, jobset: str, common: dict[
     role_topology = role.placement.exclusive_topology if role.placement else None
     if role_topology:
         template_meta["annotations"] = {EXCLUSIVE_TOPOLOGY: role_topology}
+    job: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": 1,
+        "parallelism": 1,
+        # Gang semantics: one failed pod fails its Job at once, and the JobSet policy decides.
+        "backoffLimit": 0,
+        "podFailurePolicy": {"rules": [_disruption_rule(group, role)]},
+    }
+    if elastic.is_elastic(group, role):
+        # The replacement starts once the disrupted pod is terminal: never two pods for one index.
+        job["podReplacementPolicy"] = "Failed"
+    job["template"] = pod_template(group, role, jobset=jobset, labels=labels)
     return {
         "name": role.name,
-        "replicas": role.replicas,
-        "template": {
-            "metadata": template_meta,
-            "spec": {
-                "completionMode": "Indexed",
-                "completions": 1,
-                "parallelism": 1,
-                # Gang semantics: one failed pod fails its Job at once, and the JobSet policy decides.
-                "backoffLimit": 0,
-                "podFailurePolicy": {
-                    "rules": [
-                        {
-                            "action": "FailJob",
-                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                        }
-                    ]
-                },
-                "template": pod_template(group, role, jobset=jobset, labels=labels),
-            },
-        },
+        "replicas": elastic.rendered_replicas(group, role),
+        "template": {"metadata": template_meta, "spec": job},
+    }
+
+
+def _disruption_rule(group: TrainingGroup, role: Role) -> dict[str, Any]:
+    """``FailJob`` on ``DisruptionTarget`` (the JobSet's RestartOnDisruption rule restarts the group), or
+    ``Ignore`` for the elastic role: the Job replaces the disrupted pod and the framework re-rendezvouses."""
+    return {
+        "action": "Ignore" if elastic.is_elastic(group, role) else "FailJob",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_elastic import contract, names, platforms
+from airflow_elastic.render import elastic
 from airflow_elastic.render.merge import merge
 from airflow_elastic.spec import Placement, Resources, Role, TrainingGroup
 from airflow_elastic.validation import TRAINER_CONTAINER
@@ -21,10 +22,11 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
 
     Ranks come from the labels JobSet puts on every pod (``job-index`` within the role, ``job-global-index``
     across the group, roles in declaration order), read through the downward API: each role is a replicated
-    Job with one pod per Job, so those indexes are exactly the pod ranks.
+    Job with one pod per Job, so those indexes are exactly the pod ranks. Counts are of rendered pods (an
+    elastic role renders ``max_replicas``, see :mod:`airflow_elastic.render.elastic`).
     """
     coordinator = names.coordinator_address(jobset, group.leader.name)
-    pods = group.world_size
+    pods = elastic.rendered_pods(group)
     per_pod = role.processes_per_pod
     values: list[tuple[str, str | dict[str, Any]]] = [
         (contract.GROUP, group.name),
@@ -32,7 +34,7 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
         (contract.NAMESPACE, _field("metadata.namespace")),
         (contract.ROLE, role.name),
         (contract.ROLE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-index']")),
-        (contract.ROLE_REPLICAS, str(role.replicas)),
+        (contract.ROLE_REPLICAS, str(elastic.rendered_replicas(group, role))),
         (contract.RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
         (contract.WORLD_SIZE, str(pods)),
         (contract.PROCESSES_PER_POD, str(per_pod)),
@@ -46,11 +48,19 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
             (contract.CHECKPOINT_URI, group.checkpoint.uri),
             (contract.CHECKPOINT_KEEP, str(group.checkpoint.keep)),
         ]
-    values += [(contract.MASTER_ADDR, coordinator), (contract.MASTER_PORT, str(group.coordinator_port))]
-    if any(r.processes_per_pod > 1 for r in group.roles):
-        # torchrun derives each process's RANK from NODE_RANK; WORLD_SIZE counts processes.
+    if group.elastic is not None:
         values += [
-            (contract.NNODES, str(pods)),
+            (contract.ELASTIC_ROLE, str(elastic.elastic_role(group))),
+            (contract.ELASTIC_MIN, str(group.elastic.min_replicas)),
+            (contract.ELASTIC_MAX, str(group.elastic.max_replicas)),
+        ]
+    values += [(contract.MASTER_ADDR, coordinator), (contract.MASTER_PORT, str(group.coordinator_port))]
+    if group.elastic is not None or any(r.processes_per_pod > 1 for r in group.roles):
+        # torchrun derives each process's RANK from NODE_RANK (static) or the rendezvous (elastic); WORLD_SIZE
+        # counts processes. An elastic group always launches through torchrun: NNODES is the range of pods.
+        low, high = elastic.node_range(group)
+        values += [
+            (contract.NNODES, str(high) if low == high else f"{low}:{high}"),
             (contract.NODE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
             (contract.NPROC_PER_NODE, str(per_pod)),
             (contract.TORCH_WORLD_SIZE, str(pods * per_pod)),

@@ -16,6 +16,9 @@ imported lazily, and only for non-local checkpoint URIs. A complete loop::
             if stop.requested:
                 break
     runtime.report({"loss": loss, "step": step})
+
+An elastic role's hosts (Ready pods, from the API server) come from ``runtime.ready_hosts()`` or
+``python -m airflow_elastic.runtime.discovery`` (Horovod's ``--host-discovery-script``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from airflow_elastic.checkpoints import Checkpoint
 from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
+from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
 from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, termination_log_path
 from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
 
@@ -32,6 +36,8 @@ __all__ = [
     "TRIAL_PARAMS",
     "Checkpoint",
     "Context",
+    "DiscoveryError",
+    "Host",
     "MetricsTooLarge",
     "PreemptionSignal",
     "checkpoint_at",
@@ -39,6 +45,7 @@ __all__ = [
     "latest_checkpoint",
     "on_sigterm",
     "preemption_signal",
+    "ready_hosts",
     "report",
     "save_checkpoint",
     "termination_log_path",

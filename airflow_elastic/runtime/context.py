@@ -35,6 +35,9 @@ class Context:
     checkpoint_keep: int = 0
     resume_from: str = ""
     metrics_path: str = ""
+    elastic_role: str = ""  #: the group's elastic role ("" if the group is not elastic)
+    elastic_min: int = 0
+    elastic_max: int = 0
     trial_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -91,5 +94,8 @@ def context(env: Mapping[str, str] | None = None) -> Context:
         checkpoint_keep=_int(env, contract.CHECKPOINT_KEEP, 0),
         resume_from=env.get(RESUME_FROM, ""),
         metrics_path=env.get(contract.METRICS_PATH, ""),
+        elastic_role=env.get(contract.ELASTIC_ROLE, ""),
+        elastic_min=_int(env, contract.ELASTIC_MIN, 0),
+        elastic_max=_int(env, contract.ELASTIC_MAX, 0),
         trial_params=_params(env),
     )

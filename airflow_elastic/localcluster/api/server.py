@@ -111,7 +111,9 @@ class ApiServer:
         self.bookmark_seconds = bookmark_seconds
         self.store = Store(state_dir / "state.db", history=history)
         self.manager = Manager(self.store)
-        self.recorder = install(self.store, self.manager, config or ClusterConfig(), state_dir)
+        self.recorder = install(
+            self.store, self.manager, config or ClusterConfig(), state_dir, api_address=lambda: self.address
+        )
         self.faults = Faults(self)
         self.requests = RequestLog()
         self.address = "127.0.0.1:0"

@@ -17,6 +17,12 @@ What differs from a real node, on purpose and visibly:
   ``persistentVolumeClaim`` → ``<state>/volumes/<ns>/<claimName>`` shared by every pod of the claim;
   ``configMap`` / ``secret`` / ``downwardAPI`` / ``projected`` → files written from the store when the container
   starts (not refreshed later). Other types are empty directories, with a warning event.
+* **In-cluster credentials.** Every container gets ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and
+  ``KUBERNETES_SERVICE_PORT`` (the API server's port; the container's own env may override them) and, unless the
+  pod sets ``automountServiceAccountToken: false``, the service-account directory (``token``, ``ca.crt``,
+  ``namespace``) mounted by the convention above at ``/var/run/secrets/kubernetes.io/serviceaccount``: a symlink
+  under the cwd and ``LOCALCLUSTER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT``. The token is the cluster's
+  single bearer token (no RBAC), linked so a rotated token reaches running pods. See :mod:`.serviceaccount`.
 * **Termination message.** ``terminationMessagePath`` cannot be written as an absolute path; each container gets
   its own file, ``<pod dir>/termination/<container>``, named by ``LOCALCLUSTER_TERMINATION_LOG`` and also linked at
   ``<cwd>/<terminationMessagePath without leading />`` (``<cwd>/dev/termination-log`` by default). Its first 4096

@@ -7,7 +7,7 @@ import contextlib
 import copy
 import shutil
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class Kubelet(Controller):
         backoff_base: float = 10.0,
         backoff_max: float = 300.0,
         shutdown_grace: float = 2.0,
+        api_address: Callable[[], str] | None = None,
     ):
         super().__init__(store)
         self.recorder = recorder
@@ -54,6 +55,8 @@ class Kubelet(Controller):
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.shutdown_grace = shutdown_grace
+        #: ``host:port`` of the API server, for the pods' in-cluster credentials (None: pods get none).
+        self.api_address = api_address
         self.nodes = set(node_names(config))
         self.workers: dict[Key, PodWorker] = {}
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.config import log_path, pod_dir
 from airflow_elastic.localcluster.controllers.nodes import HOST_IP
+from airflow_elastic.localcluster.kubelet import serviceaccount
 from airflow_elastic.localcluster.kubelet.env import (
     TERMINATION_LOG_ENV,
     ContainerError,
@@ -253,8 +254,24 @@ class PodWorker:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.unlink(missing_ok=True)
             link.symlink_to(term_file)
-        env = {**base_env(self.hostname, str(cwd)), **declared, **mounts, TERMINATION_LOG_ENV: str(term_file)}
+        env = {
+            **base_env(self.hostname, str(cwd)),
+            **self._in_cluster(pod, spec, cwd),
+            **declared,
+            **mounts,
+            TERMINATION_LOG_ENV: str(term_file),
+        }
         return argv, env, cwd, term_file
+
+    def _in_cluster(self, pod: Obj, spec: Obj, cwd: Path) -> dict[str, str]:
+        """``KUBERNETES_SERVICE_*`` and the service-account mount (see :mod:`.serviceaccount`)."""
+        if self.k.api_address is None:
+            return {}
+        env = serviceaccount.service_env(self.k.api_address())
+        if serviceaccount.automount(pod):
+            directory = serviceaccount.prepare(pod, self.dir, self.k.state_dir)
+            env |= serviceaccount.expose(spec, directory, cwd)
+        return env
 
     async def _run_once(self, record: ContainerRecord) -> int | None:
         """Create and run the container once; its exit code, or None if it could not be created."""
