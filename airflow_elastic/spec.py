@@ -125,12 +125,26 @@ class SuccessPolicy(_Spec):
 
 
 @dataclass(frozen=True)
-class FailurePolicy:
+class FailurePolicy(_Spec):
     """Two separate budgets: genuine failures (counted by the cluster as JobSet ``maxRestarts``) and
-    preemptions (spot reclaim, eviction, scheduler preemption, node loss; counted by the operator)."""
+    preemptions (spot reclaim, eviction, scheduler preemption, node loss; counted by the operator).
+
+    Args:
+        max_failures: restarts for genuine failures, across all of a task's groups; then the task fails and
+            Airflow's ``retries`` apply.
+        max_preemptions: preemptions absorbed across all of a task's groups (in-cluster restarts plus
+            resubmissions); one more stops the group and fails the task.
+        transient_exit_codes: exit codes the classifier reports as ``transient`` (e.g. a flaky NCCL init).
+        fallback_to_on_demand_after: after this many preemptions, resubmitted groups run with every
+            placement's ``spot=False`` (other placement fields kept). ``None``: never.
+    """
 
     max_failures: int = 0
     max_preemptions: int = 10
+    transient_exit_codes: Sequence[int] = ()
+    fallback_to_on_demand_after: int | None = None
+
+    _tuples = ("transient_exit_codes",)
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,16 @@ def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
 class GroupEvent:
     """The one event a trigger yields: primitives only, serialised in one place (:meth:`to_payload`)."""
 
-    status: Literal["succeeded", "failed", "missing", "timeout", "startup_timeout", "error"]
+    status: Literal[
+        "succeeded",
+        "failed",
+        "missing",
+        "timeout",
+        "startup_timeout",
+        "suspend_timeout",
+        "preemption_budget_exhausted",
+        "error",
+    ]
     name: str
     namespace: str
     message: str = ""
@@ -209,14 +218,20 @@ class GroupEvent:
     restarts_counted: int = 0
     failures: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     metrics: dict[str, Any] | None = None
+    #: Why pods stopped, one record per pod (``airflow_elastic.evidence``), when the waiter captured evidence.
+    evidence: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    #: Approximate fraction of running pod-time on spot capacity (``None``: not sampled).
+    spot_share: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
         payload = asdict(self)
         payload["failures"] = list(self.failures)
+        payload["evidence"] = list(self.evidence)
         return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> GroupEvent:
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
+        known["evidence"] = tuple(known.get("evidence") or ())
         return cls(**known)

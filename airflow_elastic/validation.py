@@ -383,6 +383,28 @@ def _budgets(group: TrainingGroup) -> Iterator[Problem]:
             yield f"failure.{attr}", f"must be an integer >= 0, got {value!r}"
 
 
+@rule("transient-exit-codes")
+def _transient_exit_codes(group: TrainingGroup) -> Iterator[Problem]:
+    codes = group.failure.transient_exit_codes
+    if not isinstance(codes, tuple):
+        yield "failure.transient_exit_codes", f"must be a list of exit codes, got {codes!r}"
+        return
+    for i, code in enumerate(codes):
+        if not _is_int(code) or not 1 <= code <= 255:
+            yield f"failure.transient_exit_codes[{i}]", f"must be an exit code 1..255, got {code!r}"
+
+
+@rule("on-demand-fallback")
+def _on_demand_fallback(group: TrainingGroup) -> Iterator[Problem]:
+    after = group.failure.fallback_to_on_demand_after
+    if after is None:
+        return
+    if not _is_int(after) or after < 1:
+        yield "failure.fallback_to_on_demand_after", f"must be an integer >= 1 (or None), got {after!r}"
+    elif not any(placement.spot for _, placement in _placements(group)):
+        yield "failure.fallback_to_on_demand_after", "no placement of the group uses spot capacity"
+
+
 @rule("spot-platform")
 def _spot_platform(group: TrainingGroup) -> Iterator[Problem]:
     for path, placement in _placements(group):

@@ -231,3 +231,11 @@ def _created(obj: Mapping[str, Any]) -> float:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return time.time()
+
+
+def advance(store: StateStore, current: Submission) -> Submission:
+    """Reserve the next epoch's name for a fresh group after ``current`` ended (a resubmission): the next
+    :func:`submit` creates it under a new name instead of looking at the finished one again."""
+    reserved = Submission(current.name, current.namespace, current.epoch + 1)
+    store.set(STATE_KEY, {**reserved.record(), "name": ""})
+    return reserved

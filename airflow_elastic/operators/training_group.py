@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators import attempts
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.operators import manifest as user_manifest
+from airflow_elastic.operators.resubmission import AttemptsMixin
 from airflow_elastic.spec import SpecError, TrainingGroup
 from airflow_elastic.state import GroupEvent, PodFailure
 from airflow_elastic.templating import render_group
@@ -35,7 +37,7 @@ MAX_REDEFERS = 3
 _REDEFER_KEY = "training_group_redefers"
 
 
-class TrainingGroupOperator(BaseOperator):
+class TrainingGroupOperator(AttemptsMixin, BaseOperator):
     """Run a :class:`~airflow_elastic.TrainingGroup` (or a JobSet manifest) on Kubernetes and wait for its verdict.
 
     Each task instance gets a JobSet of its own, named ``<group>-<6 chars>`` from the DAG, task, run and map
@@ -66,6 +68,16 @@ class TrainingGroupOperator(BaseOperator):
         log_role: the role whose first pod's log is copied into the task log (default: the leader).
         metrics_role: the role whose first pod's termination message holds the final metrics (default: the
             leader).
+        suspend_timeout: seconds (or a ``timedelta``) the group may stay suspended (queued by Kueue) before the
+            task fails; suspension is waiting, not failure. ``None``: wait forever.
+        max_wall_clock: a ``timedelta`` (or seconds) across every attempt, counted from the first submission;
+            past it the group is deleted and the task fails.
+        max_gpu_hours: GPU-hours across every attempt (the group's GPU requests times each attempt's lifetime);
+            past them the group is deleted and the task fails.
+        checkpoint_seconds: how long one checkpoint takes to write, for the Young/Daly advice logged at the end
+            (a ``write_seconds`` field in the checkpoint marker wins).
+        on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
+        on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
@@ -101,6 +113,12 @@ class TrainingGroupOperator(BaseOperator):
         ttl_seconds_after_finished: int | None = 86400,
         log_role: str | None = None,
         metrics_role: str | None = None,
+        suspend_timeout: float | datetime.timedelta | None = None,
+        max_wall_clock: float | datetime.timedelta | None = None,
+        max_gpu_hours: float | None = None,
+        checkpoint_seconds: float | None = None,
+        on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
+        on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -135,6 +153,11 @@ class TrainingGroupOperator(BaseOperator):
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.log_role = log_role
         self.metrics_role = metrics_role
+        self.suspend_timeout = _seconds(suspend_timeout)
+        self.guards = attempts.Guards(_seconds(max_wall_clock), max_gpu_hours)
+        self.checkpoint_seconds = checkpoint_seconds
+        self.on_preemption = on_preemption
+        self.on_budget_exhausted = on_budget_exhausted
         self.rendered_jobset = ""
         self._run_group: TrainingGroup | None = None
         self._run_manifest: dict[str, Any] | None = None
@@ -176,13 +199,15 @@ class TrainingGroupOperator(BaseOperator):
             return self._run_group.leader.name
         return user_manifest.leader_role(self._run_manifest or {})
 
-    def _manifest(self, name: str, namespace: str, identity: ident.TaskIdentity) -> dict[str, Any]:
+    def _manifest(
+        self, name: str, namespace: str, identity: ident.TaskIdentity, *, group: TrainingGroup | None = None
+    ) -> dict[str, Any]:
         labels = identity.labels()
         if self._run_group is not None:
             from airflow_elastic.render import render_jobset
 
             return render_jobset(
-                self._run_group,
+                group or self._run_group,
                 name=name,
                 namespace=namespace,
                 labels=labels,
@@ -208,44 +233,61 @@ class TrainingGroupOperator(BaseOperator):
         """Submit or adopt the group, then defer (or wait here in sync mode) until it ends."""
         self._prepare(context)
         hook = self.hook()
-        namespace = self.namespace or hook.get_namespace() or "default"
-        identity = ident.TaskIdentity.from_ti(context["ti"])
-        submission = ident.submit(
-            hook,
-            context["task_state_store"],
-            identity,
-            base=self._base_name,
-            namespace=namespace,
-            build=lambda name: self._manifest(name, namespace, identity),
-            log=self.log,
-        )
-        self._current = submission
-        context["ti"].xcom_push(key="jobset_name", value=submission.name)
-        context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
-        deadline = self._deadline(context)
-        startup_deadline = submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
-        if self.deferrable:
-            self._defer(hook, submission, deadline, startup_deadline)
+        store = context["task_state_store"]
+        history = attempts.History.load(store)
+        if not history.started:
+            history.started = time.time()
+            history.save(store)
+        return self._run_attempt(context, hook, self.namespace or hook.get_namespace() or "default")
+
+    def _run_attempt(self, context: Context, hook: JobSetHook, namespace: str) -> dict[str, Any]:
+        """Submit (or adopt) this attempt's group and wait; in sync mode, loop over resubmissions here."""
         from airflow_elastic.operators.waiting import wait_for_group
 
-        try:
-            event = wait_for_group(
+        while True:
+            history = attempts.History.load(context["task_state_store"])
+            identity = ident.TaskIdentity.from_ti(context["ti"])
+            submission = ident.submit(
                 hook,
-                submission.namespace,
-                submission.name,
-                uid=submission.uid,
-                poll_interval=self.poll_interval,
-                deadline=deadline,
-                startup_deadline=startup_deadline,
-                metrics_role=self.metrics_role or self._leader,
-                log_role=self.log_role or self._leader,
+                context["task_state_store"],
+                identity,
+                base=self._base_name,
+                namespace=namespace,
+                build=lambda name, i=identity, h=history: self._attempt_manifest(name, namespace, i, h),
                 log=self.log,
             )
-        except AirflowTaskTimeout:
-            # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
-            self._delete(hook, submission, "execution_timeout reached")
-            raise
-        return self._finish(context, hook, submission, event)
+            self._current = submission
+            context["ti"].xcom_push(key="jobset_name", value=submission.name)
+            context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
+            if self.deferrable:
+                self._defer(context, hook, submission, history)
+            try:
+                event = wait_for_group(
+                    hook,
+                    submission.namespace,
+                    submission.name,
+                    uid=submission.uid,
+                    poll_interval=self.poll_interval,
+                    deadline=self._wait_deadline(self._deadline(context), history, submission),
+                    startup_deadline=self._startup_deadline(submission),
+                    metrics_role=self.metrics_role or self._leader,
+                    log_role=self.log_role or self._leader,
+                    log=self.log,
+                    capture_evidence=True,
+                    max_preemptions=self._preemptions_left(history),
+                    suspend_timeout=self.suspend_timeout,
+                    transient_exit_codes=self._policy.transient_exit_codes,
+                )
+            except AirflowTaskTimeout:
+                # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
+                self._delete(hook, submission, "execution_timeout reached")
+                raise
+            result = self._settle(context, hook, submission, event)
+            if result is not None:
+                return result
+
+    def _startup_deadline(self, submission: ident.Submission) -> float | None:
+        return submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
 
     def _deadline(self, context: Context) -> float | None:
         """``execution_timeout`` as epoch seconds, anchored on the try's start (stable across deferrals)."""
@@ -256,10 +298,11 @@ class TrainingGroupOperator(BaseOperator):
         return started + self.execution_timeout.total_seconds()
 
     def _defer(
-        self, hook: JobSetHook, submission: ident.Submission, deadline: float | None, startup_deadline: float | None
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
     ) -> None:
         from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
+        deadline = self._wait_deadline(self._deadline(context), history, submission)
         timeout = None
         if deadline is not None:
             # Past the trigger's own deadline, so its "timeout" event (which deletes the group) comes first.
@@ -271,11 +314,15 @@ class TrainingGroupOperator(BaseOperator):
             uid=submission.uid,
             poll_interval=self.poll_interval,
             deadline=deadline,
-            startup_deadline=startup_deadline,
+            startup_deadline=self._startup_deadline(submission),
             metrics_role=self.metrics_role or self._leader,
             log_role=self.log_role or self._leader,
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
+            capture_evidence=True,
+            max_preemptions=self._preemptions_left(history),
+            suspend_timeout=self.suspend_timeout,
+            transient_exit_codes=list(self._policy.transient_exit_codes),
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
@@ -295,10 +342,11 @@ class TrainingGroupOperator(BaseOperator):
             if redefers < MAX_REDEFERS and self._still_running(hook, submission):
                 store.set(_REDEFER_KEY, redefers + 1)
                 self.log.warning("The trigger failed (%s); the group still runs, waiting again", verdict.message)
-                deadline = self._deadline(context)
-                startup = submission.submitted_at + self.startup_timeout if self.startup_timeout else None
-                self._defer(hook, submission, deadline, startup)
-        return self._finish(context, hook, submission, verdict)
+                self._defer(context, hook, submission, attempts.History.load(store))
+        result = self._settle(context, hook, submission, verdict)
+        if result is not None:
+            return result
+        return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)
 
     def _still_running(self, hook: JobSetHook, submission: ident.Submission) -> bool:
         from airflow_elastic.hooks.errors import KubernetesApiError
@@ -394,3 +442,7 @@ class TrainingGroupOperator(BaseOperator):
             self.log.info("Keeping JobSet %s/%s (on_kill_action='keep')", self._current.namespace, self._current.name)
             return
         self._delete(self.hook(), self._current, "the task was killed")
+
+
+def _seconds(value: float | datetime.timedelta | None) -> float | None:
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else value

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from airflow_elastic.evidence import Evidence, describe, node_names
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
 from airflow_elastic.state import (
@@ -84,6 +85,10 @@ def wait_for_group(
     metrics_role: str,
     log_role: str | None,
     log: Any,
+    capture_evidence: bool = False,
+    max_preemptions: int | None = None,
+    suspend_timeout: float | None = None,
+    transient_exit_codes: Iterable[int] = (),
 ) -> GroupEvent:
     """Poll JobSet ``namespace/name`` until it ends, a deadline passes, or it disappears.
 
@@ -94,12 +99,19 @@ def wait_for_group(
             with the cluster's diagnosis (unschedulable, image pulls, admission, ...).
         metrics_role: whose termination message holds the final metrics.
         log_role: whose log is copied into the task log (``None``: no logs).
+        capture_evidence, max_preemptions, suspend_timeout, transient_exit_codes: as for the trigger
+            (``TrainingGroupTrigger``): classify stopped pods poll by poll, stop at one free restart more than
+            ``max_preemptions`` (``preemption_budget_exhausted``), and give up on a suspension past
+            ``suspend_timeout``.
 
     Returns:
         The verdict, as the trigger would have yielded it.
     """
     follower = LogFollower(hook, namespace, log_role, log) if log_role else None
     started = False
+    evidence = Evidence()
+    suspended_since: float | None = None
+    codes = tuple(transient_exit_codes)
     while True:
         try:
             jobset: dict[str, Any] | None = hook.get_jobset(namespace, name)
@@ -108,13 +120,22 @@ def wait_for_group(
         if jobset is not None and uid and (jobset.get("metadata") or {}).get("uid") != uid:
             jobset = None  # replaced by another object of the same name
         status = group_status(jobset)
-        common = {"name": name, "namespace": namespace, "uid": uid, "phase": status.phase, "reason": status.reason}
+        common: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "phase": status.phase,
+            "reason": status.reason,
+        }
         counts = {"restarts": status.restarts, "restarts_counted": status.restarts_counted}
         if status.phase == "Missing":
             return GroupEvent("missing", message=f"JobSet {namespace}/{name} no longer exists", **common)
         pods = group_pods(hook, namespace, name)
         if follower is not None:
             follower.follow(pods)
+        if capture_evidence:
+            _capture(hook, evidence, pods, jobset, codes, log)
+            common.update(evidence=tuple(evidence.records), spot_share=evidence.spot_share)
         if status.terminal:
             failures = tuple(asdict(f) for f in pod_failures(pods)) if status.phase == "Failed" else ()
             return GroupEvent(
@@ -127,6 +148,16 @@ def wait_for_group(
             )
         started = started or status.phase in _STARTED_PHASES
         now = time.time()
+        if max_preemptions is not None and status.free_restarts > max_preemptions:
+            message = (
+                f"JobSet {namespace}/{name} was disrupted {status.free_restarts} time(s); the preemption budget "
+                f"allowed {max_preemptions} more"
+            )
+            return GroupEvent("preemption_budget_exhausted", message=message, **common, **counts)
+        suspended_since = (suspended_since or now) if status.phase == "Suspended" else None
+        if suspended_since is not None and suspend_timeout is not None and now - suspended_since >= suspend_timeout:
+            message = f"JobSet {namespace}/{name} stayed suspended for more than {suspend_timeout:.0f} s"
+            return GroupEvent("suspend_timeout", message=message, **common, **counts)
         if deadline is not None and now >= deadline:
             return GroupEvent("timeout", message="execution_timeout reached while the group ran", **common, **counts)
         if not started and startup_deadline is not None and now >= startup_deadline:
@@ -134,3 +165,26 @@ def wait_for_group(
             return GroupEvent("startup_timeout", message=diagnosis, **common, **counts)
         wakeups = [d - now for d in (deadline, None if started else startup_deadline) if d is not None]
         time.sleep(max(0.0, min([poll_interval, *wakeups])))
+
+
+def _capture(
+    hook: JobSetHookProtocol,
+    evidence: Evidence,
+    pods: list[dict[str, Any]],
+    jobset: Mapping[str, Any] | None,
+    codes: tuple[int, ...],
+    log: Any,
+) -> None:
+    """The sync twin of the trigger's evidence step: classify the pods that stopped since the last poll."""
+    stops = evidence.observe(pods)
+    if not stops:
+        return
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for node in node_names(stops):
+        try:
+            nodes[node] = hook.get_node(node)
+        except KubernetesApiError as error:  # unknown, not gone
+            log.warning("Could not read node %s: %s", node, error)
+    namespace = ((jobset or {}).get("metadata") or {}).get("namespace", "")
+    for record in evidence.record(stops, nodes, jobset=jobset, transient_exit_codes=codes):
+        log.info("JobSet %s: %s", namespace, describe(record))

@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_elastic.evidence import Evidence, describe, node_names
 from airflow_elastic.hooks.errors import (
     ApiUnreachable,
     Conflict,
@@ -81,6 +82,13 @@ class TrainingGroupTrigger(BaseTrigger):
         log_role: the role whose first pod's log is copied to the task log while waiting; ``None``: no logs.
         on_kill_action: ``"delete"`` (delete the JobSet, foreground, when a user kills the task) or ``"keep"``.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
+        capture_evidence: list the group's pods on every observation and classify each pod that stops (the
+            evidence is gone seconds after an in-cluster restart); the records are the event's ``evidence``.
+        max_preemptions: free (uncounted) restarts the group may still take; one more fires
+            ``preemption_budget_exhausted`` (the operator stops the group). ``None``: unbounded.
+        suspend_timeout: seconds the group may stay suspended (e.g. queued by Kueue) before
+            ``suspend_timeout`` fires; suspension is waiting, not failure. ``None``: wait forever.
+        transient_exit_codes: exit codes the classifier treats as transient.
     """
 
     def __init__(
@@ -97,6 +105,10 @@ class TrainingGroupTrigger(BaseTrigger):
         log_role: str | None = None,
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
+        capture_evidence: bool = False,
+        max_preemptions: int | None = None,
+        suspend_timeout: float | None = None,
+        transient_exit_codes: list[int] | None = None,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -112,6 +124,12 @@ class TrainingGroupTrigger(BaseTrigger):
         self.log_role = log_role
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
+        self.capture_evidence = capture_evidence
+        self.max_preemptions = max_preemptions
+        self.suspend_timeout = suspend_timeout
+        self.transient_exit_codes = list(transient_exit_codes or [])
+        self._evidence = Evidence()
+        self._suspended_since: float | None = None
         self._fired = False
         self._logs = _LogFollower(self)
 
@@ -131,6 +149,10 @@ class TrainingGroupTrigger(BaseTrigger):
                 "log_role": self.log_role,
                 "on_kill_action": self.on_kill_action,
                 "connection_extras": self.connection_extras,
+                "capture_evidence": self.capture_evidence,
+                "max_preemptions": self.max_preemptions,
+                "suspend_timeout": self.suspend_timeout,
+                "transient_exit_codes": self.transient_exit_codes,
             },
         )
 
@@ -200,10 +222,19 @@ class TrainingGroupTrigger(BaseTrigger):
             if jobset is None or not self._uid_matches(jobset):
                 return self._missing(jobset)
             status = group_status(jobset)
+            await self._capture(jobset)
             if status.terminal:
                 return await self._finished(jobset, status)
             if timed_out:
                 return timeout
+            if self.max_preemptions is not None and status.free_restarts > self.max_preemptions:
+                message = (
+                    f"JobSet {self.namespace}/{self.name} was disrupted {status.free_restarts} time(s); "
+                    f"the preemption budget allowed {self.max_preemptions} more"
+                )
+                return self._event("preemption_budget_exhausted", jobset=jobset, group=status, message=message)
+            if (suspended := self._suspended_too_long(status)) is not None:
+                return self._event("suspend_timeout", jobset=jobset, group=status, message=suspended)
             seen_running = seen_running or status.phase in ("Running", "Restarting") or status.restarts > 0
             if (
                 self.startup_deadline is not None
@@ -214,6 +245,40 @@ class TrainingGroupTrigger(BaseTrigger):
                 return await self._startup_timeout(jobset, status)
             if self.log_role:
                 await self._logs.follow(status.restarts)
+
+    # ------------------------------------------------------------------------------------------ evidence
+
+    async def _capture(self, jobset: Mapping[str, Any]) -> None:
+        """Follow the group's pods: classify the ones that stopped since the last observation, and log why."""
+        if not self.capture_evidence:
+            return
+        stops = self._evidence.observe(await self._group_pods())
+        if not stops:
+            return
+        nodes: dict[str, dict[str, Any] | None] = {}
+        for node in node_names(stops):
+            try:
+                nodes[node] = await self.hook.get_node(node)
+            except KubernetesApiError as exc:  # unknown, not gone: the classifier must not assume node loss
+                self.log.warning("could not read node %s: %s", node, exc)
+        for record in self._evidence.record(
+            stops, nodes, jobset=jobset, transient_exit_codes=self.transient_exit_codes
+        ):
+            self.log.info("JobSet %s/%s: %s", self.namespace, self.name, describe(record))
+
+    def _suspended_too_long(self, status: GroupStatus) -> str | None:
+        """The message when the group has been suspended longer than ``suspend_timeout``, else ``None``."""
+        if status.phase != "Suspended":
+            self._suspended_since = None
+            return None
+        now = time.time()
+        self._suspended_since = self._suspended_since or now
+        if self.suspend_timeout is None or now - self._suspended_since < self.suspend_timeout:
+            return None
+        return (
+            f"JobSet {self.namespace}/{self.name} stayed suspended ({status.reason or 'queued'}) for more than "
+            f"{self.suspend_timeout:.0f} s"
+        )
 
     # ------------------------------------------------------------------------------------------ verdicts
 
@@ -277,6 +342,8 @@ class TrainingGroupTrigger(BaseTrigger):
                 "restarts_counted": group.restarts_counted,
                 **fields,
             }
+        if self.capture_evidence:
+            fields = {"evidence": tuple(self._evidence.records), "spot_share": self._evidence.spot_share, **fields}
         return GroupEvent(status, self.name, self.namespace, uid=uid, **fields)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------------------------ pods and events

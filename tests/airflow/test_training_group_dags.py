@@ -10,7 +10,10 @@ from airflow_elastic.localcluster import LocalCluster
 from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import JOBSET_RESOURCE, jobsets, pods_of, xcom
 
-RESULT_KEYS = {"name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"}
+RESULT_KEYS = {
+    *("name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"),
+    *("attempts", "gpu_hours", "spot_share", "lost_steps", "lost_gpu_hours"),
+}
 
 
 def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8s_client):

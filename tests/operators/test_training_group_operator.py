@@ -95,7 +95,10 @@ def test_success_returns_the_result():
         restarts_counted=1,
         metrics={"loss": 0.1},
     )
-    assert result == {
+    attempts = result.pop("attempts")
+    assert {
+        k: v for k, v in result.items() if k not in ("gpu_hours", "spot_share", "lost_steps", "lost_gpu_hours")
+    } == {
         "name": trigger.name,
         "namespace": "ns",
         "uid": trigger.uid,
@@ -106,6 +109,10 @@ def test_success_returns_the_result():
         "checkpoint": "s3://bucket/tg",
         "metrics": {"loss": 0.1},
     }
+    assert [(a["uid"], a["outcome"], a["preemptions"], a["failures"]) for a in attempts] == [
+        (trigger.uid, "succeeded", 2, 1)
+    ]
+    assert (result["gpu_hours"], result["lost_steps"], result["lost_gpu_hours"]) == (0, None, None)
     assert ("delete", trigger.name) not in hook.calls  # kept: the TTL removes it
 
 

@@ -66,6 +66,10 @@ def test_serialize_round_trip():
         log_role="leader",
         on_kill_action="keep",
         connection_extras={"namespace": "ml"},
+        capture_evidence=True,
+        max_preemptions=2,
+        suspend_timeout=60.0,
+        transient_exit_codes=[42],
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_elastic.triggers.training_group.TrainingGroupTrigger"
@@ -81,6 +85,10 @@ def test_serialize_round_trip():
         "log_role": "leader",
         "on_kill_action": "keep",
         "connection_extras": {"namespace": "ml"},
+        "capture_evidence": True,
+        "max_preemptions": 2,
+        "suspend_timeout": 60.0,
+        "transient_exit_codes": [42],
     }
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)

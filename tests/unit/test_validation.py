@@ -139,6 +139,30 @@ CASES = {
     "negative-failures": Bad(
         "budgets", lambda: group(failure=FailurePolicy(max_failures=-1)), "failure.max_failures", ">= 0"
     ),
+    "transient-code-out-of-range": Bad(
+        "transient-exit-codes",
+        lambda: group(failure=FailurePolicy(transient_exit_codes=[0, 42])),
+        "failure.transient_exit_codes[0]",
+        "1..255",
+    ),
+    "transient-codes-not-a-list": Bad(
+        "transient-exit-codes",
+        lambda: group(failure=FailurePolicy(transient_exit_codes=42)),
+        "failure.transient_exit_codes",
+        "list of exit codes",
+    ),
+    "fallback-zero": Bad(
+        "on-demand-fallback",
+        lambda: group(failure=FailurePolicy(fallback_to_on_demand_after=0)),
+        "failure.fallback_to_on_demand_after",
+        ">= 1",
+    ),
+    "fallback-without-spot": Bad(
+        "on-demand-fallback",
+        lambda: group(failure=FailurePolicy(fallback_to_on_demand_after=2)),
+        "failure.fallback_to_on_demand_after",
+        "no placement",
+    ),
     "unknown-platform": Bad(
         "spot-platform",
         lambda: group(roles=place(spot=True, spot_platform="gcp")),

@@ -1,0 +1,182 @@
+"""Evidence of why a group's pods stopped, captured attempt by attempt before it disappears (pure).
+
+In-cluster restarts delete a JobSet's Jobs and pods within seconds, and a raw delete (Karpenter past its
+deadline, a vanished node) leaves no pod at all to inspect at the end. So whoever waits on a group — the trigger
+in deferrable mode, :func:`~airflow_elastic.operators.waiting.wait_for_group` in sync mode — feeds every pod list it
+sees to one :class:`Evidence`. It keeps the last copy of each pod, notices the pods that stopped since the previous
+list (phase ``Failed``, or gone while not succeeded), and the waiter classifies those with
+:func:`airflow_elastic.classify.classify`, fetching only their nodes. Both waiters call the same two steps::
+
+    stops = evidence.observe(pods)                      # pure
+    nodes = {n: get_node(n) for n in node_names(stops)}  # the only I/O (sync or async)
+    evidence.record(stops, nodes, jobset=..., transient_exit_codes=...)   # pure
+
+The records are small JSON dicts (one per stopped pod), part of the trigger's event; :func:`attempt_causes`
+reduces them to one cause per restart attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_elastic.classify import SPOT_LABELS, Cause, classify
+from airflow_elastic.state import RESTART_LABEL, ROLE_LABEL
+
+Obj = Mapping[str, Any]
+#: Records kept at most (a looping disruption must not grow the trigger event without bound).
+MAX_RECORDS = 50
+#: Causes that say nothing specific: a pod stopped as collateral of a group restart looks like this.
+VAGUE_CAUSES = frozenset({Cause.UNKNOWN.value})
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A pod that stopped since the previous observation: its last copy, and whether it no longer exists."""
+
+    pod: Obj
+    gone: bool
+
+    @property
+    def node(self) -> str:
+        return str((self.pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _uid(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")
+
+
+def _phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _is_spot(pod: Obj) -> bool:
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return any((k, v) in SPOT_LABELS for k, v in selector.items())
+
+
+def reported_step(pod: Obj) -> int | None:
+    """The ``step`` the pod last reported in its termination message (``runtime.report``), if any."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = container.get("state") or {}
+        message = ((state.get("terminated") or {}).get("message") or "").strip()
+        try:
+            value = json.loads(message) if message else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("step"), int):
+            return int(value["step"])
+    return None
+
+
+@dataclass
+class Evidence:
+    """What one waiter saw of one JobSet's pods. Only :meth:`observe` and :meth:`record` change it."""
+
+    last: dict[str, Obj] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    #: Running pods summed over observations, and how many of them ran on spot capacity (by node selector).
+    running_samples: int = 0
+    spot_samples: int = 0
+
+    def observe(self, pods: Iterable[Obj]) -> list[Stop]:
+        """Take a new pod list; return the pods that stopped since the previous one (each once)."""
+        current = {_uid(p): p for p in pods}
+        stops = [
+            Stop(pod, gone=bool((pod.get("metadata") or {}).get("deletionTimestamp")))
+            for uid, pod in current.items()
+            if uid not in self.done and _phase(pod) == "Failed"
+        ]
+        stops += [
+            Stop(pod, gone=True)
+            for uid, pod in self.last.items()
+            if uid not in current and uid not in self.done and _phase(pod) != "Succeeded"
+        ]
+        running = [p for p in current.values() if _phase(p) == "Running"]
+        self.running_samples += len(running)
+        self.spot_samples += sum(1 for p in running if _is_spot(p))
+        self.last = current
+        return stops
+
+    def record(
+        self,
+        stops: Iterable[Stop],
+        nodes: Mapping[str, Obj | None],
+        *,
+        jobset: Obj | None = None,
+        transient_exit_codes: Iterable[int] = (),
+    ) -> list[dict[str, Any]]:
+        """Classify ``stops`` and keep the records.
+
+        ``nodes``: node name -> its object, or ``None`` once it no longer exists; a node left out could not be
+        read and is not taken as gone."""
+        codes = tuple(transient_exit_codes)
+        new = []
+        for stop in stops:
+            meta = stop.pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            # A node missing from ``nodes`` could not be read: unknown, so not assumed gone.
+            verdict = classify(
+                stop.pod,
+                nodes.get(stop.node),
+                jobset=jobset,
+                transient_exit_codes=codes,
+                pod_gone=stop.gone,
+                node_gone=None if stop.node in nodes else False,
+            )
+            new.append(
+                {
+                    "attempt": int(labels.get(RESTART_LABEL, "0") or 0),
+                    "pod": meta.get("name", ""),
+                    "role": labels.get(ROLE_LABEL, ""),
+                    "node": stop.node,
+                    "cause": verdict.cause.value,
+                    "budget": verdict.budget.value,
+                    "rule": verdict.rule,
+                    "evidence": list(verdict.evidence),
+                    "step": reported_step(stop.pod),
+                }
+            )
+            self.done.add(_uid(stop.pod))
+        self.records = (self.records + new)[-MAX_RECORDS:]
+        return new
+
+    @property
+    def spot_share(self) -> float | None:
+        """Fraction of sampled running pod-time on spot capacity (``None`` before any pod ran)."""
+        return self.spot_samples / self.running_samples if self.running_samples else None
+
+
+def node_names(stops: Iterable[Stop]) -> set[str]:
+    """The nodes whose objects :meth:`Evidence.record` needs."""
+    return {stop.node for stop in stops if stop.node}
+
+
+def decisive(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The record that explains a set of stops: the first with a specific cause (a collateral kill of a group
+    restart is ``unknown``), else the first one; ``None`` for no records."""
+    records = list(records)
+    specific = [r for r in records if r.get("cause") not in VAGUE_CAUSES]
+    return (specific or records or [None])[0]
+
+
+def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    """Restart attempt -> the decisive record of the pods that stopped in it."""
+    by_attempt: dict[int, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_attempt.setdefault(int(record.get("attempt", 0)), []).append(record)
+    return {attempt: decisive(found) for attempt, found in sorted(by_attempt.items())}  # type: ignore[misc]
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """One line for the task log."""
+    step = f", last reported step {record['step']}" if record.get("step") is not None else ""
+    return (
+        f"attempt {record.get('attempt', 0)}: pod {record.get('pod')} (role {record.get('role')}, node "
+        f"{record.get('node') or '-'}) {record.get('cause')} [{record.get('rule')}; {record.get('budget')} budget]"
+        f"{step}: {'; '.join(record.get('evidence') or [])}"
+    )

@@ -1,0 +1,233 @@
+"""The operator's second preemption layer: judge each ended attempt, resubmit preempted groups from the latest
+complete checkpoint, and enforce the budgets and guardrails (mixed into ``TrainingGroupOperator``).
+
+Where the decisions come from: the waiter (trigger or sync poll) captures evidence pod by pod while the group runs
+(:mod:`airflow_elastic.evidence`); :func:`~airflow_elastic.operators.attempts.decide` turns the final event plus
+the attempt history in ``task_state_store`` into resubmit / fail / budget exhausted.
+
+**Resubmission re-defers from ``execute_complete``** (sync mode loops in ``execute``) instead of raising
+``AirflowRescheduleException``: both keep ``try_number``, and under ``airflow dags test`` (3.3.2) both work, but a
+re-defer needs no scheduler round trip and no worker slot while the next group starts, and the reschedule path
+would clear ``next_method`` and restart at ``execute()`` anyway. Everything needed to continue — the identity
+(epoch) and the attempts — is in ``task_state_store``, because ``airflow dags test`` resumes with only ``event``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_elastic import checkpoints
+from airflow_elastic.evidence import describe
+from airflow_elastic.operators import attempts
+from airflow_elastic.operators import identity as ident
+from airflow_elastic.spec import FailurePolicy, TrainingGroup
+from airflow_elastic.state import GroupEvent
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+ON_DEMAND_HINT = (
+    "the capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
+    "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions"
+)
+
+
+class AttemptsMixin:
+    """Attempt bookkeeping for ``TrainingGroupOperator`` (expects its attributes: ``_run_group``,
+    ``_run_manifest``, ``guards``, ``checkpoint_seconds``, the callbacks, ``_manifest``, ``_finish``, ``_delete``)."""
+
+    _run_group: TrainingGroup | None
+    _run_manifest: dict[str, Any] | None
+    guards: attempts.Guards
+    checkpoint_seconds: float | None
+    on_preemption: Callable[[Any, dict[str, Any]], Any] | None
+    on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None
+    log: Any
+    _manifest: Callable[..., dict[str, Any]]
+    _finish: Callable[..., dict[str, Any]]
+    _delete: Callable[..., None]
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    @property
+    def _policy(self) -> FailurePolicy:
+        return self._run_group.failure if self._run_group is not None else FailurePolicy()
+
+    @property
+    def _gpus(self) -> int:
+        """GPUs the whole group requests (for ``max_gpu_hours`` and the GPU-hours reported)."""
+        if self._run_group is not None:
+            return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self._run_group.roles)
+        return attempts.gpu_count(self._run_manifest or {})
+
+    def _preemptions_left(self, history: attempts.History) -> int:
+        return attempts.remaining(self._policy.max_preemptions, history.preemptions)
+
+    def _latest_checkpoint(self) -> checkpoints.Checkpoint | None:
+        """The group's newest complete checkpoint (readable from the worker: local paths, or fsspec)."""
+        if self._run_group is None or self._run_group.checkpoint is None:
+            return None
+        uri = self._run_group.checkpoint.uri
+        try:
+            return checkpoints.latest_complete(None, uri)
+        except (ImportError, OSError, ValueError) as error:
+            self.log.warning("Could not look for checkpoints under %s: %s", uri, error)
+            return None
+
+    def _attempt_manifest(
+        self, name: str, namespace: str, identity: ident.TaskIdentity, history: attempts.History
+    ) -> dict[str, Any]:
+        """This attempt's JobSet: ``maxRestarts`` = what is left of ``max_failures``, on-demand after
+        ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete checkpoint for
+        every attempt after the first (resubmissions and Airflow retries)."""
+        policy = self._policy
+        left = attempts.remaining(policy.max_failures, history.failures)
+        group = self._run_group
+        if group is not None:
+            group = attempts.with_max_failures(group, left)
+            after = policy.fallback_to_on_demand_after
+            if after is not None and history.preemptions >= after:
+                self.log.warning("%d preemption(s) so far: this group runs on on-demand capacity", history.preemptions)
+                group = attempts.on_demand(group)
+        manifest = self._manifest(name, namespace, identity, group=group)
+        resume = self._latest_checkpoint() if history.attempts or identity.try_number > 1 else None
+        if resume is not None:
+            self.log.info("JobSet %s resumes from checkpoint step %d (%s)", name, resume.step, resume.path)
+        return attempts.adjust_manifest(manifest, resume_from=resume.path if resume else None, max_restarts=left)
+
+    def _wait_deadline(
+        self, execution_deadline: float | None, history: attempts.History, submission: ident.Submission
+    ) -> float | None:
+        """The earlier of ``execution_timeout`` and the guardrails' deadline for this attempt."""
+        guard, _ = self.guards.deadline(history, now=submission.submitted_at or time.time(), gpus=self._gpus)
+        found = [d for d in (execution_deadline, guard) if d is not None]
+        return min(found) if found else None
+
+    # ------------------------------------------------------------------------------------------ verdicts
+
+    def _settle(
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
+    ) -> dict[str, Any] | None:
+        """Finish the task with ``event`` (return the result or raise), or prepare a resubmission (``None``)."""
+        store = context["task_state_store"]
+        history = attempts.History.load(store)
+        started = submission.submitted_at or history.started
+        if event.status == "suspend_timeout":
+            self._delete(hook, submission, "it stayed suspended too long")
+            raise AirflowFailException(f"{event.message}; the group was deleted (suspend_timeout)")
+        if event.status == "timeout":
+            decision = attempts.decide(event, history, max_preemptions=0, started=started, gpus=self._gpus)
+            history.add({**decision.attempt, "outcome": "stopped"})
+            guard = self._guard_spent(history)
+            if guard:
+                history.save(store)
+                self._exhausted(context, hook, submission, history, f"{guard} reached")
+            return self._finish(context, hook, submission, event)
+        if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted"):
+            return self._finish(context, hook, submission, event)
+        policy = self._policy
+        decision = attempts.decide(
+            event, history, max_preemptions=policy.max_preemptions, started=started, gpus=self._gpus
+        )
+        if decision.cause is not None:
+            self.log.info("JobSet %s ended because of %s", submission.name, describe(decision.cause))
+        if decision.outcome == "resubmit":
+            resume = self._latest_checkpoint()
+            decision.attempt.update(attempts.lost_work(decision.attempt, resume, gpus=self._gpus))
+        history.add(decision.attempt)
+        history.save(store)
+        if decision.attempt["preemptions"] and self.on_preemption is not None:
+            self.on_preemption(context, decision.attempt)
+        if decision.outcome == "resubmit":
+            if guard := self._guard_spent(history):
+                self._exhausted(context, hook, submission, history, f"{guard} reached")
+            ident.advance(store, submission)
+            self.log.warning(
+                "JobSet %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
+                "latest checkpoint (same Airflow try)",
+                submission.namespace,
+                submission.name,
+                decision.attempt["cause"],
+                history.preemptions,
+                policy.max_preemptions,
+            )
+            return None
+        if decision.outcome == "preemption_budget_exhausted":
+            self._exhausted(
+                context,
+                hook,
+                submission,
+                history,
+                f"preemption budget exhausted: {history.preemptions} preemption(s), max_preemptions="
+                f"{policy.max_preemptions}",
+            )
+        self._advise(history)
+        try:
+            result = self._finish(context, hook, submission, event)
+        finally:
+            self._log_attempts(history)
+        return {**result, **attempts.summary(history), "attempts": history.attempts}
+
+    def _guard_spent(self, history: attempts.History) -> str:
+        """The guardrail that is spent across all attempts so far (empty: none)."""
+        guards = self.guards
+        if guards.max_wall_clock is not None and time.time() - history.started >= guards.max_wall_clock:
+            return f"max_wall_clock ({guards.max_wall_clock:.0f} s)"
+        if guards.max_gpu_hours is not None and history.gpu_hours >= guards.max_gpu_hours:
+            return f"max_gpu_hours ({guards.max_gpu_hours:g}; used {history.gpu_hours:.4f})"
+        return ""
+
+    def _exhausted(
+        self,
+        context: Context,
+        hook: JobSetHook,
+        submission: ident.Submission,
+        history: attempts.History,
+        why: str,
+    ) -> None:
+        """Stop the group and fail the task (no Airflow retry: the budgets span retries)."""
+        self._delete(hook, submission, why)
+        self._log_attempts(history)
+        self._advise(history)
+        info = {"reason": why, "name": submission.name, "namespace": submission.namespace}
+        info |= {**attempts.summary(history), "attempts": history.attempts}
+        if self.on_budget_exhausted is not None:
+            self.on_budget_exhausted(context, info)
+        raise AirflowFailException(
+            f"JobSet {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. "
+            f"{ON_DEMAND_HINT[0].upper()}{ON_DEMAND_HINT[1:]}."
+        )
+
+    # ------------------------------------------------------------------------------------------ reporting
+
+    def _log_attempts(self, history: attempts.History) -> None:
+        for i, attempt in enumerate(history.attempts):
+            self.log.info(
+                "attempt %d: JobSet %s (uid %s) %s, cause %s, %d preemption(s), %d failure(s), in-cluster restart "
+                "causes %s",
+                i + 1,
+                attempt.get("name"),
+                attempt.get("uid"),
+                attempt.get("outcome"),
+                attempt.get("cause"),
+                attempt.get("preemptions", 0),
+                attempt.get("failures", 0),
+                attempt.get("restart_causes") or {},
+            )
+
+    def _advise(self, history: attempts.History) -> None:
+        """Log the Young/Daly checkpoint-interval advice from this task's own preemption history."""
+        latest = self._latest_checkpoint() if history.preemptions else None
+        advice = attempts.checkpoint_advice(
+            history,
+            checkpoint_seconds=self.checkpoint_seconds,
+            marker=latest.marker if latest else None,
+            now=time.time(),
+        )
+        self.log.info("Checkpoint interval: %s", advice)

@@ -1,0 +1,117 @@
+"""The operator's preemption layer under ``airflow dags test`` against the local cluster
+(``dags/preemption_dags.py``): absorbed in-cluster reclaims, resubmission from the latest checkpoint after a
+disruption Kubernetes does not label, budget exhaustion, and a genuine failure past ``max_failures``.
+
+``airflow dags test`` runs the four tasks one after another; while it runs, the test watches each task's checkpoint
+directory and disrupts the worker's node once that task's checkpoints reach step 2 (an observed step, not a timer).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from airflow_elastic import checkpoints
+from airflow_elastic.localcluster import LocalCluster
+from tests.airflow.airflow_env import dags_test, tail, task_states
+from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
+
+DAG_ID = "training_group_preemption"
+#: task -> (checkpoint directory name, preemption style and options)
+DISRUPTIONS = {
+    "reclaim": ("pe-reclaim", {"style": "gke", "grace_seconds": 1, "delete_after": 1, "replace_after": 0.5}),
+    "raw_delete": ("pe-raw", {"style": "karpenter", "deadline_seconds": 0.5, "replace_after": 0.5}),
+    "exhausted": ("pe-exhaust", {"style": "gke", "grace_seconds": 1, "delete_after": 1, "replace_after": 0.5}),
+}
+
+
+def _try_number(db: Path, task_id: str) -> int:
+    import sqlite3
+
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (value,) = connection.execute(
+            "SELECT try_number FROM task_instance WHERE dag_id = ? AND task_id = ?", (DAG_ID, task_id)
+        ).fetchone()
+    finally:
+        connection.close()
+    return int(value)
+
+
+def _disrupt_at_step(
+    cluster: LocalCluster, k8s_client, namespace: str, base: Path, done: threading.Event, log: list[str]
+) -> None:
+    """Reclaim the worker's node of each task once, when its checkpoints reach step 2."""
+    pending = dict(DISRUPTIONS)
+    while pending and not done.is_set():
+        for task_id, (name, options) in list(pending.items()):
+            latest = checkpoints.latest_complete(None, str(base / name))
+            if latest is None or latest.step < 2:
+                continue
+            found = [js for js in jobsets(k8s_client, namespace) if js.startswith(f"{name}-")]
+            workers = [
+                p
+                for js in found
+                for p in pods_of(k8s_client, namespace, js)
+                if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
+                and p.status.phase == "Running"
+            ]
+            if not workers:
+                continue
+            node = workers[0].spec.node_name
+            cluster.preempt_node(node, **options)
+            log.append(f"{task_id}: {options['style']} reclaim of {node} at step {latest.step}")
+            del pending[task_id]
+        time.sleep(0.2)
+
+
+def test_preemption_budget_and_resubmission(
+    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+):
+    base = tmp_path / "ckpt"
+    done, injected = threading.Event(), []
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(dags_test, DAG_ID, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+        try:
+            _disrupt_at_step(local_cluster, k8s_client, namespace, base, done, injected)
+        finally:
+            result = run.result()
+            done.set()
+    out = result.stdout
+    states = task_states(airflow_db, DAG_ID)
+    assert states == {"reclaim": "success", "raw_delete": "success", "exhausted": "failed", "diverges": "failed"}, (
+        injected,
+        tail(out, 200),
+    )
+    assert len(injected) == 3, injected
+
+    # (1) A GKE-style reclaim is absorbed in the cluster: one free restart, no resubmission, same try.
+    reclaim = xcom(airflow_db, DAG_ID, "reclaim")
+    assert (reclaim["restarts"], reclaim["failures"], reclaim["preemptions"]) == (1, 0, 1), reclaim
+    [attempt] = reclaim["attempts"]
+    assert attempt["restart_causes"] == {"0": "spot_reclaim"}, attempt
+    assert _try_number(airflow_db, "reclaim") == 1
+
+    # (2) A raw delete nobody labels fails the JobSet; the operator resubmits from the latest checkpoint.
+    raw = xcom(airflow_db, DAG_ID, "raw_delete")
+    first, second = raw["attempts"]
+    assert first["outcome"] == "resubmit" and first["cause"] == "spot_reclaim", first
+    assert second["outcome"] == "succeeded" and first["uid"] != second["uid"] == raw["uid"]
+    assert raw["metrics"]["resumed_from"] > 0 and raw["metrics"]["resume_env"], raw["metrics"]
+    assert raw["preemptions"] == 1, raw
+    # Lost work is reported only where a stopped pod's last report was read (a raw delete may leave none).
+    assert raw["lost_steps"] is None or raw["lost_steps"] >= 0, first
+    assert _try_number(airflow_db, "raw_delete") == 1
+    assert "resubmitting a fresh group from the latest checkpoint" in out
+
+    # (3) max_preemptions=0: the first reclaim stops the group and fails the task with the budget message.
+    name = xcom(airflow_db, DAG_ID, "exhausted", "jobset_name")
+    assert "preemption budget exhausted" in out and "on-demand capacity" in out, tail(out)
+    left = jobsets(k8s_client, namespace)
+    assert name not in left or left[name]["metadata"].get("deletionTimestamp"), name
+
+    # (4) A genuine failure beyond max_failures fails the task (an Airflow retry would apply).
+    diverged = xcom(airflow_db, DAG_ID, "diverges", "jobset_name")
+    assert f"JobSet {namespace}/{diverged} failed" in out and "user_error" in out, tail(out)
