@@ -19,6 +19,8 @@ hook has no byte offset), which the kubelet serves from a file.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
@@ -176,6 +178,10 @@ class TrainingGroupTrigger(BaseTrigger):
         yield TriggerEvent(event.to_payload())
 
     async def _wait(self) -> GroupEvent:
+        if "hook" not in self.__dict__:
+            # The first hook in a triggerer process imports the Kubernetes client stack (~1 s); do that in a
+            # thread so the triggerer's event loop, shared with every other trigger, is not blocked.
+            await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
         selector: str | None = MANAGED_SELECTOR
         while True:
             async with JobSetObserver.subscribe(

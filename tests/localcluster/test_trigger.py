@@ -107,7 +107,10 @@ def test_many_concurrent_triggers_make_one_list_per_poll(hook, connection, names
 
     async def scenario() -> list[dict[str, Any]]:
         tasks = [asyncio.create_task(first_event(trigger(connection, namespace, n, uids[n]))) for n in names]
-        await asyncio.sleep(0)
+        for _ in range(1000):  # the first trigger imports the client stack in a thread before subscribing
+            if JobSetObserver.registry:
+                break
+            await asyncio.sleep(0.01)
         (observer,) = JobSetObserver.registry.values()
         results = await asyncio.gather(*tasks)
         polls.append(observer.polls)
