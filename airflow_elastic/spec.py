@@ -159,11 +159,16 @@ class Checkpointing:
 @dataclass(frozen=True)
 class Elastic:
     """An elastic role: it may run with between ``min_replicas`` and ``max_replicas`` pods (``max_replicas`` at
-    most the role's ``replicas``). ``role`` may be omitted when the group has a single role."""
+    most the role's ``replicas``). ``role`` may be omitted when the group has a single role.
+
+    ``below_min_timeout``: seconds the role may have fewer than ``min_replicas`` Ready pods (e.g. replacements
+    Pending for lack of spot capacity) before the operator restarts the group from its latest checkpoint, charged
+    to ``max_preemptions`` (not ``max_failures``)."""
 
     min_replicas: int
     max_replicas: int
     role: str | None = None
+    below_min_timeout: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,68 @@ def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
     return None
 
 
+def _ready(pod: Obj) -> bool:
+    """Running, Ready and not terminating (what elastic host discovery counts)."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return (
+        not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and status.get("phase") == "Running"
+        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    )
+
+
+def elastic_ready(pods: Iterable[Obj], role: str, attempt: int) -> int:
+    """Ready, non-terminating pods of ``role`` in restart attempt ``attempt`` (older attempts' pods linger)."""
+    return sum(
+        1
+        for pod in pods
+        if _labels(pod).get(ROLE_LABEL) == role
+        and int(_labels(pod).get(RESTART_LABEL, "0") or 0) == attempt
+        and _ready(pod)
+    )
+
+
+@dataclass
+class BelowMin:
+    """Watches an elastic role's Ready pods poll by poll; says when it stayed below ``min_replicas`` too long.
+
+    The trigger and the sync waiter each keep one and call :meth:`observe` with every pod list they take (pure: the
+    clock is an argument). The watch is *armed* per restart attempt once the role has reached ``min_replicas``
+    Ready pods: a group still starting is the startup timeout's business, and an in-cluster restart (a new
+    attempt) starts over. The clock runs while the group is ``Running`` or ``Pending`` (a lost pod makes the
+    JobSet look ``Pending``) and stops in every other phase (restarting, suspended, finished).
+    """
+
+    role: str
+    min_replicas: int
+    timeout: float
+    attempt: int = -1
+    armed: bool = False
+    since: float | None = None
+
+    def observe(self, pods: Iterable[Obj], status: GroupStatus, now: float) -> str | None:
+        """The message when the role has been below ``min_replicas`` for ``timeout`` seconds, else ``None``."""
+        if status.restarts != self.attempt:
+            self.attempt, self.armed, self.since = status.restarts, False, None
+        if status.phase not in ("Running", "Pending"):
+            self.since = None
+            return None
+        ready = elastic_ready(pods, self.role, self.attempt)
+        if ready >= self.min_replicas:
+            self.armed, self.since = True, None
+            return None
+        if not self.armed:
+            return None
+        self.since = self.since if self.since is not None else now
+        if now - self.since < self.timeout:
+            return None
+        return (
+            f"elastic role {self.role!r} had {ready} Ready pod(s), below min_replicas={self.min_replicas}, for "
+            f"{now - self.since:.0f} s (below_min_timeout={self.timeout:g} s) in restart attempt {self.attempt}"
+        )
+
+
 @dataclass(frozen=True)
 class GroupEvent:
     """The one event a trigger yields: primitives only, serialised in one place (:meth:`to_payload`)."""
@@ -206,6 +268,7 @@ class GroupEvent:
         "startup_timeout",
         "suspend_timeout",
         "preemption_budget_exhausted",
+        "elastic_below_min",
         "error",
     ]
     name: str

@@ -542,6 +542,16 @@ def _elastic(group: TrainingGroup) -> Iterator[Problem]:
         )
 
 
+@rule("elastic-timeout")
+def _elastic_timeout(group: TrainingGroup) -> Iterator[Problem]:
+    elastic = group.elastic
+    if elastic is None:
+        return
+    value = elastic.below_min_timeout
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        yield "elastic.below_min_timeout", f"must be a positive number of seconds, got {value!r}"
+
+
 @rule("env")
 def _env(group: TrainingGroup) -> Iterator[Problem]:
     for path, env in _group_and_roles(group, "env"):

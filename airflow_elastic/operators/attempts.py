@@ -10,7 +10,9 @@ Budget arithmetic, over every attempt recorded in ``task_state_store`` (retries 
 * preemptions used = Σ (free restarts of the attempt, + 1 when the attempt itself ended in a preemption);
 * failures used = Σ counted restarts; the next JobSet's ``maxRestarts`` is ``max_failures - failures used``;
 * while an attempt runs, the waiter may let it take ``max_preemptions - preemptions used`` free restarts; one more
-  ends it with ``preemption_budget_exhausted``.
+  ends it with ``preemption_budget_exhausted``;
+* an elastic role below ``min_replicas`` past ``below_min_timeout`` ends the attempt (``elastic_below_min``): the
+  operator deletes the group and resubmits it, one preemption, like a disruption the cluster did not label.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from airflow_elastic.state import GroupEvent
 
 #: ``task_state_store`` key of the attempt history.
 STATE_KEY = "training_group_attempts"
+#: The cause recorded for an attempt stopped because its elastic role stayed below ``min_replicas``.
+ELASTIC_BELOW_MIN = "elastic_below_min"
 GPU_RESOURCES = frozenset(vendor.resource for vendor in platforms.GPU_VENDORS.values())
 TRAINER = "trainer"
 
@@ -83,16 +87,27 @@ class Decision:
 
 
 def decide(event: GroupEvent, history: History, *, max_preemptions: int, started: float, gpus: int) -> Decision:
-    """Judge an attempt that ended with ``event`` (``succeeded``, ``failed``, ``missing`` or
-    ``preemption_budget_exhausted``), given the attempts before it.
+    """Judge an attempt that ended with ``event`` (``succeeded``, ``failed``, ``missing``,
+    ``preemption_budget_exhausted`` or ``elastic_below_min``), given the attempts before it.
 
     A ``Failed``/vanished group is resubmitted when the decisive evidence of its last restart attempt is charged
     to the preemption budget and that budget has room for one more; otherwise it fails (a preemption past the
-    budget: ``preemption_budget_exhausted``).
+    budget: ``preemption_budget_exhausted``). An elastic role below ``min_replicas`` past its timeout
+    (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`.
     """
     free = max(event.restarts - event.restarts_counted, 0)
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
     cause = decisive(last) if event.status in ("failed", "missing") else None
+    if event.status == "elastic_below_min":  # the waiter stopped waiting: a preemption nobody labelled
+        cause = {
+            "attempt": event.restarts,
+            "pod": "-",
+            "role": "-",
+            "cause": ELASTIC_BELOW_MIN,
+            "budget": "preemption",
+            "rule": "below_min_timeout",
+            "evidence": [event.message],
+        }
     preempted = cause is not None and cause.get("budget") == "preemption"
     outcome: Outcome
     if event.status == "succeeded":
@@ -105,7 +120,9 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     else:
         outcome = "failed"
     ended = time.time()
-    restarts = {str(k): v.get("cause") for k, v in attempt_causes(event.evidence).items()}
+    # Only attempts that were restarted: pods stopped in the last attempt (e.g. workers the success policy stops
+    # once the leader finished) explain how the group ended, not a restart.
+    restarts = {str(k): v.get("cause") for k, v in attempt_causes(event.evidence).items() if int(k) < event.restarts}
     steps = [r["step"] for r in last if r.get("step") is not None]
     if isinstance((event.metrics or {}).get("step"), int):  # the metrics role's last report, when it was read
         steps.append(int(event.metrics["step"]))  # type: ignore[index]

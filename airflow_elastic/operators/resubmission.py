@@ -3,7 +3,9 @@ complete checkpoint, and enforce the budgets and guardrails (mixed into ``Traini
 
 Where the decisions come from: the waiter (trigger or sync poll) captures evidence pod by pod while the group runs
 (:mod:`airflow_elastic.evidence`); :func:`~airflow_elastic.operators.attempts.decide` turns the final event plus
-the attempt history in ``task_state_store`` into resubmit / fail / budget exhausted.
+the attempt history in ``task_state_store`` into resubmit / fail / budget exhausted. A group whose elastic role
+stayed below ``min_replicas`` past ``Elastic.below_min_timeout`` (event ``elastic_below_min``) is still running:
+it is deleted, then resubmitted like any preemption (charged to ``max_preemptions``).
 
 **Resubmission re-defers from ``execute_complete``** (sync mode loops in ``execute``) instead of raising
 ``AirflowRescheduleException``: both keep ``try_number``, and under ``airflow dags test`` (3.3.2) both work, but a
@@ -65,6 +67,20 @@ class AttemptsMixin:
         if self._run_group is not None:
             return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self._run_group.roles)
         return attempts.gpu_count(self._run_manifest or {})
+
+    @property
+    def _elastic_watch(self) -> dict[str, Any]:
+        """The waiter's keyword arguments for the below-``min_replicas`` watch (none without an elastic role)."""
+        group = self._run_group
+        if group is None or group.elastic is None:
+            return {}
+        from airflow_elastic.render.elastic import elastic_role
+
+        return {
+            "elastic_role": elastic_role(group),
+            "elastic_min_replicas": group.elastic.min_replicas,
+            "below_min_timeout": float(group.elastic.below_min_timeout),
+        }
 
     def _preemptions_left(self, history: attempts.History) -> int:
         return attempts.remaining(self._policy.max_preemptions, history.preemptions)
@@ -129,7 +145,7 @@ class AttemptsMixin:
                 history.save(store)
                 self._exhausted(context, hook, submission, history, f"{guard} reached")
             return self._finish(context, hook, submission, event)
-        if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted"):
+        if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min"):
             return self._finish(context, hook, submission, event)
         policy = self._policy
         decision = attempts.decide(
@@ -147,6 +163,8 @@ class AttemptsMixin:
         if decision.outcome == "resubmit":
             if guard := self._guard_spent(history):
                 self._exhausted(context, hook, submission, history, f"{guard} reached")
+            if event.status == "elastic_below_min":  # still running, short-handed: make room for the next group
+                self._delete(hook, submission, event.message)
             ident.advance(store, submission)
             self.log.warning(
                 "JobSet %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "

@@ -277,6 +277,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                     max_preemptions=self._preemptions_left(history),
                     suspend_timeout=self.suspend_timeout,
                     transient_exit_codes=self._policy.transient_exit_codes,
+                    **self._elastic_watch,
                 )
             except AirflowTaskTimeout:
                 # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
@@ -323,6 +324,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             max_preemptions=self._preemptions_left(history),
             suspend_timeout=self.suspend_timeout,
             transient_exit_codes=list(self._policy.transient_exit_codes),
+            **self._elastic_watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

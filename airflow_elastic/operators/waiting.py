@@ -19,6 +19,7 @@ from airflow_elastic.state import (
     JOBSET_NAME_LABEL,
     RESTART_LABEL,
     ROLE_LABEL,
+    BelowMin,
     GroupEvent,
     group_status,
     pending_diagnosis,
@@ -89,6 +90,9 @@ def wait_for_group(
     max_preemptions: int | None = None,
     suspend_timeout: float | None = None,
     transient_exit_codes: Iterable[int] = (),
+    elastic_role: str | None = None,
+    elastic_min_replicas: int = 0,
+    below_min_timeout: float | None = None,
 ) -> GroupEvent:
     """Poll JobSet ``namespace/name`` until it ends, a deadline passes, or it disappears.
 
@@ -103,6 +107,9 @@ def wait_for_group(
             (``TrainingGroupTrigger``): classify stopped pods poll by poll, stop at one free restart more than
             ``max_preemptions`` (``preemption_budget_exhausted``), and give up on a suspension past
             ``suspend_timeout``.
+        elastic_role, elastic_min_replicas, below_min_timeout: as for the trigger: fewer than
+            ``elastic_min_replicas`` Ready pods of ``elastic_role`` for ``below_min_timeout`` seconds ends the wait
+            with ``elastic_below_min`` (:class:`~airflow_elastic.state.BelowMin`).
 
     Returns:
         The verdict, as the trigger would have yielded it.
@@ -112,6 +119,11 @@ def wait_for_group(
     evidence = Evidence()
     suspended_since: float | None = None
     codes = tuple(transient_exit_codes)
+    below_min = (
+        BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
+        if elastic_role and below_min_timeout is not None
+        else None
+    )
     while True:
         try:
             jobset: dict[str, Any] | None = hook.get_jobset(namespace, name)
@@ -154,6 +166,8 @@ def wait_for_group(
                 f"allowed {max_preemptions} more"
             )
             return GroupEvent("preemption_budget_exhausted", message=message, **common, **counts)
+        if below_min is not None and (short := below_min.observe(pods, status, now)) is not None:
+            return GroupEvent("elastic_below_min", message=f"JobSet {namespace}/{name}: {short}", **common, **counts)
         suspended_since = (suspended_since or now) if status.phase == "Suspended" else None
         if suspended_since is not None and suspend_timeout is not None and now - suspended_since >= suspend_timeout:
             message = f"JobSet {namespace}/{name} stayed suspended for more than {suspend_timeout:.0f} s"

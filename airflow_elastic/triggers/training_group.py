@@ -44,6 +44,7 @@ from airflow_elastic.state import (
     JOBSET_NAME_LABEL,
     RESTART_LABEL,
     ROLE_LABEL,
+    BelowMin,
     GroupEvent,
     GroupStatus,
     group_status,
@@ -91,6 +92,12 @@ class TrainingGroupTrigger(BaseTrigger):
         suspend_timeout: seconds the group may stay suspended (e.g. queued by Kueue) before
             ``suspend_timeout`` fires; suspension is waiting, not failure. ``None``: wait forever.
         transient_exit_codes: exit codes the classifier treats as transient.
+        elastic_role: the group's elastic role, whose Ready pods are counted on every observation (with
+            ``below_min_timeout``); ``None``: not watched.
+        elastic_min_replicas: the role's ``min_replicas``.
+        below_min_timeout: seconds the role may stay below ``elastic_min_replicas`` Ready pods (once it reached
+            them in the current restart attempt) before ``elastic_below_min`` fires (the operator then restarts
+            the group from its checkpoint). The clock lives in the trigger instance: a triggerer restart resets it.
     """
 
     def __init__(
@@ -111,6 +118,9 @@ class TrainingGroupTrigger(BaseTrigger):
         max_preemptions: int | None = None,
         suspend_timeout: float | None = None,
         transient_exit_codes: list[int] | None = None,
+        elastic_role: str | None = None,
+        elastic_min_replicas: int = 0,
+        below_min_timeout: float | None = None,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -130,6 +140,14 @@ class TrainingGroupTrigger(BaseTrigger):
         self.max_preemptions = max_preemptions
         self.suspend_timeout = suspend_timeout
         self.transient_exit_codes = list(transient_exit_codes or [])
+        self.elastic_role = elastic_role
+        self.elastic_min_replicas = elastic_min_replicas
+        self.below_min_timeout = below_min_timeout
+        self._below_min = (
+            BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
+            if elastic_role and below_min_timeout is not None
+            else None
+        )
         self._evidence = Evidence()
         self._suspended_since: float | None = None
         self._fired = False
@@ -155,6 +173,9 @@ class TrainingGroupTrigger(BaseTrigger):
                 "max_preemptions": self.max_preemptions,
                 "suspend_timeout": self.suspend_timeout,
                 "transient_exit_codes": self.transient_exit_codes,
+                "elastic_role": self.elastic_role,
+                "elastic_min_replicas": self.elastic_min_replicas,
+                "below_min_timeout": self.below_min_timeout,
             },
         )
 
@@ -228,7 +249,9 @@ class TrainingGroupTrigger(BaseTrigger):
             if jobset is None or not self._uid_matches(jobset):
                 return self._missing(jobset)
             status = group_status(jobset)
-            await self._capture(jobset)
+            watching = self.capture_evidence or self._below_min is not None
+            pods = await self._group_pods() if watching else []
+            await self._capture(jobset, pods)
             if status.terminal:
                 return await self._finished(jobset, status)
             if timed_out:
@@ -239,6 +262,9 @@ class TrainingGroupTrigger(BaseTrigger):
                     f"the preemption budget allowed {self.max_preemptions} more"
                 )
                 return self._event("preemption_budget_exhausted", jobset=jobset, group=status, message=message)
+            if self._below_min is not None and (short := self._below_min.observe(pods, status, time.time())):
+                message = f"JobSet {self.namespace}/{self.name}: {short}"
+                return self._event("elastic_below_min", jobset=jobset, group=status, message=message)
             if (suspended := self._suspended_too_long(status)) is not None:
                 return self._event("suspend_timeout", jobset=jobset, group=status, message=suspended)
             seen_running = seen_running or status.phase in ("Running", "Restarting") or status.restarts > 0
@@ -254,11 +280,11 @@ class TrainingGroupTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------------------------------ evidence
 
-    async def _capture(self, jobset: Mapping[str, Any]) -> None:
+    async def _capture(self, jobset: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
         """Follow the group's pods: classify the ones that stopped since the last observation, and log why."""
         if not self.capture_evidence:
             return
-        stops = self._evidence.observe(await self._group_pods())
+        stops = self._evidence.observe(pods)
         if not stops:
             return
         nodes: dict[str, dict[str, Any] | None] = {}

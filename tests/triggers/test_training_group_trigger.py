@@ -89,6 +89,9 @@ def test_serialize_round_trip():
         "max_preemptions": 2,
         "suspend_timeout": 60.0,
         "transient_exit_codes": [42],
+        "elastic_role": None,
+        "elastic_min_replicas": 0,
+        "below_min_timeout": None,
     }
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)

@@ -222,6 +222,12 @@ CASES = {
         "elastic",
         "<= replicas of 'worker' (2)",
     ),
+    "elastic-timeout": Bad(
+        "elastic-timeout",
+        lambda: group(elastic=Elastic(1, 2, role="worker", below_min_timeout=0)),
+        "elastic.below_min_timeout",
+        "positive number of seconds",
+    ),
     "elastic-which-role": Bad("elastic", lambda: group(elastic=Elastic(1, 1)), "elastic.role", "several"),
     "reserved-env": Bad("env", lambda: group(env={"RANK": "0"}), "env['RANK']", "set by airflow-elastic"),
     "reserved-prefix-env": Bad(
