@@ -6,13 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Labels and taint of the default spot pool. They are the "generic" platform's keys; GKE-style labels are added
-#: too so groups rendered for GKE schedule here unchanged.
+#: Labels and taint of the default spot pool: the "generic" platform's keys, so `Placement(spot=True)` (generic by
+#: default) schedules here with nothing else. GKE's spot label is added too (spot detection by label sees these nodes
+#: as spot), but not GKE's taint: a node with both taints would need both tolerations, which no single platform's
+#: placement has. A group rendered for GKE therefore needs the generic toleration here as well.
 SPOT_LABELS = {"airflow-elastic.io/capacity-type": "spot", "cloud.google.com/gke-spot": "true"}
-SPOT_TAINTS = (
-    {"key": "airflow-elastic.io/spot", "value": "true", "effect": "NoSchedule"},
-    {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"},
-)
+SPOT_TAINTS = ({"key": "airflow-elastic.io/spot", "value": "true", "effect": "NoSchedule"},)
 
 
 @dataclass(frozen=True)
