@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -69,3 +70,25 @@ class Kubectl:
 @pytest.fixture(scope="session")
 def kubectl(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
     return Kubectl(local_cluster, tmp_path_factory.mktemp("kubectl-home"))
+
+
+#: The Airflow connection id the provider-side tests (hooks, trigger, sensor) reach the session cluster by.
+CONN_ID = "elastic_local"
+
+
+@pytest.fixture
+def connection(local_cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``kubernetes`` connection to the local cluster whose default namespace is the test's (no metadata DB:
+    ``AIRFLOW_CONN_<ID>``)."""
+    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return CONN_ID
+
+
+@pytest.fixture
+def hook(connection: str):  # -> airflow_elastic.hooks.JobSetHook
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+    hook = JobSetHook(connection)
+    yield hook
+    hook.close()

@@ -17,33 +17,16 @@ from airflow_elastic.hooks import (
     AsyncJobSetHook,
     AsyncJobSetHookProtocol,
     BadRequest,
-    JobSetHook,
     JobSetHookProtocol,
     NotFound,
 )
 from airflow_elastic.render import render_jobset
 
-CONN_ID = "elastic_local"
 JOBSETS = "jobsets.jobset.x-k8s.io"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: Blank lines, indentation, quotes, backslashes, non-ASCII and a last line without newline: what must survive.
 LOG = "first line\n  indented 'single' \"double\"\n\n\\backslash\\n kept\nünïcödé ✓\nno newline at end"
 T = TypeVar("T")
-
-
-@pytest.fixture
-def connection(local_cluster, namespace, monkeypatch) -> str:
-    """A ``kubernetes`` connection to the local cluster whose default namespace is the test's."""
-    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    return CONN_ID
-
-
-@pytest.fixture
-def hook(connection) -> JobSetHook:
-    hook = JobSetHook(connection)
-    yield hook
-    hook.close()
 
 
 def jobset(name: str, namespace: str, command: list[str] | None = None) -> dict[str, Any]:

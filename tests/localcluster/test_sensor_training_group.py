@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
@@ -16,23 +15,9 @@ from airflow_elastic.hooks import JobSetHook
 from airflow_elastic.render import render_jobset
 from airflow_elastic.sensors import TrainingGroupSensor
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from tests.localcluster.conftest import CONN_ID
 
-CONN_ID = "elastic_sensor"
 METRICS = "import json, os; open(os.environ['LOCALCLUSTER_TERMINATION_LOG'], 'w').write(json.dumps({'acc': 0.9}))"
-
-
-@pytest.fixture
-def connection(local_cluster, namespace, monkeypatch) -> str:
-    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    return CONN_ID
-
-
-@pytest.fixture
-def hook(connection) -> JobSetHook:
-    hook = JobSetHook(connection)
-    yield hook
-    hook.close()
 
 
 def submit(hook: JobSetHook, namespace: str, name: str, code: str) -> dict[str, Any]:

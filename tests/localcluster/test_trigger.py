@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
-import pytest
 import structlog.testing
 
 from airflow_elastic import Role, TrainingGroup
@@ -16,7 +14,6 @@ from airflow_elastic.render import render_jobset
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
-CONN_ID = "elastic_trigger"
 JOBSETS = "jobsets.jobset.x-k8s.io"
 POLL = 0.5
 
@@ -27,20 +24,6 @@ SUCCEED = (
     "open(os.environ['LOCALCLUSTER_TERMINATION_LOG'], 'w').write(json.dumps({'loss': 0.125, 'steps': 2}))\n"
 )
 FAIL = "import sys\nprint('diverged', file=sys.stderr)\nsys.exit(3)\n"
-
-
-@pytest.fixture
-def connection(local_cluster, namespace, monkeypatch) -> str:
-    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    return CONN_ID
-
-
-@pytest.fixture
-def hook(connection) -> JobSetHook:
-    hook = JobSetHook(connection)
-    yield hook
-    hook.close()
 
 
 def submit(hook: JobSetHook, namespace: str, name: str, code: str, roles: int = 1) -> str:
