@@ -17,13 +17,11 @@ Budget arithmetic, over every attempt recorded in ``task_state_store`` (retries 
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from airflow_elastic import platforms
 from airflow_elastic.evidence import attempt_causes, decisive
 from airflow_elastic.spec import TrainingGroup
 from airflow_elastic.state import GroupEvent
@@ -32,8 +30,6 @@ from airflow_elastic.state import GroupEvent
 STATE_KEY = "training_group_attempts"
 #: The cause recorded for an attempt stopped because its elastic role stayed below ``min_replicas``.
 ELASTIC_BELOW_MIN = "elastic_below_min"
-GPU_RESOURCES = frozenset(vendor.resource for vendor in platforms.GPU_VENDORS.values())
-TRAINER = "trainer"
 
 
 @dataclass
@@ -155,42 +151,6 @@ def on_demand(group: TrainingGroup) -> TrainingGroup:
 def with_max_failures(group: TrainingGroup, left: int) -> TrainingGroup:
     """``group`` whose JobSet may take only ``left`` counted restarts."""
     return group.with_changes(failure=replace(group.failure, max_failures=left))
-
-
-def adjust_manifest(
-    manifest: Mapping[str, Any], *, resume_from: str | None = None, max_restarts: int | None = None
-) -> dict[str, Any]:
-    """A copy of a JobSet manifest with ``AE_RESUME_FROM`` set on every training container (the container named
-    ``trainer``, else each pod's first) and ``failurePolicy.maxRestarts`` lowered to ``max_restarts``."""
-    from airflow_elastic import contract
-
-    result = copy.deepcopy(dict(manifest))
-    spec = result.get("spec") or {}
-    policy = spec.get("failurePolicy")
-    if max_restarts is not None and isinstance(policy, dict):
-        policy["maxRestarts"] = min(int(policy.get("maxRestarts", 0)), max_restarts)
-    if resume_from:
-        for rjob in spec.get("replicatedJobs") or []:
-            pod = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
-            containers = (pod.get("spec") or {}).get("containers") or []
-            targets = [c for c in containers if c.get("name") == TRAINER] or containers[:1]
-            for container in targets:
-                env = [e for e in container.get("env") or [] if e.get("name") != contract.RESUME_FROM]
-                container["env"] = [*env, {"name": contract.RESUME_FROM, "value": resume_from}]
-    return result
-
-
-def gpu_count(manifest: Mapping[str, Any]) -> int:
-    """Accelerators the JobSet requests in total (``nvidia.com/gpu`` and the other vendors' resources)."""
-    total = 0
-    for rjob in (manifest.get("spec") or {}).get("replicatedJobs") or []:
-        job = (rjob.get("template") or {}).get("spec") or {}
-        pods = int(rjob.get("replicas", 1)) * int(job.get("parallelism", 1) or 1)
-        for container in ((job.get("template") or {}).get("spec") or {}).get("containers") or []:
-            resources = container.get("resources") or {}
-            wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-            total += pods * sum(int(v) for k, v in wanted.items() if k in GPU_RESOURCES)
-    return total
 
 
 # ------------------------------------------------------------------------------------------ guardrails

@@ -26,6 +26,7 @@ from airflow_elastic import checkpoints
 from airflow_elastic.evidence import describe
 from airflow_elastic.operators import attempts
 from airflow_elastic.operators import identity as ident
+from airflow_elastic.render import manifest as manifests
 from airflow_elastic.spec import FailurePolicy, TrainingGroup
 from airflow_elastic.state import GroupEvent
 
@@ -66,7 +67,7 @@ class AttemptsMixin:
         """GPUs the whole group requests (for ``max_gpu_hours`` and the GPU-hours reported)."""
         if self._run_group is not None:
             return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self._run_group.roles)
-        return attempts.gpu_count(self._run_manifest or {})
+        return manifests.gpu_count(self._run_manifest or {})
 
     @property
     def _elastic_watch(self) -> dict[str, Any]:
@@ -115,7 +116,7 @@ class AttemptsMixin:
         resume = self._latest_checkpoint() if history.attempts or identity.try_number > 1 else None
         if resume is not None:
             self.log.info("JobSet %s resumes from checkpoint step %d (%s)", name, resume.step, resume.path)
-        return attempts.adjust_manifest(manifest, resume_from=resume.path if resume else None, max_restarts=left)
+        return manifests.adjust_manifest(manifest, resume_from=resume.path if resume else None, max_restarts=left)
 
     def _wait_deadline(
         self, execution_deadline: float | None, history: attempts.History, submission: ident.Submission

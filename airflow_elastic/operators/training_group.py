@@ -21,8 +21,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_elastic.operators import attempts
 from airflow_elastic.operators import identity as ident
-from airflow_elastic.operators import manifest as user_manifest
 from airflow_elastic.operators.resubmission import AttemptsMixin
+from airflow_elastic.render import manifest as user_manifest
 from airflow_elastic.spec import SpecError, TrainingGroup
 from airflow_elastic.state import GroupEvent, PodFailure
 from airflow_elastic.templating import render_group

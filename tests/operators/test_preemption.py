@@ -8,6 +8,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, contract
 from airflow_elastic.evidence import Evidence, attempt_causes
 from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.render import manifest as manifests
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
 from airflow_elastic.state import GroupEvent
@@ -119,7 +120,7 @@ def test_next_group_resumes_with_what_is_left_and_can_leave_spot():
             ],
         }
     }
-    adjusted = attempts.adjust_manifest(manifest, resume_from="/ckpt/step-000000004", max_restarts=1)
+    adjusted = manifests.adjust_manifest(manifest, resume_from="/ckpt/step-000000004", max_restarts=1)
     container = adjusted["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     assert container["env"] == [{"name": contract.RESUME_FROM, "value": "/ckpt/step-000000004"}]
     assert (

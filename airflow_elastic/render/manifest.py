@@ -1,4 +1,5 @@
-"""A user's own JobSet manifest, run like a rendered group: per-run name, namespace, ownership labels, TTL (pure).
+"""Operations on JobSet manifests, rendered or a user's own (pure): a user's manifest run like a rendered group
+(per-run name, namespace, ownership labels, TTL), and each attempt's adjustments (resume path, restarts left).
 
 The operator accepts ``jobset=`` (a dict or a YAML string) instead of ``group=``. Everything else is the same:
 the name is derived per run from the manifest's ``metadata.name`` (or ``generateName``), the task instance's
@@ -12,9 +13,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_elastic import names
+from airflow_elastic import contract, names, platforms
 from airflow_elastic.render.jobset import API_VERSION, KIND, MANAGED_BY_LABEL, MANAGER
 from airflow_elastic.spec import SpecError
+from airflow_elastic.validation import TRAINER_CONTAINER
+
+GPU_RESOURCES = frozenset(vendor.resource for vendor in platforms.GPU_VENDORS.values())
 
 
 def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -115,3 +119,37 @@ def for_run(
     if ttl_seconds_after_finished is not None:
         result["spec"].setdefault("ttlSecondsAfterFinished", ttl_seconds_after_finished)
     return result
+
+
+def adjust_manifest(
+    manifest: Mapping[str, Any], *, resume_from: str | None = None, max_restarts: int | None = None
+) -> dict[str, Any]:
+    """A copy of a JobSet manifest with ``AE_RESUME_FROM`` set on every training container (the container named
+    ``trainer``, else each pod's first) and ``failurePolicy.maxRestarts`` lowered to ``max_restarts``."""
+    result = copy.deepcopy(dict(manifest))
+    spec = result.get("spec") or {}
+    policy = spec.get("failurePolicy")
+    if max_restarts is not None and isinstance(policy, dict):
+        policy["maxRestarts"] = min(int(policy.get("maxRestarts", 0)), max_restarts)
+    if resume_from:
+        for rjob in spec.get("replicatedJobs") or []:
+            pod = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
+            containers = (pod.get("spec") or {}).get("containers") or []
+            targets = [c for c in containers if c.get("name") == TRAINER_CONTAINER] or containers[:1]
+            for container in targets:
+                env = [e for e in container.get("env") or [] if e.get("name") != contract.RESUME_FROM]
+                container["env"] = [*env, {"name": contract.RESUME_FROM, "value": resume_from}]
+    return result
+
+
+def gpu_count(manifest: Mapping[str, Any]) -> int:
+    """Accelerators the JobSet requests in total (``nvidia.com/gpu`` and the other vendors' resources)."""
+    total = 0
+    for rjob in (manifest.get("spec") or {}).get("replicatedJobs") or []:
+        job = (rjob.get("template") or {}).get("spec") or {}
+        pods = int(rjob.get("replicas", 1)) * int(job.get("parallelism", 1) or 1)
+        for container in ((job.get("template") or {}).get("spec") or {}).get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+            total += pods * sum(int(v) for k, v in wanted.items() if k in GPU_RESOURCES)
+    return total
