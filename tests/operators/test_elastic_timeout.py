@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Role, TrainingGroup, contract
 from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.operators import identity as ident
 from airflow_elastic.operators.waiting import wait_for_group
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
@@ -189,7 +190,10 @@ def test_the_operator_deletes_and_resubmits_from_the_checkpoint(tmp_path):
     short = GroupEvent("elastic_below_min", first.name, "ns", uid=first.uid, message="worker below min")
     nxt = deferred(op, ctx, short.to_payload())
     assert ("delete", first.name) in hook.calls and ("ns", first.name) not in hook.jobsets
-    assert nxt.name != first.name and nxt.max_preemptions == 1 and ctx["ti"].try_number == 1
+    # Same Airflow try: the next attempt's group under the next epoch, not an exception that would spend a retry.
+    assert nxt.name != first.name and nxt.max_preemptions == 1
+    reserved = ident.recorded(ctx["task_state_store"])
+    assert reserved is not None and (reserved.name, reserved.epoch) == (nxt.name, 1)
     containers = hook.jobsets[("ns", nxt.name)]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     env = {e["name"]: e.get("value") for e in containers["spec"]["containers"][0]["env"]}
     assert env[contract.RESUME_FROM] == f"{uri}/step-000000006"

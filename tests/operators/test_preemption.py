@@ -8,6 +8,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, contract
 from airflow_elastic.evidence import Evidence, attempt_causes
 from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.operators import identity as ident
 from airflow_elastic.render import manifest as manifests
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
@@ -170,10 +171,14 @@ def test_a_preempted_group_is_resubmitted_from_the_latest_checkpoint(tmp_path):
         restarts_counted=1,
         evidence=({**PREEMPTED, "attempt": 1},),
     )
+    # Same Airflow try: a deferral to the next attempt, not an exception that would spend a retry.
     with pytest.raises(TaskDeferred) as again:
         op.execute_complete(ctx, failed.to_payload())
     nxt = again.value.trigger
-    assert nxt.name != trigger.name and nxt.max_preemptions == 2 and ctx["ti"].try_number == 1
+    assert again.value.method_name == "execute_complete"
+    assert nxt.name != trigger.name and nxt.max_preemptions == 2
+    reserved = ident.recorded(ctx["task_state_store"])
+    assert reserved is not None and (reserved.name, reserved.epoch) == (nxt.name, 1)
     manifest = hook.jobsets[("ns", nxt.name)]
     assert manifest["spec"]["failurePolicy"]["maxRestarts"] == 1  # 2 - the one counted restart
     env = {
