@@ -405,6 +405,14 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
         P,
         "kubelet-termination",
     ),
+    # §1.6 a DisruptionTarget reason no other row knows (a newer release, another controller): still a disruption.
+    (
+        "disruption-target-unknown-reason",
+        {"pod": pod(disruption=("SomeFutureReason", "disrupted by a controller"), exit_code=143), "node": HEALTHY},
+        Cause.UNKNOWN,
+        P,
+        "disruption-target",
+    ),
 ]
 
 
@@ -422,7 +430,6 @@ def test_there_are_at_least_twenty_shapes_and_every_rule_is_exercised() -> None:
         "scale-down-taint",
         "unreachable-node",
         "node-gone",
-        "disruption-target",
     }
 
 
