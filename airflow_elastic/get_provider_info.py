@@ -13,9 +13,10 @@ def get_provider_info() -> dict[str, Any]:
         # Must equal the canonical distribution name, or provider discovery raises.
         "package-name": "airflow-elastic",
         "name": "Elastic training",
+        # Only what the package contains (tests/test_provider_info.py maps each claim to the code behind it).
         "description": (
-            "Preemption-proof distributed ML training on Kubernetes JobSets: training groups, "
-            "checkpoint resume, hyperparameter sweeps and nightly batch stages."
+            "Distributed ML training on Kubernetes JobSets: training groups, preemption classification, "
+            "checkpoint resume and an embedded local cluster."
         ),
         "versions": [__version__],
         "integrations": [

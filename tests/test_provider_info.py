@@ -1,0 +1,55 @@
+"""``get_provider_info`` advertises only what exists: every module imports and holds the kind of class it is listed
+under, the metadata passes Airflow's provider schema, and each claim of the description names real code."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from pathlib import Path
+
+import airflow
+import jsonschema
+import pytest
+from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator
+from airflow.triggers.base import BaseTrigger
+
+from airflow_elastic.get_provider_info import get_provider_info
+
+INFO = get_provider_info()
+KINDS = {"operators": BaseOperator, "sensors": BaseSensorOperator, "triggers": BaseTrigger, "hooks": BaseHook}
+#: Each comma-separated claim of the description, and an object that implements it.
+CLAIMS = {
+    "training groups": "airflow_elastic.spec:TrainingGroup",
+    "preemption classification": "airflow_elastic.classify:classify",
+    "checkpoint resume": "airflow_elastic.checkpoints:latest_complete",
+    "an embedded local cluster": "airflow_elastic.localcluster:LocalCluster",
+}
+MODULES = [(kind, module) for kind in KINDS for entry in INFO.get(kind, []) for module in entry["python-modules"]]
+
+
+def test_the_metadata_passes_airflows_provider_schema():
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(INFO, schema)
+
+
+@pytest.mark.parametrize(("kind", "module"), MODULES, ids=[m for _, m in MODULES])
+def test_every_advertised_module_holds_its_kind_of_class(kind: str, module: str):
+    loaded = importlib.import_module(module)
+    own = [c for _, c in inspect.getmembers(loaded, inspect.isclass) if c.__module__ == module]
+    assert any(issubclass(c, KINDS[kind]) for c in own), f"{module} (listed under {kind}) defines no {KINDS[kind]}"
+
+
+def test_every_section_names_a_declared_integration():
+    declared = {i["integration-name"] for i in INFO["integrations"]}
+    used = {entry["integration-name"] for kind in KINDS for entry in INFO.get(kind, [])}
+    assert used <= declared and declared <= used
+
+
+def test_each_claim_of_the_description_names_real_code():
+    what = INFO["description"].split(": ", 1)[1].rstrip(".")
+    claims = [c.strip() for part in what.split(", ") for c in part.split(" and ")]
+    assert claims == list(CLAIMS), f"description claims {claims}; map each to its code in CLAIMS"
+    for target in CLAIMS.values():
+        module, name = target.split(":")
+        assert hasattr(importlib.import_module(module), name), target
