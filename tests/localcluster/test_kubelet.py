@@ -16,6 +16,8 @@ from tests.localcluster.kubelet_helpers import PY, NodeSide, group_alive, pod_bo
 
 pytestmark = pytest.mark.anyio
 
+RECORD_SIGTERM = Path(__file__).parent / "scripts" / "record_sigterm.py"
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -247,6 +249,36 @@ async def test_graceful_deletion_sigterm_then_sigkill(side: NodeSide, tmp_path: 
     assert state(polite_final)["terminated"]["exitCode"] == 0 and polite_final["status"]["phase"] == "Succeeded"
     assert (state(stubborn_final)["terminated"]["exitCode"], stubborn_final["status"]["phase"]) == (137, "Failed")
     assert ("Normal", "Killing", "Stopping container main") in side.events("stubborn")
+
+
+async def test_sigterm_reaches_the_main_process_only(side: NodeSide, tmp_path: Path) -> None:
+    """As under a container runtime: ``sh -c "python ..."`` keeps the shell as the main process, so python never
+    sees SIGTERM (it dies with the container); ``exec`` makes python the main process, and it does."""
+    for name, prefix in (("wrapped", ""), ("execd", "exec ")):
+        command = f"{prefix}{PY} {RECORD_SIGTERM} {tmp_path / name}"
+        side.create(PODS, pod_body(name, container={"command": ["sh", "-c", command]}, terminationGracePeriodSeconds=2))
+    for name in ("wrapped", "execd"):
+        await side.wait(lambda n=name: (tmp_path / n / "pid").exists())
+    groups = [pgid_of(side.pod(n)) for n in ("wrapped", "execd")]
+    for name in ("wrapped", "execd"):
+        side.store.delete(PODS, "default", name)
+    for name in ("wrapped", "execd"):
+        await side.wait_gone(name)
+    assert not (tmp_path / "wrapped" / "sigterm").exists()
+    assert (tmp_path / "execd" / "sigterm").exists()
+    assert not any(group_alive(g) for g in groups)
+
+
+async def test_runtime_warns_a_trainer_that_sigterm_cannot_reach(side: NodeSide, tmp_path: Path) -> None:
+    script = tmp_path / "trainer.py"
+    script.write_text("from airflow_elastic import runtime\nwith runtime.preemption_signal():\n    print('done')\n")
+    for name, prefix in (("wrapped", ""), ("execd", "exec ")):
+        side.create(PODS, pod_body(name, container={"command": ["sh", "-c", f"{prefix}{PY} {script}"]}))
+    logs = {}
+    for name in ("wrapped", "execd"):
+        logs[name] = side.log(await side.wait_phase(name, "Succeeded"))
+    assert "is not its container's main process" in logs["wrapped"]
+    assert logs["execd"] == "done\n"
 
 
 async def test_no_process_outlives_deletion_or_shutdown(side: NodeSide) -> None:

@@ -16,6 +16,10 @@ from airflow_elastic.localcluster.store import Obj, Store
 
 TERMINATION_LOG_ENV = "LOCALCLUSTER_TERMINATION_LOG"
 MOUNT_ENV_PREFIX = "LOCALCLUSTER_MOUNT_"
+#: Tells code in a container where its main process is: no process is PID 1 here, the main process leads its own
+#: session instead (``airflow_elastic.runtime.signals`` reads it to warn a process that will not see SIGTERM).
+MAIN_PROCESS_ENV = "LOCALCLUSTER_MAIN_PROCESS"
+MAIN_PROCESS_SESSION_LEADER = "session-leader"
 
 
 class ContainerError(Exception):

@@ -1,8 +1,11 @@
 """Container processes: each runs in its own session/process group, recorded in a pid file so that no process
 outlives the cluster, even one that was killed without a chance to clean up.
 
-A container's processes are its process group. When the main process exits, the rest of the group is killed (a
-container's PID namespace ends with its init process). A process that leaves the group (``setsid``) escapes.
+A container's processes are its process group; its main process (the group leader) stands for the container's PID 1.
+As a container runtime does, termination signals the main process only (``sh -c "python train.py"`` leaves python
+unsignalled: the shell must ``exec`` it), and SIGKILL after the grace period goes to the whole group. When the
+main process exits, the rest of the group is killed (a container's PID namespace ends with its init process).
+A process that leaves the group (``setsid``) escapes.
 Before signalling a group that may be stale, the members are checked in ``/proc``: only processes of that group
 that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
 """
@@ -75,7 +78,18 @@ class Running:
     pid_file: Path
 
     def signal(self, sig: int) -> bool:
+        """Signal every process of the container (SIGKILL at the end of the grace period, node loss)."""
         return signal_group(self.pgid, self.since, sig)
+
+    def signal_main(self, sig: int) -> bool:
+        """Signal the main process only, as a runtime stops a container (containerd/runc send the stop signal to the
+        container's init; its children get nothing). False when it is gone."""
+        if self.proc.returncode is not None or _stat(self.proc.pid) is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, sig)
+            return True
+        return False
 
     def finish(self) -> None:
         """After the main process exited: kill what is left of the group and forget it."""

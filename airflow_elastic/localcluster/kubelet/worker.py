@@ -13,6 +13,8 @@ from airflow_elastic.localcluster.config import log_path, pod_dir
 from airflow_elastic.localcluster.controllers.nodes import HOST_IP
 from airflow_elastic.localcluster.kubelet import serviceaccount
 from airflow_elastic.localcluster.kubelet.env import (
+    MAIN_PROCESS_ENV,
+    MAIN_PROCESS_SESSION_LEADER,
     TERMINATION_LOG_ENV,
     ContainerError,
     base_env,
@@ -260,6 +262,7 @@ class PodWorker:
             **declared,
             **mounts,
             TERMINATION_LOG_ENV: str(term_file),
+            MAIN_PROCESS_ENV: MAIN_PROCESS_SESSION_LEADER,
         }
         return argv, env, cwd, term_file
 
@@ -305,7 +308,7 @@ class PodWorker:
             return 128
         self.running[record.name] = running
         if self.terminating:  # stopped while it was being started
-            running.signal(signal.SIGTERM)
+            running.signal_main(signal.SIGTERM)
         record.container_id = f"local://{running.proc.pid}"
         record.state = {"running": {"startedAt": started_at}}
         record.started = True
@@ -371,9 +374,9 @@ class PodWorker:
         message: str | None = None,
         publish: bool = True,
     ) -> None:
-        """Stop every container (SIGTERM to its process group, SIGKILL after ``grace``), then write the final
-        status: ``Failed`` with ``reason``/``message`` if given, else from the exit codes. A pod marked for
-        deletion is then removed."""
+        """Stop every container (SIGTERM to its main process, SIGKILL to all its processes after ``grace``), then
+        write the final status: ``Failed`` with ``reason``/``message`` if given, else from the exit codes. A pod
+        marked for deletion is then removed."""
         if self.terminating:
             self.shorten_grace(grace)
             await self.finished.wait()
@@ -384,10 +387,12 @@ class PodWorker:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
         # No grace at all means SIGKILL at once: a SIGTERM first could still be handled (exit 143) before it.
-        first = signal.SIGKILL if grace <= 0 else signal.SIGTERM
         for name, running in list(self.running.items()):
             self.event("Normal", "Killing", f"Stopping container {name}")
-            running.signal(first)
+            if grace <= 0:
+                running.signal(signal.SIGKILL)
+            else:
+                running.signal_main(signal.SIGTERM)
         self._kill_timer = asyncio.get_running_loop().call_later(max(grace, 0), self._kill_all)
         if self.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
