@@ -183,11 +183,11 @@ def test_job_defaults_selector_and_labels(store: Store) -> None:
 
 def test_job_validation(store: Store) -> None:
     causes = rejected(store, job_body("a", restartPolicy="Always"), JOBS).details["causes"]
-    assert causes == [
+    assert causes == [  # "Always" is what an empty policy defaults to: upstream asks for a value
         errors.cause(
             "spec.template.spec.restartPolicy",
-            'Unsupported value: "Always": supported values: "OnFailure", "Never"',
-            "FieldValueNotSupported",
+            'Required value: valid values: "OnFailure", "Never"',
+            "FieldValueRequired",
         )
     ]
     policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]}
@@ -197,6 +197,73 @@ def test_job_validation(store: Store) -> None:
         "causes"
     ]
     assert causes[0]["field"] == "spec.completions"
+
+
+def never(name: str, **spec: Any) -> dict[str, Any]:
+    return job_body(name, restartPolicy="Never", **spec)
+
+
+def test_pod_failure_policy_rules_as_upstream(store: Store) -> None:
+    """``validatePodFailurePolicyRule``: an empty ``onPodConditions`` list counts as absent."""
+    exit_codes = {"operator": "In", "values": [1, 42]}
+    accepted = {"rules": [{"action": "FailJob", "onExitCodes": exit_codes, "onPodConditions": []}]}
+    assert store.create(JOBS, "default", never("empty-conditions", podFailurePolicy=accepted))
+    neither = {"rules": [{"action": "Ignore", "onPodConditions": []}]}
+    causes = rejected(store, never("neither", podFailurePolicy=neither), JOBS).details["causes"]
+    assert causes == [
+        errors.cause(
+            "spec.podFailurePolicy.rules[0]",
+            "Invalid value: specifying one of OnExitCodes and OnPodConditions is required",
+        )
+    ]
+    both = {"rules": [{"action": "Ignore", "onExitCodes": exit_codes, "onPodConditions": [{"type": "Ready"}]}]}
+    causes = rejected(store, never("both", podFailurePolicy=both), JOBS).details["causes"]
+    assert [c["message"] for c in causes] == [
+        "Invalid value: specifying both OnExitCodes and OnPodConditions is not supported"
+    ]
+    codes = {"operator": "In", "values": [0, 3, 3, 2], "containerName": "sidecar"}
+    causes = rejected(
+        store, never("codes", podFailurePolicy={"rules": [{"action": "Count", "onExitCodes": codes}]}), JOBS
+    )
+    assert [(c["field"], c["message"]) for c in causes.details["causes"]] == [
+        (
+            "spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+            'Invalid value: "sidecar": must be one of the container or initContainer names in the pod template',
+        ),
+        ("spec.podFailurePolicy.rules[0].onExitCodes.values[0]", "Invalid value: 0: must not be 0 for the In operator"),
+        ("spec.podFailurePolicy.rules[0].onExitCodes.values[2]", "Duplicate value: 3"),
+        ("spec.podFailurePolicy.rules[0].onExitCodes.values", 'Invalid value: "[0, 3, 3, 2]": must be ordered'),
+    ]
+
+
+def test_job_spec_rules_as_upstream(store: Store) -> None:
+    """``validateJobSpec``/``ValidateJob`` rules beyond the policies."""
+    assert store.create(JOBS, "default", job_body("no-deadline", activeDeadlineSeconds=0))
+    long = "j" * 62
+    causes = rejected(store, job_body(long, completionMode="Indexed", completions=10, parallelism=1), JOBS)
+    assert causes.details["causes"] == [
+        errors.cause(
+            "metadata.name", f'Invalid value: "{long}": will not able to create pod with invalid DNS label: {long}-9'
+        )
+    ]
+    causes = rejected(store, job_body("per-index", backoffLimitPerIndex=1, maxFailedIndexes=1), JOBS).details["causes"]
+    assert [(c["field"], c["message"]) for c in causes] == [
+        ("spec.backoffLimitPerIndex", "Invalid value: 1: requires indexed completion mode"),
+        ("spec.maxFailedIndexes", "Invalid value: 1: requires indexed completion mode"),
+    ]
+    policy = {"rules": [{"succeededIndexes": "0-2", "succeededCount": 4}, {"succeededIndexes": "3,1"}]}
+    body = job_body("success", completionMode="Indexed", completions=4, parallelism=4, successPolicy=policy)
+    assert [(c["field"], c["message"]) for c in rejected(store, body, JOBS).details["causes"]] == [
+        (
+            "spec.successPolicy.rules[0].succeededCount",
+            "Invalid value: 4: must be less than or equal to 3 (the number of indexes in the specified "
+            "succeededIndexes field)",
+        ),
+        (
+            "spec.successPolicy.rules[1].succeededIndexes",
+            'Invalid value: "3,1": error parsing succeededIndexes: non-increasing order, previous: 3, current: 1',
+        ),
+    ]
 
 
 def test_job_template_and_completion_mode_are_immutable(store: Store) -> None:

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.admission.common import Causes, invalid, labels_causes, required
+from airflow_elastic.localcluster.admission.common import (
+    Causes,
+    dns1123_label,
+    domain_prefixed_path,
+    invalid,
+    labels_causes,
+    required,
+)
+from airflow_elastic.localcluster.admission.jobpolicies import pod_failure_policy_causes, success_policy_causes
 from airflow_elastic.localcluster.admission.pod import _unsupported, default_pod_spec, metadata_causes, pod_spec_causes
 from airflow_elastic.localcluster.selectors import match_label_selector
 from airflow_elastic.localcluster.store import Obj
@@ -22,7 +29,17 @@ CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
 LEGACY_CONTROLLER_UID = "controller-uid"
 LEGACY_JOB_NAME = "job-name"
-_INTERVALS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_REQUIRED = "FieldValueRequired"
+#: ``ValidateNonnegativeField`` in ``validateJobSpec`` (an activeDeadlineSeconds of 0 is accepted there too).
+_NON_NEGATIVE = (
+    "parallelism",
+    "completions",
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "ttlSecondsAfterFinished",
+    "backoffLimitPerIndex",
+    "maxFailedIndexes",
+)
 _IMMUTABLE = (
     "completionMode",
     "selector",
@@ -73,80 +90,33 @@ def default_job(job: Obj) -> None:
         spec["selector"] = {"matchLabels": {CONTROLLER_UID: uid}}
 
 
-def _pod_failure_policy_causes(spec: dict[str, Any]) -> Causes:
-    policy = spec.get("podFailurePolicy")
-    if policy is None:
-        return []
-    path = "spec.podFailurePolicy.rules"
+def _per_index_causes(spec: dict[str, Any]) -> Causes:
+    """Per-index backoff, ``managedBy`` and the Indexed-mode limits of ``validateJobSpec``."""
     causes: Causes = []
-    if spec["template"]["spec"].get("restartPolicy") != "Never":
+    indexed = spec.get("completionMode") == "Indexed"
+    per_index, max_failed = spec.get("backoffLimitPerIndex"), spec.get("maxFailedIndexes")
+    if max_failed is not None and per_index is None:
         causes.append(
-            invalid(
-                "spec.template.spec.restartPolicy",
-                spec["template"]["spec"].get("restartPolicy"),
-                'only "Never" is supported when podFailurePolicy is specified',
-            )
+            errors.cause("spec.backoffLimitPerIndex", "Required value: when maxFailedIndexes is specified", _REQUIRED)
         )
-    rules = policy.get("rules") or []
-    if len(rules) > 20:
-        causes.append(errors.cause(path, f"Too many: {len(rules)}: must have at most 20 items", "FieldValueTooMany"))
-    for i, rule in enumerate(rules):
-        here = f"{path}[{i}]"
-        action = rule.get("action")
-        if action not in ("FailJob", "FailIndex", "Ignore", "Count"):
-            causes.append(_unsupported(f"{here}.action", action, ("Count", "FailIndex", "FailJob", "Ignore")))
-        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
-            causes.append(invalid(f"{here}.action", action, "requires the backoffLimitPerIndex to be set"))
-        codes, conds = rule.get("onExitCodes"), rule.get("onPodConditions")
-        if (codes is None) == (conds is None):
+    if not indexed:
+        for key, value in (("backoffLimitPerIndex", per_index), ("maxFailedIndexes", max_failed)):
+            if value is not None:
+                causes.append(invalid(f"spec.{key}", value, "requires indexed completion mode"))
+    else:
+        parallelism, completions = spec.get("parallelism"), spec.get("completions")
+        if parallelism is not None and parallelism > 100_000:
+            message = "must be less than or equal to 100000 when completion mode is Indexed"
+            causes.append(invalid("spec.parallelism", parallelism, message))
+        if completions is not None and max_failed is not None and max_failed > completions:
+            causes.append(invalid("spec.maxFailedIndexes", max_failed, "must be less than or equal to completions"))
+    managed_by = spec.get("managedBy")
+    if managed_by is not None:
+        causes += domain_prefixed_path("spec.managedBy", managed_by)
+        if len(managed_by) > 63:
             causes.append(
-                errors.cause(here, "Invalid value: specifying one of OnExitCodes and OnPodConditions is required")
+                errors.cause("spec.managedBy", "Too long: may not be more than 63 bytes", "FieldValueTooLong")
             )
-        if codes is not None:
-            op, values = codes.get("operator"), codes.get("values") or []
-            if op not in ("In", "NotIn"):
-                causes.append(_unsupported(f"{here}.onExitCodes.operator", op, ("In", "NotIn")))
-            if values != sorted(set(values)):
-                causes.append(invalid(f"{here}.onExitCodes.values", values, "must be ordered and unique"))
-            if op == "In" and 0 in values:
-                causes.append(invalid(f"{here}.onExitCodes.values", 0, "must not be 0 for the In operator"))
-        for j, cond in enumerate(conds or []):
-            if not cond.get("type"):
-                causes.append(required(f"{here}.onPodConditions[{j}].type"))
-            if cond.get("status") not in ("True", "False", "Unknown"):
-                causes.append(
-                    _unsupported(
-                        f"{here}.onPodConditions[{j}].status", cond.get("status"), ("True", "False", "Unknown")
-                    )
-                )
-    return causes
-
-
-def _success_policy_causes(spec: dict[str, Any]) -> Causes:
-    policy = spec.get("successPolicy")
-    if policy is None:
-        return []
-    if spec.get("completionMode") != "Indexed":
-        return [invalid("spec.successPolicy", "", "requires indexed completion mode")]
-    causes: Causes = []
-    rules = policy.get("rules") or []
-    if not rules:
-        causes.append(required("spec.successPolicy.rules"))
-    for i, rule in enumerate(rules):
-        here = f"spec.successPolicy.rules[{i}]"
-        indexes, count = rule.get("succeededIndexes"), rule.get("succeededCount")
-        if indexes is None and count is None:
-            causes.append(
-                errors.cause(
-                    here,
-                    "Required value: at least one of succeededCount or succeededIndexes must be specified",
-                    "FieldValueRequired",
-                )
-            )
-        if indexes is not None and not _INTERVALS.match(indexes):
-            causes.append(invalid(f"{here}.succeededIndexes", indexes, "error parsing succeededIndexes"))
-        if count is not None and (count < 0 or count > (spec.get("completions") or 0)):
-            causes.append(invalid(f"{here}.succeededCount", count, "must be less than or equal to completions"))
     return causes
 
 
@@ -160,13 +130,18 @@ def job_spec_causes(job: Obj) -> Causes:
     causes += labels_causes("spec.template.labels", (template.get("metadata") or {}).get("labels"))
     causes += pod_spec_causes("spec.template.spec", template["spec"])
     restart = template["spec"].get("restartPolicy")
-    if restart not in ("OnFailure", "Never"):
+    if restart in ("Always", "", None):
+        message = 'Required value: valid values: "OnFailure", "Never"'
+        causes.append(errors.cause("spec.template.spec.restartPolicy", message, _REQUIRED))
+    elif restart not in ("OnFailure", "Never"):
         causes.append(_unsupported("spec.template.spec.restartPolicy", restart, ("OnFailure", "Never")))
-    for key in ("parallelism", "completions", "backoffLimit", "ttlSecondsAfterFinished"):
+    elif spec.get("podFailurePolicy") is not None and restart != "Never":
+        message = 'only "Never" is supported when podFailurePolicy is specified'
+        causes.append(invalid("spec.template.spec.restartPolicy", restart, message))
+    for key in _NON_NEGATIVE:
         if spec.get(key) is not None and spec[key] < 0:
             causes.append(invalid(f"spec.{key}", spec[key], "must be greater than or equal to 0"))
-    if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] <= 0:
-        causes.append(invalid("spec.activeDeadlineSeconds", spec["activeDeadlineSeconds"], "must be greater than 0"))
+    causes += _per_index_causes(spec)
     mode = spec.get("completionMode")
     if mode not in ("NonIndexed", "Indexed"):
         causes.append(_unsupported("spec.completionMode", mode, ("NonIndexed", "Indexed")))
@@ -179,13 +154,18 @@ def job_spec_causes(job: Obj) -> Causes:
         causes.append(_unsupported("spec.podReplacementPolicy", replacement, ("Failed",)))
     elif replacement not in ("TerminatingOrFailed", "Failed"):
         causes.append(_unsupported("spec.podReplacementPolicy", replacement, ("Failed", "TerminatingOrFailed")))
-    causes += _pod_failure_policy_causes(spec)
-    causes += _success_policy_causes(spec)
+    causes += pod_failure_policy_causes(spec)
+    causes += success_policy_causes(spec)
     selector = spec.get("selector")
     if selector is None:
         causes.append(required("spec.selector"))
     elif not match_label_selector(selector, (template.get("metadata") or {}).get("labels") or {}):
         causes.append(invalid("spec.template.metadata.labels", "", "`selector` does not match template `labels`"))
+    completions, name = spec.get("completions"), job["metadata"].get("name", "")
+    if mode == "Indexed" and completions and dns1123_label(f"{name}-{completions - 1}"):
+        # ValidateJob: pod hostnames are "<job>-<index>"; a Job whose last one is no DNS label could never run.
+        message = f"will not able to create pod with invalid DNS label: {name}-{completions - 1}"
+        causes.append(invalid("metadata.name", name, message))
     return causes
 
 
