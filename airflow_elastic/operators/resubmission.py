@@ -241,7 +241,11 @@ class AttemptsMixin:
             )
 
     def _advise(self, history: attempts.History) -> None:
-        """Log the Young/Daly checkpoint-interval advice from this task's own preemption history."""
+        """Log the Young/Daly checkpoint-interval advice from this task's own preemption history (nothing for a
+        group that does not checkpoint: no ``Checkpointing`` and no ``checkpoint_seconds``)."""
+        checkpointed = self._run_group is not None and self._run_group.checkpoint is not None
+        if not checkpointed and not self.checkpoint_seconds:
+            return
         latest = self._latest_checkpoint() if history.preemptions else None
         advice = attempts.checkpoint_advice(
             history,
