@@ -51,7 +51,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     Args:
         group: the training group. Give either ``group`` or ``jobset``.
-        jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix.
+        jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix. It
+            is checked when the DAG file is parsed (templated parts once rendered), the CRD schema included.
         namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
         kubernetes_conn_id: a ``kubernetes`` connection (templated). Give it an explicit kubeconfig: see the
             module docstring about the ``~/.kube/config`` fallback.
@@ -139,6 +140,10 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))  # type: ignore[union-attr]
         if problems:
             raise SpecError(problems)
+        if jobset is not None:  # fail when the DAG is parsed, not hours later (templated parts: after rendering)
+            from airflow_elastic.render.manifest import check_manifest
+
+            check_manifest(jobset)
         self.group = group
         self.jobset = jobset
         self.namespace = namespace

@@ -16,13 +16,14 @@ from typing import Any
 from airflow_elastic import contract, names, platforms
 from airflow_elastic.render.jobset import API_VERSION, KIND, MANAGED_BY_LABEL, MANAGER
 from airflow_elastic.spec import SpecError
+from airflow_elastic.templating import has_template
 from airflow_elastic.validation import TRAINER_CONTAINER
 
 GPU_RESOURCES = frozenset(vendor.resource for vendor in platforms.GPU_VENDORS.values())
 
 
 def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
-    """Parse and check a JobSet manifest.
+    """Parse and check a JobSet manifest (after templating: every rule, the CRD schema included).
 
     Args:
         jobset: the manifest as a dict, or as a YAML (or JSON) document.
@@ -31,9 +32,41 @@ def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
         A deep copy, as a dict.
 
     Raises:
-        SpecError: not one JobSet document of ``jobset.x-k8s.io/v1alpha2``, no ``replicatedJobs``, or a base
-            name that cannot carry the per-run suffix.
+        SpecError: not one JobSet document of ``jobset.x-k8s.io/v1alpha2``, no ``replicatedJobs``, a base name
+            that cannot carry the per-run suffix, or a field the JobSet CRD / core/v1 pod schema refuses.
     """
+    manifest = _parse(jobset)
+    problems = manifest_problems(manifest)
+    if problems:
+        raise SpecError(problems)
+    return manifest
+
+
+def check_manifest(jobset: Mapping[str, Any] | str) -> None:
+    """The parse-time check of a (maybe templated) manifest: what can be judged before Jinja is rendered.
+
+    Without Jinja this is :func:`load_manifest`. With Jinja, a YAML string that only parses once rendered is left
+    for run time, templated values (the name, the kind) are not judged, and the schema waits for the rendered
+    manifest.
+
+    Raises:
+        SpecError: as :func:`load_manifest`, for every rule whose inputs hold no template.
+    """
+    if not _templated(jobset):
+        load_manifest(jobset)
+        return
+    try:
+        manifest = _parse(jobset)
+    except SpecError:
+        if isinstance(jobset, str):
+            return  # e.g. an unquoted `replicas: {{ params.n }}`: valid YAML only once rendered
+        raise
+    problems = manifest_problems(manifest, schema=False)
+    if problems:
+        raise SpecError(problems)
+
+
+def _parse(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
     if isinstance(jobset, str):
         import yaml
 
@@ -46,21 +79,31 @@ def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
         jobset = documents[0]
     if not isinstance(jobset, Mapping):
         raise SpecError([("jobset", f"must be a mapping (a JobSet manifest), got {type(jobset).__name__}")])
-    manifest = copy.deepcopy(dict(jobset))
+    return copy.deepcopy(dict(jobset))
+
+
+def manifest_problems(manifest: Mapping[str, Any], *, schema: bool = True) -> list[tuple[str, str]]:
+    """``(field path, rule)`` problems of a parsed manifest; a templated value is not judged (nor, without
+    ``schema``, the CRD schema)."""
     problems = []
-    if manifest.get("apiVersion") != API_VERSION or manifest.get("kind") != KIND:
+    kind = (manifest.get("apiVersion"), manifest.get("kind"))
+    if kind != (API_VERSION, KIND) and not any(has_template(v) for v in kind):
         problems.append(
             (
                 "jobset",
-                f"must be apiVersion {API_VERSION!r}, kind {KIND!r}; "
-                f"got {manifest.get('apiVersion')!r}, {manifest.get('kind')!r}",
+                f"must be apiVersion {API_VERSION!r}, kind {KIND!r}; got {kind[0]!r}, {kind[1]!r}"
+                + (
+                    "; a Job goes into a replicated Job's template (spec.replicatedJobs[].template)"
+                    if kind[1] == "Job"
+                    else ""
+                ),
             )
         )
     rjobs = (manifest.get("spec") or {}).get("replicatedJobs")
     if not isinstance(rjobs, list) or not rjobs or not all(isinstance(r, Mapping) and r.get("name") for r in rjobs):
         problems.append(("jobset.spec.replicatedJobs", "must be a non-empty list of named replicated Jobs"))
     base = base_name(manifest)
-    if not names.is_dns1035_label(base) or names.run_name_length(base) > names.MAX_LABEL:
+    if not has_template(base) and (not names.is_dns1035_label(base) or names.run_name_length(base) > names.MAX_LABEL):
         problems.append(
             (
                 "jobset.metadata.name",
@@ -68,9 +111,22 @@ def load_manifest(jobset: Mapping[str, Any] | str) -> dict[str, Any]:
                 "characters (each run's JobSet is named <name>-<6 chars>)",
             )
         )
-    if problems:
-        raise SpecError(problems)
-    return manifest
+    if schema and not problems:
+        from airflow_elastic.render.schema import schema_errors
+
+        for error in schema_errors(dict(manifest)):
+            path, rule = error.split(": ", 1)
+            problems.append((path if path.startswith("jobset") else f"jobset.spec.{path}", rule))
+    return problems
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` (a manifest, or a part of one) holds a Jinja template anywhere."""
+    if isinstance(value, Mapping):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_templated(v) for v in value)
+    return has_template(value)
 
 
 def base_name(manifest: Mapping[str, Any]) -> str:

@@ -209,22 +209,6 @@ def test_a_users_manifest_gets_a_run_name_and_labels():
     assert manifest["metadata"]["name"] == "mine"  # the user's dict is not modified
 
 
-@pytest.mark.parametrize(
-    ("manifest", "field"),
-    [
-        ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {}}, "jobset"),
-        ("a: 1\n---\nb: 2\n", "jobset"),
-        ("apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: Bad_Name}\nspec: {}\n", "jobset"),
-    ],
-)
-def test_bad_manifests_are_refused_with_the_field(manifest, field):
-    op = TrainingGroupOperator(task_id="t", jobset=manifest, namespace="ns")
-    op.hook = lambda: FakeHook()  # type: ignore[method-assign]
-    with pytest.raises(SpecError) as raised:
-        op.execute(context())
-    assert raised.value.problems[0][0].startswith(field)
-
-
 def test_importing_the_operators_loads_no_kubernetes_client():
     code = (
         "import sys\n"
