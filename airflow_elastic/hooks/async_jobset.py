@@ -3,7 +3,8 @@
 It uses ``kubernetes_asyncio`` through the cncf provider's ``AsyncKubernetesHook.get_conn()`` (composed, not
 subclassed), so connection handling is the provider's: the same connection extras as the sync hook, resolved
 ``connection_extras`` passed from the worker (no connection lookup in the triggerer), ``config_dict``, and
-exec-plugin credentials reloaded on every request.
+exec-plugin credentials reloaded on every request. A connection that is missing or names no cluster is refused
+before the first request, as in the sync hook (:mod:`airflow_elastic.hooks.connection`).
 
 Each request opens its own ``ApiClient`` (an aiohttp session) and closes it: a session is bound to the event
 loop it was made on, and ``airflow dags test`` runs each trigger on a fresh loop, so a cached client would fail
@@ -18,11 +19,14 @@ from typing import Any
 
 from aiohttp import ClientError
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.providers.common.compat.connection import get_async_connection
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow_elastic.hooks import operations as ops
+from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
 
@@ -41,6 +45,10 @@ class AsyncJobSetHook(BaseHook):
         config_dict: a kubeconfig as a dict, instead of the connection's.
         cluster_context: a kubeconfig context, overriding the connection's.
         retry: the retry policy (default: 5 attempts, 0.5 s doubling to at most 15 s).
+
+    Raises (from the first method, before any request):
+        ImplicitClusterRefused: the connection (or ``connection_extras``) names no cluster, or does not exist, and
+            no ``config_dict`` was given.
     """
 
     conn_name_attr = "conn_id"
@@ -63,6 +71,7 @@ class AsyncJobSetHook(BaseHook):
         self.config_dict = config_dict
         self.cluster_context = cluster_context
         self.retry = retry or RetryPolicy()
+        self._checked = False
         self.kubernetes_hook = self._new_kubernetes_hook()
 
     def _new_kubernetes_hook(self) -> AsyncKubernetesHook:
@@ -75,9 +84,23 @@ class AsyncJobSetHook(BaseHook):
 
     # ------------------------------------------------------------------------------------------ connection
 
+    async def _checked_extras(self) -> dict[str, Any]:
+        """The connection's extras once they are known to name a cluster (looked up at most once)."""
+        if not self._checked:
+            extras = self.connection_extras
+            if extras is None:
+                try:
+                    extras = (await get_async_connection(self.conn_id, self)).extra_dejson
+                except AirflowNotFoundException:
+                    extras = None
+            self.connection_extras = require_explicit(self.conn_id, extras, overrides={"config_dict": self.config_dict})
+            self.kubernetes_hook = self._new_kubernetes_hook()  # with the extras: no second lookup
+            self._checked = True
+        return self.connection_extras or {}
+
     async def get_namespace(self) -> str | None:
         """The connection's ``namespace`` extra, or ``None`` when it sets none."""
-        extras = await self.kubernetes_hook.get_conn_extras()
+        extras = await self._checked_extras()
         return extras.get("namespace") or extras.get("extra__kubernetes__namespace") or None
 
     # -------------------------------------------------------------------------------------------- JobSets
@@ -134,6 +157,7 @@ class AsyncJobSetHook(BaseHook):
     # ------------------------------------------------------------------------------------------- plumbing
 
     async def _send(self, op: ops.Operation) -> bytes:
+        await self._checked_extras()
         async with self.kubernetes_hook.get_conn() as api_client:
             api = getattr(k8s, op.api)(api_client)
             try:

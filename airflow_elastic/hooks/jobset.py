@@ -3,8 +3,9 @@
 Connection handling is the cncf provider's ``KubernetesHook`` (composed, not subclassed): the
 ``kubernetes_default`` connection or any ``kubernetes`` connection, with its ``kube_config_path``,
 ``kube_config``, ``in_cluster``, ``cluster_context``, ``namespace``, ``disable_verify_ssl`` and
-``disable_tcp_keepalive`` extras, client-side request timeouts and TCP keepalive. With no such connection,
-``kubernetes_default`` falls back to in-cluster config, then ``~/.kube/config``.
+``disable_tcp_keepalive`` extras, client-side request timeouts and TCP keepalive. Unlike the cncf hook, a
+missing connection, or one that names no cluster, is refused (:mod:`airflow_elastic.hooks.connection`) instead of
+falling back to in-cluster config and then ``~/.kube/config``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 from kubernetes import client as k8s
 from urllib3.exceptions import HTTPError
 
 from airflow_elastic.hooks import operations as ops
+from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
 
@@ -39,6 +42,10 @@ class JobSetHook(BaseHook):
         config_file: a kubeconfig path, overriding the connection's.
         in_cluster: use the pod's service account, overriding the connection.
         retry: the retry policy (default: 5 attempts, 0.5 s doubling to at most 15 s).
+
+    Raises (from the first method that needs the connection, before any request):
+        ImplicitClusterRefused: the connection does not exist or names no cluster, and neither ``config_file`` nor
+            ``in_cluster`` was given.
     """
 
     conn_name_attr = "conn_id"
@@ -61,12 +68,26 @@ class JobSetHook(BaseHook):
         self.kubernetes_hook = KubernetesHook(
             conn_id=conn_id, cluster_context=cluster_context, config_file=config_file, in_cluster=in_cluster
         )
+        self._overrides = {"config_file": config_file, "in_cluster": in_cluster}
+        self._extras: dict[str, Any] | None = None
         self._api_client: k8s.ApiClient | None = None
 
     # ------------------------------------------------------------------------------------------ connection
 
+    def _checked_extras(self) -> dict[str, Any]:
+        """The connection's extras once it is known to name a cluster (looked up once, shared with the cncf hook)."""
+        if self._extras is None:
+            try:
+                extras: dict[str, Any] | None = self.get_connection(self.conn_id).extra_dejson
+            except AirflowNotFoundException:
+                extras = None
+            self._extras = require_explicit(self.conn_id, extras, overrides=self._overrides)
+            self.kubernetes_hook.conn_extras = self._extras  # its cached property: no second lookup
+        return self._extras
+
     def get_namespace(self) -> str | None:
         """The connection's ``namespace`` extra, or ``None`` when it sets none."""
+        self._checked_extras()
         return self.kubernetes_hook.get_namespace()
 
     def get_connection_extras(self) -> dict[str, Any]:
@@ -76,7 +97,7 @@ class JobSetHook(BaseHook):
         does the same); note they then sit in the trigger table, including an inline ``kube_config`` if the
         connection has one.
         """
-        return dict(self.kubernetes_hook.conn_extras)
+        return dict(self._checked_extras())
 
     def close(self) -> None:
         """Close the client's connection pool; the next request opens a new one."""
@@ -184,6 +205,7 @@ class JobSetHook(BaseHook):
 
     def _client(self) -> k8s.ApiClient:
         if self._api_client is None:
+            self._checked_extras()
             self._api_client = self.kubernetes_hook.get_conn()
         return self._api_client
 

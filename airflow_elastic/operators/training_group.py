@@ -3,10 +3,11 @@
 Submit (or adopt) the group's JobSet, wait without holding a worker slot (deferrable, the default) or on the
 worker (sync), and finish with the group's verdict: a small result dict, or a failure that names the pods.
 
-Connections: the cncf ``KubernetesHook`` handles ``kubernetes_conn_id``. A connection without ``in_cluster``,
-``kube_config`` or ``kube_config_path`` falls back to in-cluster config and then to ``~/.kube/config``, i.e.
-whatever cluster the worker's user last pointed kubectl at. Always give the connection an explicit kubeconfig
-(``AIRFLOW_CONN_LOCAL_CLUSTER`` as printed by ``airflow-elastic cluster up``, or ``in_cluster: true``).
+Connections: the cncf ``KubernetesHook`` handles ``kubernetes_conn_id``, except that a missing connection, or one
+without ``in_cluster``, ``kube_config`` or ``kube_config_path``, is refused (``ImplicitClusterRefused``) instead of
+falling back to in-cluster config and then to ``~/.kube/config`` (whatever cluster the worker's user last pointed
+kubectl at). Give the connection an explicit kubeconfig (``AIRFLOW_CONN_LOCAL_CLUSTER`` as printed by
+``airflow-elastic cluster up``) or ``in_cluster: true``.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix. It
             is checked when the DAG file is parsed (templated parts once rendered), the CRD schema included.
         namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
-        kubernetes_conn_id: a ``kubernetes`` connection (templated). Give it an explicit kubeconfig: see the
-            module docstring about the ``~/.kube/config`` fallback.
+        kubernetes_conn_id: a ``kubernetes`` connection (templated) with an explicit cluster: see the module
+            docstring (no fallback to ``~/.kube/config``).
         deferrable: wait in the triggerer (default) instead of on the worker.
         poll_interval: seconds between status checks.
         startup_timeout: seconds (or a ``timedelta``) for the group to be running once; then it is deleted and the

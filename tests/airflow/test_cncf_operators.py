@@ -8,8 +8,6 @@ requests the provider's clients sent (the local cluster's request log).
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 
 from airflow_elastic.localcluster import LocalCluster
 from tests.airflow.airflow_env import dag_run_states, dags_test, tail, task_states
@@ -108,14 +106,3 @@ def test_cncf_operators_fail_with_their_workload(cluster_airflow_env, airflow_db
     [failed] = [c for c in job.status.conditions if c.type == "Failed"]
     assert (failed.status, failed.reason) == ("True", "BackoffLimitExceeded")
     assert f"Kubernetes job '{job.metadata.name}' is failed with error 'BackoffLimitExceeded'" in result.stdout
-
-
-def test_no_implicit_kubeconfig(airflow_env):
-    """Without a connection, the cncf hook's fallback (in-cluster, then ~/.kube/config) finds nothing to use."""
-    code = (
-        "from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook\n"
-        "KubernetesHook().core_v1_client\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], env=airflow_env, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    assert "ConfigException" in result.stderr, result.stderr
