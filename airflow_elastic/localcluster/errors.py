@@ -98,7 +98,11 @@ class Invalid(ApiError):
     @classmethod
     def of(cls, kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> Invalid:
         qualified = f"{kind}.{group}" if group else kind
-        summary = ", ".join(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes)
+        # apierrors.NewInvalid prints an aggregate: one error as is, several as "[a, b]", repeats once.
+        listed = list(
+            dict.fromkeys(f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes)
+        )
+        summary = listed[0] if len(listed) == 1 else "[" + ", ".join(listed) + "]"
         details = {**_details(kind, name, group), "causes": causes}
         return cls(f'{qualified} "{name}" is invalid: {summary}', details=details)
 

@@ -134,16 +134,44 @@ def test_jobset_cel_rules(store: Store) -> None:
 def test_jobset_webhook_messages(store: Store, spec: dict[str, Any], message: str) -> None:
     name = spec.pop("name", "js")
     err = rejected(store, jobset(name, **spec))
-    assert message in [c["message"] for c in err.details["causes"]]
-    assert err.message.startswith('admission webhook "vjobset.kb.io" denied the request: ')
+    assert any(c["message"].endswith(message) for c in err.details["causes"])
+    assert err.message.startswith(
+        f'admission webhook "vjobset.kb.io" denied the request: JobSet.jobset.x-k8s.io "{name}"'
+    )
+
+
+def test_jobset_webhook_denial_is_apierrors_new_invalid(store: Store) -> None:
+    """JobSet 0.12's ``invalidError``: field errors where upstream has a path, ``<nil>: Internal error`` for its
+    plain errors, aggregated as ``[a, b]``; a message pattern that is no valid regex is not checked."""
+    name = "x" * 55
+    patterns = {"name": "r", "action": "FailJobSet", "onJobFailureMessagePatterns": ["(unclosed"]}
+    body = jobset(name, successPolicy={"operator": "All", "targetReplicatedJobs": ["nope"]})
+    body["spec"]["failurePolicy"] = {"rules": [patterns]}
+    err = rejected(store, body)
+    job = f"{name}-workers-1"
+    assert err.message == (
+        f'admission webhook "vjobset.kb.io" denied the request: JobSet.jobset.x-k8s.io "{name}" is invalid: ['
+        f'spec.replicatedJobs[0].name: Invalid value: "{job}": JobSet name is too long, job names generated for this '
+        "JobSet will exceed 63 characters, "
+        f'spec.replicatedJobs[0].name: Invalid value: "{job}": JobSet name is too long, pod names generated for this '
+        "JobSet will exceed 63 characters, "
+        "<nil>: Internal error: invalid replicatedJob name 'nope' does not appear in .spec.ReplicatedJobs]"
+    )
+    assert [(c["reason"], c["field"]) for c in err.details["causes"]] == [
+        ("FieldValueInvalid", "spec.replicatedJobs[0].name"),
+        ("FieldValueInvalid", "spec.replicatedJobs[0].name"),
+        ("InternalError", "<nil>"),
+    ]
 
 
 def test_jobset_depends_on_order(store: Store) -> None:
     body = jobset()
     body["spec"]["replicatedJobs"][0]["dependsOn"] = [{"name": "later", "status": "Complete"}]
     messages = [c["message"] for c in rejected(store, body).details["causes"]]
-    assert "DependsOn can't be set for the first ReplicatedJob" in messages
-    assert "replicatedJob: workers cannot depend on replicatedJob: later" in messages
+    assert messages == [
+        "Internal error: DependsOn can't be set for the first ReplicatedJob",
+        "Internal error: replicatedJob: workers cannot depend on replicatedJob: later",
+    ]
 
 
 def test_jobset_update_rules(store: Store) -> None:

@@ -483,13 +483,59 @@ def test_invalid_jobset_is_rejected_with_422(jobsets: JobSets) -> None:
     assert raised.value.status == 422
     status = json.loads(raised.value.body)
     assert (status["reason"], status["details"]["kind"], status["details"]["name"]) == ("Invalid", "JobSet", name)
-    prefix = 'admission webhook "vjobset.kb.io" denied the request: '
+    prefix = f'admission webhook "vjobset.kb.io" denied the request: JobSet.jobset.x-k8s.io "{name}" is invalid: '
     assert status["message"].startswith(prefix)
-    assert set(status["message"].removeprefix(prefix).splitlines()) == {
-        "JobSet name is too long, job names generated for this JobSet will exceed 63 characters",
-        "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters",
-    }
+    assert (
+        "spec.replicatedJobs[0].name",
+        f'Invalid value: "{name}-workers-0": JobSet name is too long, pod names generated for this JobSet will '
+        "exceed 63 characters",
+    ) in [(c["field"], c["message"]) for c in status["details"]["causes"]]
     assert not jobsets.exists(name)
+
+
+def rjob_of(name: str, replicas: int, pod: dict[str, Any], **job: Any) -> dict[str, Any]:
+    return {"name": name, "replicas": replicas, "template": {"spec": {**job, "template": {"spec": pod}}}}
+
+
+def test_a_child_job_that_cannot_be_created_is_a_job_creation_failed_warning(jobsets: JobSets) -> None:
+    """Upstream ``createJobs``: one warning per replicatedJob, joining each Job's error; later ones wait."""
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}
+    broken = {**pod, "containers": [{"name": "main", "image": "", "command": ["true"]}]}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": "broken"},
+        "spec": {"replicatedJobs": [rjob_of("first", 2, broken), rjob_of("second", 1, pod)]},
+    }
+    jobsets.create(body)
+
+    def warning() -> client.CoreV1Event | None:
+        return next((e for e in jobsets.events("broken") if e.reason == "JobCreationFailed"), None)
+
+    event = wait_for(warning, what="a JobCreationFailed event")
+    assert (event.type, event.involved_object.kind) == ("Warning", "JobSet")
+    assert event.message.splitlines() == [
+        f'job "broken-first-{i}" creation failed with error: Job.batch "broken-first-{i}" is invalid: '
+        "spec.template.spec.containers[0].image: Required value"
+        for i in (0, 1)
+    ]
+    wait_for(lambda: (warning().count or 1) > 1, what="the warning to repeat on the retry")
+    assert jobsets.jobs() == {}
+
+
+def test_exit_code_rule_with_empty_pod_conditions_is_accepted(jobsets: JobSets) -> None:
+    """Upstream counts only a non-empty ``onPodConditions``: this Job template is valid and its Job is created."""
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}, "onPodConditions": []}]}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": "exit-codes"},
+        "spec": {"replicatedJobs": [rjob_of("workers", 1, pod, podFailurePolicy=policy)]},
+    }
+    jobsets.create(body)
+    assert jobsets.wait_terminal("exit-codes")["status"]["terminalState"] == "Completed"
+    assert not [e for e in jobsets.events("exit-codes") if e.reason == "JobCreationFailed"]
 
 
 def test_gated_restartjob_action_is_rejected_by_kubectl(kubectl, namespace: str) -> None:

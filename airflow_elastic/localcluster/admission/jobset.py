@@ -22,6 +22,7 @@ from airflow_elastic.localcluster.admission.common import (
     dns1035_label,
     dns1123_subdomain,
     domain_prefixed_path,
+    invalid,
     label_value,
 )
 from airflow_elastic.localcluster.store import Obj
@@ -38,6 +39,8 @@ FAILURE_REASONS = (
 GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 _RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _TOO_LONG = "must be no more than 63 characters"
+_GROUP_TOO_LONG = ".spec.replicatedJob[].groupName is too long, must be less than 63 characters"
+_IN_PLACE_GATED = "InPlaceRestart restart strategy cannot be set when InPlaceRestart feature gate is disabled"
 _CEL_IMMUTABLE = ("network", "successPolicy", "failurePolicy", "startupPolicy", "volumeClaimPolicies")
 #: Pod-template fields Kueue may change while the JobSet is (or is becoming) suspended.
 _KUEUE_MUTABLE = ("nodeSelector", "tolerations", "schedulingGates")
@@ -165,14 +168,27 @@ def _cel_causes(spec: dict[str, Any], old_spec: dict[str, Any] | None) -> Causes
     return causes
 
 
-def _dns1035_messages(value: str, too_long: str) -> list[str]:
-    return [too_long if _TOO_LONG in m else m for m in dns1035_label(value)]
+def _dns1035_causes(path: str, value: str, shown: str, too_long: str) -> Causes:
+    """``IsDNS1035Label`` as ``field.Invalid(path, shown, msg)``, the length message replaced by ``too_long``."""
+    return [invalid(path, shown, too_long if _TOO_LONG in m else m) for m in dns1035_label(value)]
+
+
+def _internal(message: str) -> dict[str, str]:
+    """A plain ``error`` of the webhook: ``toFieldErrorList`` makes it ``field.InternalError(nil, err)``."""
+    return errors.cause("<nil>", f"Internal error: {message}", "InternalError")
 
 
 def _failure_policy_messages(policy: dict[str, Any], names: list[str]) -> list[str]:
+    """``validateFailurePolicy``. A message pattern that is no valid regex is accepted (the controller skips it)."""
+    rules = policy.get("rules") or []
+    if any(rule.get("action") in GATED_ACTIONS for rule in rules):
+        return [  # upstream returns at once: a missing feature gate is critical
+            "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not allowed when "
+            "RestartJob feature gate is disabled"
+        ]
     found: list[str] = []
     by_name: dict[str, list[int]] = {}
-    for index, rule in enumerate(policy.get("rules") or []):
+    for index, rule in enumerate(rules):
         name = rule.get("name", "")
         if not 1 <= len(name) <= 128:
             found.append(
@@ -196,94 +212,112 @@ def _failure_policy_messages(policy: dict[str, Any], names: list[str]) -> list[s
             for r in rule.get("onJobFailureReasons") or []
             if r not in FAILURE_REASONS
         ]
-        for pattern in rule.get("onJobFailureMessagePatterns") or []:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                found.append(f"invalid onJobFailureMessagePatterns regex '{pattern}': {err}")
-        if rule.get("action") in GATED_ACTIONS:
-            found.append(
-                "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not allowed when "
-                "RestartJob feature gate is disabled"
-            )
     for name, indices in by_name.items():
         if len(indices) > 1:
             shown = "[" + " ".join(map(str, indices)) + "]"
             found.append(f"rule names are not unique, rules with indices {shown} all have the same name '{name}'")
-    if policy.get("restartStrategy") == "InPlaceRestart":
-        found.append("InPlaceRestart restart strategy cannot be set when InPlaceRestart feature gate is disabled")
     return found
 
 
-def _coordinator_message(js: Obj) -> str | None:
+def _coordinator_messages(js: Obj) -> list[str]:
+    """``validateCoordinator`` and ``validateCoordinatorLabelValue`` (both run)."""
     spec, coord = js["spec"], js["spec"]["coordinator"]
-    rjob = next((r for r in spec["replicatedJobs"] if r["name"] == coord["replicatedJob"]), None)
-    if rjob is None:
-        return f"coordinator replicatedJob {coord['replicatedJob']} does not exist"
     job_index, pod_index = coord.get("jobIndex", 0), coord.get("podIndex", 0)
-    if not 0 <= job_index < rjob.get("replicas", 1):
-        return f"coordinator job index {job_index} is invalid for replicatedJob {rjob['name']}"
-    job_spec = rjob["template"].get("spec") or {}
-    if job_spec.get("completionMode") != "Indexed":
-        return "job for coordinator pod must be indexed completion mode"
-    if not 0 <= pod_index < (job_spec.get("completions") or 0):
-        return f"coordinator pod index {pod_index} is invalid for replicatedJob {rjob['name']} job index {job_index}"
-    subdomain = (spec.get("network") or {}).get("subdomain") or js["metadata"]["name"]
-    endpoint = f"{js['metadata']['name']}-{rjob['name']}-{job_index}-{pod_index}.{subdomain}"
-    problems = label_value(endpoint)
-    return f"coordinator endpoint {endpoint} is not a valid label value: {'; '.join(problems)}" if problems else None
-
-
-def webhook_messages(js: Obj) -> list[str]:
-    """``jobSetWebhook.ValidateCreate`` (plus the feature-gate checks of 0.12 with every gate off)."""
-    name, spec = js["metadata"]["name"], js["spec"]
-    rjobs = spec.get("replicatedJobs") or []
-    names = [r["name"] for r in rjobs]
     found: list[str] = []
-    if rjobs and rjobs[0].get("dependsOn"):
-        found.append("DependsOn can't be set for the first ReplicatedJob")
-    subdomain = (spec.get("network") or {}).get("subdomain")
-    if subdomain:
-        found += dns1123_subdomain(subdomain)
-        found += _dns1035_messages(subdomain, ".spec.network.subdomain is too long, must be less than 63 characters")
-    seen: list[str] = []
-    for rjob in rjobs:
-        job_spec = rjob["template"].get("spec") or {}
-        replicas = rjob.get("replicas", 1)
-        if (job_spec.get("parallelism") or 1) * replicas > MAX_INT32:
-            found.append(
+    rjob = next((r for r in spec["replicatedJobs"] if r["name"] == coord["replicatedJob"]), None)
+    job_spec = (rjob or {}).get("template", {}).get("spec") or {}
+    if rjob is None:
+        found.append(f"coordinator replicatedJob {coord['replicatedJob']} does not exist")
+    elif not 0 <= job_index < rjob.get("replicas", 1):
+        found.append(f"coordinator job index {job_index} is invalid for replicatedJob {rjob['name']}")
+    elif job_spec.get("completionMode") != "Indexed" or job_spec.get("completions") is None:
+        found.append("job for coordinator pod must be indexed completion mode, and completions number must be set")
+    elif not 0 <= pod_index < job_spec["completions"]:
+        found.append(
+            f"coordinator pod index {pod_index} is invalid for replicatedJob {coord['replicatedJob']} job index "
+            f"{job_index}"
+        )
+    subdomain = (spec.get("network") or {}).get("subdomain") or js["metadata"]["name"]
+    endpoint = f"{js['metadata']['name']}-{coord['replicatedJob']}-{job_index}-{pod_index}.{subdomain}"
+    if problems := label_value(endpoint):
+        found.append(
+            f'spec will lead to invalid label value "{endpoint}" for coordinator label "jobset.sigs.k8s.io/coordinator"'
+            f" (long JobSet / ReplicatedJob / SubDomain name?): {', '.join(problems)}"
+        )
+    return found
+
+
+def _replicated_job_causes(name: str, index: int, rjob: dict[str, Any], seen: list[str]) -> Causes:
+    """The per-replicatedJob checks of ``ValidateCreate``."""
+    path = f"spec.replicatedJobs[{index}]"
+    job_spec = rjob["template"].get("spec") or {}
+    replicas = rjob.get("replicas", 1)
+    causes: Causes = []
+    if (job_spec.get("parallelism") or 1) * replicas > MAX_INT32:
+        causes.append(
+            _internal(
                 f"the product of replicas and parallelism must not exceed {MAX_INT32} for replicatedJob "
                 f"'{rjob['name']}'"
             )
-        found += _dns1035_messages(
-            rjob.get("groupName", "default"),
-            ".spec.replicatedJob[].groupName is too long, must be less than 63 characters",
         )
-        found += _dns1035_messages(
-            f"{name}-{rjob['name']}-{replicas - 1}",
-            "JobSet name is too long, job names generated for this JobSet will exceed 63 characters",
+    group = rjob.get("groupName", "default")
+    causes += _dns1035_causes(f"{path}.groupName", group, group, _GROUP_TOO_LONG)
+    longest_job = f"{name}-{rjob['name']}-{replicas - 1}"
+    causes += _dns1035_causes(
+        f"{path}.name",
+        longest_job,
+        longest_job,
+        "JobSet name is too long, job names generated for this JobSet will exceed 63 characters",
+    )
+    if job_spec.get("completionMode") == "Indexed" and job_spec.get("completions") is not None:
+        pod = f"{longest_job}-{job_spec['completions'] - 1}-abcde"
+        causes += _dns1035_causes(  # upstream shows the Job name here too
+            f"{path}.name",
+            pod,
+            longest_job,
+            "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters",
         )
-        if job_spec.get("completionMode") == "Indexed" and job_spec.get("completions") is not None:
-            pod = f"{name}-{rjob['name']}-{replicas - 1}-{job_spec['completions'] - 1}-abcde"
-            found += _dns1035_messages(
-                pod, "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"
-            )
-        seen.append(rjob["name"])
-        found += [
-            f"replicatedJob: {rjob['name']} cannot depend on replicatedJob: {dep['name']}"
-            for dep in rjob.get("dependsOn") or []
-            if dep["name"] not in seen[:-1]
-        ]
-    found += [
-        f"invalid replicatedJob name '{t}' does not appear in .spec.ReplicatedJobs"
+    causes += [  # the replicatedJob itself is already among ``seen``, as in upstream's set
+        _internal(f"replicatedJob: {rjob['name']} cannot depend on replicatedJob: {dep['name']}")
+        for dep in rjob.get("dependsOn") or []
+        if dep["name"] not in seen
+    ]
+    return causes
+
+
+def webhook_causes(js: Obj) -> Causes:
+    """``jobSetWebhook.ValidateCreate`` of JobSet 0.12 with every feature gate off, in its order: field errors
+    where upstream builds them, ``field.InternalError(nil, ...)`` for its plain errors (``invalidError``)."""
+    name, spec = js["metadata"]["name"], js["spec"]
+    rjobs = spec.get("replicatedJobs") or []
+    names = [r["name"] for r in rjobs]
+    causes: Causes = []
+    if (spec.get("failurePolicy") or {}).get("restartStrategy") == "InPlaceRestart":
+        causes.append(
+            _internal("InPlaceRestart restart strategy cannot be set when InPlaceRestart feature gate is disabled")
+        )
+    if rjobs and rjobs[0].get("dependsOn"):
+        causes.append(_internal("DependsOn can't be set for the first ReplicatedJob"))
+    subdomain = (spec.get("network") or {}).get("subdomain")
+    if subdomain:
+        path = "spec.network.subdomain"
+        causes += [invalid(path, subdomain, m) for m in dns1123_subdomain(subdomain)]
+        causes += _dns1035_causes(
+            path, subdomain, subdomain, ".spec.network.subdomain is too long, must be less than 63 characters"
+        )
+    causes += managed_by_causes(js)
+    for index, rjob in enumerate(rjobs):
+        causes += _replicated_job_causes(name, index, rjob, names[: index + 1])
+    causes += [
+        _internal(f"invalid replicatedJob name '{t}' does not appear in .spec.ReplicatedJobs")
         for t in (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []
         if t not in names
     ]
     if spec.get("failurePolicy") is not None:
-        found += _failure_policy_messages(spec["failurePolicy"], names)
-    if spec.get("coordinator") is not None and (message := _coordinator_message(js)):
-        found.append(message)
-    return found
+        causes += [_internal(m) for m in _failure_policy_messages(spec["failurePolicy"], names)]
+    if spec.get("coordinator") is not None:
+        causes += [_internal(m) for m in _coordinator_messages(js)]
+    return causes
 
 
 def _without_kueue_mutable(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -319,17 +353,17 @@ class JobSetAdmission:
             raise errors.Invalid.of("JobSet", meta["name"], causes, GROUP)
 
     @staticmethod
-    def _deny(js: Obj, messages: list[str] | Causes) -> None:
-        causes = [m if isinstance(m, dict) else errors.cause("", m) for m in messages]
-        text = "\n".join(c["field"] + ": " + c["message"] if c["field"] else c["message"] for c in causes)
-        details = {"name": js["metadata"]["name"], "group": GROUP, "kind": "JobSet", "causes": causes}
-        raise errors.Invalid(f'admission webhook "vjobset.kb.io" denied the request: {text}', details=details)
+    def _deny(js: Obj, causes: Causes) -> None:
+        """``apierrors.NewInvalid`` from the webhook; the API server prefixes which webhook denied the request."""
+        invalid_js = errors.Invalid.of("JobSet", js["metadata"]["name"], causes, GROUP)
+        message = f'admission webhook "vjobset.kb.io" denied the request: {invalid_js.message}'
+        raise errors.Invalid(message, details=invalid_js.details)
 
     def admit_create(self, obj: Obj) -> None:
         apply_webhook_defaults(obj)
         self._structural(obj, None)
-        if problems := [*managed_by_causes(obj), *webhook_messages(obj)]:
-            self._deny(obj, problems)
+        if causes := webhook_causes(obj):
+            self._deny(obj, causes)
 
     def admit_update(self, obj: Obj, old: Obj) -> None:
         # mjobset.kb.io is registered for create *and* update: a re-applied manifest gets the same defaults.

@@ -126,7 +126,8 @@ class JobSetController(Controller):
             status["terminalState"] = "Completed"
             return None
         self._headless_service(js)  # step 9
-        retry = self._create_jobs(js, status, owned, statuses, events)  # step 10
+        if retry := self._create_jobs(js, status, owned, statuses, events):  # step 10
+            return retry  # a creation error ends the reconcile there, as upstream's returned error does
         if suspended:  # step 11
             for job in owned.active:
                 if not job["spec"].get("suspend"):
@@ -135,7 +136,7 @@ class JobSetController(Controller):
             self._condition(status, events, "RestartingJobSet", "False", "JobSetSuspended", "jobset is suspended")
         else:
             self._resume(js, status, owned, statuses, events)
-        return retry
+        return None
 
     def _fail(self, status: dict[str, Any], events: list[Event], reason: str, job: Obj) -> None:
         message = f"{MESSAGES[reason]} (first failed job: {job['metadata']['name']})"
@@ -224,24 +225,14 @@ class JobSetController(Controller):
         blocking = (js["spec"].get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate"
         existing = {j["metadata"]["name"] for j in owned.all}
         replicas: dict[str, int] = {}
-        retry: float | None = None
         for rjob in js["spec"]["replicatedJobs"]:
             replicas[rjob["name"]] = rjob.get("replicas", 1)
             if not dependencies_reached(rjob, replicas, statuses):
                 continue
             if not suspended and in_order and all_started(rjob, statuses):
                 continue
-            if not (blocking and owned.previous):
-                for index in range(rjob.get("replicas", 1)):
-                    job = construct_job(js, rjob, index)
-                    if job["metadata"]["name"] in existing:
-                        continue
-                    try:
-                        self.store.create(JOBS, js["metadata"]["namespace"], job)
-                    except errors.ApiError as err:
-                        message = f'job "{job["metadata"]["name"]}" creation failed with error: {err.message}'
-                        self.recorder.record(js, "Warning", "JobCreationFailed", message, COMPONENT)
-                        retry = 5.0
+            if not (blocking and owned.previous) and not self._create_rjob_jobs(js, rjob, existing):
+                return 5.0  # upstream returns the error: later replicatedJobs wait for the retry
             if not suspended and in_order:
                 self._condition(
                     status,
@@ -251,7 +242,7 @@ class JobSetController(Controller):
                     "InOrderStartupPolicyInProgress",
                     "in order startup policy is in progress",
                 )
-                return retry
+                return None
         if not suspended and in_order:
             self._condition(
                 status,
@@ -261,7 +252,23 @@ class JobSetController(Controller):
                 "InOrderStartupPolicyCompleted",
                 "in order startup policy has completed",
             )
-        return retry
+        return None
+
+    def _create_rjob_jobs(self, js: Obj, rjob: dict[str, Any], existing: set[str]) -> bool:
+        """``createJobs`` for one replicatedJob; False after a ``JobCreationFailed`` warning that names every Job
+        that could not be created, one ``job "<name>" creation failed with error: <err>`` line each (errors.Join)."""
+        failed = []
+        for index in range(rjob.get("replicas", 1)):
+            job = construct_job(js, rjob, index)
+            if job["metadata"]["name"] in existing:
+                continue
+            try:
+                self.store.create(JOBS, js["metadata"]["namespace"], job)
+            except errors.ApiError as err:
+                failed.append(f'job "{job["metadata"]["name"]}" creation failed with error: {err.message}')
+        if failed:
+            self.recorder.record(js, "Warning", "JobCreationFailed", "\n".join(failed), COMPONENT)
+        return not failed
 
     def _update_job(self, job: Obj, change: Any) -> None:
         current = self.store.find(JOBS, job["metadata"]["namespace"], job["metadata"]["name"])

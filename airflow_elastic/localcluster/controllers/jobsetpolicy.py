@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.localcluster.store import Obj, now
+
+log = logging.getLogger(__name__)
 
 PREFIX = "jobset.sigs.k8s.io/"
 JOBSET_NAME, JOBSET_UID = PREFIX + "jobset-name", PREFIX + "jobset-uid"
@@ -147,6 +150,15 @@ def first_failed(jobs: list[Obj]) -> Obj:
     return min(jobs, key=_failure_time)
 
 
+def _matches(pattern: str, message: str) -> bool:
+    """``anyMatchFound``: a pattern that does not compile is skipped (logged), not an error."""
+    try:
+        return re.search(pattern, message) is not None
+    except re.error:
+        log.warning("invalid regex for onJobFailureMessagePatterns: %r", pattern)
+        return False
+
+
 def match_failure_rule(js: Obj, failed: list[Obj]) -> tuple[dict[str, Any] | None, Obj]:
     """The first rule (in order) matching a failed Job, with the earliest-failed Job it matches."""
     for rule in (js["spec"].get("failurePolicy") or {}).get("rules") or []:
@@ -158,7 +170,7 @@ def match_failure_rule(js: Obj, failed: list[Obj]) -> tuple[dict[str, Any] | Non
             rjob = (job["metadata"].get("labels") or {}).get(RJOB_NAME)
             if reasons and cond.get("reason") not in reasons:
                 continue
-            if patterns and not any(re.search(p, cond.get("message", "")) for p in patterns):
+            if patterns and not any(_matches(p, cond.get("message", "")) for p in patterns):
                 continue
             if not rjob or (targets and rjob not in targets):
                 continue
