@@ -239,9 +239,14 @@ def test_unlabelled_raw_delete_is_resubmitted_from_the_checkpoint(cluster, core,
     for resume in metrics["resumes"]:
         assert resume["lost_steps"] == resume["reached"] - resume["from"] == 0, metrics["resumes"]
         _assert_checkpoint_kind(resume, every=5)
-    # The operator's own account of the resubmitted attempt agrees, where the leader's last report was read.
-    assert first["reached_step"] in (resubmitted["reached"], None), (first, resubmitted)
-    assert first["lost_steps"] in (0, None) and result["lost_steps"] in (0, None), (first, result["lost_steps"])
+    # The operator's own account of the resubmitted attempt: it knows the step the first group reached only from a
+    # stopped pod's last report, and the raw-deleted worker leaves none while the leader's may be gone with the failed
+    # JobSet's Jobs before the trigger reads it (a race it cannot always win). Where it was read, it agrees with the
+    # trainer: the resubmission started at that step, so it lost none.
+    reached = first["reached_step"]
+    expected = (None, None) if reached is None else (resubmitted["reached"], 0)
+    assert (reached, first["lost_steps"]) == expected, (first, resubmitted)
+    assert result["lost_steps"] == first["lost_steps"], result
     assert metrics["lost_steps"] == 0, metrics
     assert f"resumes from checkpoint step {resubmitted['from']}" in out, tail(out)
 
