@@ -10,14 +10,13 @@ metrics (step, loss, each resume with the steps it lost).
 
 Run it against the local cluster, whose spot pool carries the generic spot labels and taints::
 
-    airflow-elastic cluster up --detach          # prints AIRFLOW_CONN_LOCAL_CLUSTER=...; export it
+    airflow-elastic cluster up --detach --image-map dags/image-map.yaml   # prints AIRFLOW_CONN_LOCAL_CLUSTER=...
     airflow dags test example_preemptible_training
     airflow-elastic cluster preempt <a worker's node> --style gke     # meanwhile: a spot reclaim
 
 The trainer image's entrypoint runs ``dags/scripts/train_model.py``; the local cluster records images instead of
-pulling them, so start it with an image map, e.g. from Python::
-
-    ClusterConfig(image_map={PREEMPTIBLE_TRAINER_IMAGE: ["python", "dags/scripts/train_model.py"]})
+pulling them, and ``dags/image-map.yaml`` (run from the repository root) maps the examples' images to their scripts.
+From Python: ``ClusterConfig(image_map={PREEMPTIBLE_TRAINER_IMAGE: ["python", "/abs/dags/scripts/train_model.py"]})``.
 
 On a real cluster build that image (the script plus ``pip install --no-deps airflow-elastic``), change the
 connection, and give a checkpoint location every pod can reach, e.g. ``--conf '{"checkpoint_root":

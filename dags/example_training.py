@@ -1,14 +1,13 @@
 """Example: train the tiny trainer as one Airflow task, then hand its metrics downstream.
 
-Run it against the local cluster::
+Run it against the local cluster (from the repository root)::
 
-    airflow-elastic cluster up --detach          # prints AIRFLOW_CONN_LOCAL_CLUSTER=...; export it
+    airflow-elastic cluster up --detach --image-map dags/image-map.yaml   # prints AIRFLOW_CONN_LOCAL_CLUSTER=...
     airflow dags test example_training
 
 The trainer image's entrypoint runs ``dags/scripts/train_tiny.py``; the local cluster records images instead of
-pulling them, so start it with an image map for that image, e.g. from Python::
-
-    ClusterConfig(image_map={TINY_TRAINER_IMAGE: ["python", "dags/scripts/train_tiny.py"]})
+pulling them, and ``dags/image-map.yaml`` maps the examples' images to their scripts (from Python:
+``ClusterConfig(image_map={TINY_TRAINER_IMAGE: ["python", "/abs/path/dags/scripts/train_tiny.py"]})``).
 
 On a real cluster only the connection changes. Name it explicitly: a ``kubernetes`` connection without a
 kubeconfig makes the cncf hook fall back to ``~/.kube/config``.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import shlex
 import signal
 import sys
 import urllib.error
@@ -33,13 +35,26 @@ def connection_hint(cluster: LocalCluster) -> str:
 
 
 def up(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(args.state_dir)
+    from airflow_elastic.localcluster.imagemap import parse_image_map
+    from airflow_elastic.localcluster.serve import load_config  # the server's modules, only when starting one
+
+    config = load_config(args.state_dir)  # what this state directory ran with last (default cluster if new)
+    if args.image_map:
+        config = dataclasses.replace(config, image_map=parse_image_map(args.image_map, Path.cwd()))
+    cluster = LocalCluster(args.state_dir, config=config)
     if (ready := cluster.ready_info()) is not None:
+        if config != load_config(args.state_dir):
+            raise ClusterError(
+                f"a local cluster is already running on {args.state_dir} (pid {ready['pid']}) with another image "
+                "map; images are fixed for a cluster's life: run `airflow-elastic cluster down` first"
+            )
         print(f"a local cluster is already running (pid {ready['pid']})")
         print(connection_hint(LocalCluster.attach(args.state_dir)))
         return 0
     cluster.start(detach=args.detach)
     print(connection_hint(cluster), flush=True)
+    for image, command in sorted(config.image_map.items()):
+        print(f"  image {image} runs: {shlex.join(command)}")
     if args.detach:
         print(f"Stop it with: airflow-elastic cluster down --state-dir {cluster.state_dir}")
         return 0
@@ -201,8 +216,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=func)
         return parser
 
-    command("up", up, "start a local cluster (foreground unless --detach)").add_argument(
-        "--detach", action="store_true", help="keep running in the background"
+    up_cmd = command("up", up, "start a local cluster (foreground unless --detach)")
+    up_cmd.add_argument("--detach", action="store_true", help="keep running in the background")
+    up_cmd.add_argument(
+        "--image-map",
+        action="append",
+        default=[],
+        metavar="FILE|IMAGE=COMMAND",
+        help="the local command that stands for an image's entrypoint: a YAML/JSON file {image: command} or one "
+        "IMAGE=COMMAND pair (repeatable; kept in the state directory until replaced)",
     )
     command("down", down, "stop the local cluster (its state is kept)")
     command("status", status, "show the cluster's address, nodes and workload counts")

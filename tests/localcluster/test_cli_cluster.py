@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 CLI = str(Path(sys.executable).parent / "airflow-elastic")
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
-def cli(*args: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, state_dir: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CLI, "cluster", *args, "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=120
+        [CLI, "cluster", *args, "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=120, cwd=cwd
     )
 
 
@@ -83,5 +84,36 @@ def test_cluster_lifecycle_from_the_shell(tmp_path: Path):
             timeout=60,
         )
         assert pods.stdout.split() == ["pod/hello"]
+    finally:
+        cli("down", state_dir=state)
+
+
+def test_up_with_an_image_map_runs_images_without_a_command(tmp_path: Path):
+    """``--image-map`` takes the examples' map file and ``IMAGE=COMMAND`` pairs; relative paths become absolute."""
+    state = tmp_path / "cluster"
+    (tmp_path / "hello.py").write_text("import sys; print('hello from', sys.argv[1:])\n")
+    bad = cli("up", "--image-map", "no-such-file", state_dir=state, cwd=tmp_path)
+    assert bad.returncode == 1 and "not a file and not IMAGE=COMMAND" in bad.stderr
+    started = cli(
+        "up", "--detach", "--image-map", str(DAGS / "image-map.yaml"), "--image-map",
+        "local/hello:1=python hello.py --from-map", state_dir=state, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"image local/hello:1 runs: python {tmp_path / 'hello.py'} --from-map" in started.stdout
+        image_map = json.loads((state / "config.json").read_text())["image_map"]
+        assert image_map["ghcr.io/airflow-elastic/tiny-trainer:0.1.0"] == [
+            "python",
+            str(DAGS / "scripts/train_tiny.py"),
+        ]
+        kubeconfig = str(state / "kubeconfig")
+        run = ["kubectl", "--kubeconfig", kubeconfig, "run", "hello", "--image=local/hello:1", "--restart=Never"]
+        subprocess.run([*run, "--", "extra"], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while (logs := cli("logs", "hello", state_dir=state).stdout) == "" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert logs == "hello from ['--from-map', 'extra']\n"  # the container's args follow the mapped entrypoint
+        other = cli("up", "--detach", "--image-map", "local/hello:1=python other.py", state_dir=state, cwd=tmp_path)
+        assert other.returncode == 1 and "another image map" in other.stderr
     finally:
         cli("down", state_dir=state)
