@@ -150,10 +150,12 @@ class FailurePolicy(_Spec):
 @dataclass(frozen=True)
 class Checkpointing:
     """Where the group's checkpoints live (``file://``, a plain absolute path, ``s3://``, ``gs://`` ...), and how
-    many complete checkpoints to keep."""
+    many complete checkpoints to keep. ``conn_id``: the Airflow connection the operator lists them with (through
+    ``ObjectStoragePath``, for schemes an installed provider registers); the pods use their own credentials."""
 
     uri: str
     keep: int = 3
+    conn_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -86,14 +86,32 @@ class AttemptsMixin:
     def _preemptions_left(self, history: attempts.History) -> int:
         return attempts.remaining(self._policy.max_preemptions, history.preemptions)
 
-    def _latest_checkpoint(self) -> checkpoints.Checkpoint | None:
-        """The group's newest complete checkpoint (readable from the worker: local paths, or fsspec)."""
+    def _checkpoint_storage(self) -> checkpoints.Storage | None:
+        """The filesystem of the group's checkpoints (``None``: it has none), resolved once per task run.
+
+        Raises:
+            CheckpointStorageUnavailable: this worker cannot read the checkpoint URI (the message names the package).
+        """
         if self._run_group is None or self._run_group.checkpoint is None:
             return None
-        uri = self._run_group.checkpoint.uri
+        if getattr(self, "_storage", None) is None:
+            from airflow_elastic.operators.checkpoint_storage import checkpoint_storage
+
+            self._storage = checkpoint_storage(self._run_group.checkpoint)
+        return self._storage
+
+    def _latest_checkpoint(self) -> checkpoints.Checkpoint | None:
+        """The group's newest complete checkpoint, listed through its storage (see :meth:`_checkpoint_storage`).
+
+        A storage without a backend raises; a listing that fails (network, permissions) is logged and gives
+        ``None``, as for a group that has not checkpointed yet."""
+        storage = self._checkpoint_storage()
+        if storage is None:
+            return None
+        uri = self._run_group.checkpoint.uri  # type: ignore[union-attr]
         try:
-            return checkpoints.latest_complete(None, uri)
-        except (ImportError, OSError, ValueError) as error:
+            return checkpoints.latest_complete(storage, uri)
+        except (OSError, ValueError) as error:
             self.log.warning("Could not look for checkpoints under %s: %s", uri, error)
             return None
 
@@ -103,6 +121,7 @@ class AttemptsMixin:
         """This attempt's JobSet: ``maxRestarts`` = what is left of ``max_failures``, on-demand after
         ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete checkpoint for
         every attempt after the first (resubmissions and Airflow retries)."""
+        self._checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
         policy = self._policy
         left = attempts.remaining(policy.max_failures, history.failures)
         group = self._run_group

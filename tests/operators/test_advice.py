@@ -33,7 +33,7 @@ def test_a_group_without_checkpointing_gets_no_advice():
 
 
 def test_a_checkpointing_group_gets_advice():
-    checkpointed = TrainingGroup("tg", ROLES, image="x", checkpoint=Checkpointing("s3://bucket/tg"))
+    checkpointed = TrainingGroup("tg", ROLES, image="x", checkpoint=Checkpointing("memory://bucket/tg"))
     assert advice_lines(checkpointed) == [
         "Checkpoint interval: no preemption observed, so no checkpoint-interval advice"
     ]

@@ -21,7 +21,7 @@ COLLATERAL = {"attempt": 0, "pod": "l", "cause": "unknown", "budget": "failure",
 CRASHED = {"attempt": 0, "pod": "w", "cause": "user_error", "budget": "failure", "step": 3}
 
 
-def group(uri: str = "s3://bucket/tg", **failure) -> TrainingGroup:
+def group(uri: str = "memory://bucket/tg", **failure) -> TrainingGroup:
     return TrainingGroup(
         "tg",
         [Role("leader", command=["python"]), Role("worker", command=["python"], placement=SPOT)],

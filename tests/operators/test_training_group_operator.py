@@ -19,7 +19,7 @@ GROUP = TrainingGroup(
     "tg",
     [Role("leader", command=["python"]), Role("worker", replicas=2, command=["python"])],
     image="x",
-    checkpoint=Checkpointing("s3://bucket/tg"),
+    checkpoint=Checkpointing("memory://bucket/tg"),
 )
 FAILURE = {
     "pod": "tg-abc-leader-0-0-xyz12",
@@ -106,7 +106,7 @@ def test_success_returns_the_result():
         "restarts": 3,
         "preemptions": 2,
         "failures": 1,
-        "checkpoint": "s3://bucket/tg",
+        "checkpoint": "memory://bucket/tg",
         "metrics": {"loss": 0.1},
     }
     assert [(a["uid"], a["outcome"], a["preemptions"], a["failures"]) for a in attempts] == [
