@@ -277,7 +277,8 @@ def expected_waste(
 
 
 def young_daly(checkpoint_seconds: float, mtbf_seconds: float, restart_seconds: float = 0.0) -> tuple[float, float]:
-    """The recommended checkpoint interval (Daly) and the expected waste fraction at that interval.
+    """The recommended checkpoint interval (Daly) and the expected waste fraction at that interval (formulas and a
+    worked example: docs/preemption.md §4).
 
     Args:
         checkpoint_seconds: observed time to write one checkpoint (δ).
@@ -302,6 +303,6 @@ def group_mtbf(interruptions: int, observed_seconds: float) -> float:
 
 def mtbf_from_monthly_band(probability: float, nodes: int) -> float:
     """Group MTBF (seconds) from a per-instance monthly interruption probability (e.g. AWS's ``<5 %`` band):
-    node rate ``-ln(1-p)/30 days``, group rate ``nodes`` times that (PREEMPTION.md §4.3)."""
+    node rate ``-ln(1-p)/30 days``, group rate ``nodes`` times that (docs/preemption.md §4.3)."""
     rate = -math.log(1 - probability) / (30 * 86400)
     return 1 / (rate * nodes)

@@ -5,9 +5,10 @@ vanished), its node (``None`` once the Node object is gone), events about the po
 JobSet (for Kueue suspension) and the user's transient exit codes. :data:`RULES` is evaluated in order and the
 first rule whose predicate finds evidence wins. Each rule says which budget the stop counts against:
 ``preemption`` (free restarts, bounded by ``max_preemptions``), ``transient`` (the user's declared retriable
-exit codes) or ``failure`` (the normal failure budget). Sources for every rule: ``PREEMPTION.md`` §1.1 to §1.6.
+exit codes) or ``failure`` (the normal failure budget). Each rule's ``source`` names the section of
+``docs/preemption.md`` with its upstream evidence (§1.1 to §1.6); §1.6 is this table for users.
 
-Decisions that upstream leaves open (documented in the README table):
+Decisions that upstream leaves open (documented in ``docs/preemption.md`` §1.6):
 
 * ``Evicted`` for node pressure is infrastructure, unless the kubelet's message names a container of this pod
   as using more than its request (``pkg/kubelet/eviction/helpers.go``): that eviction would recur, so it

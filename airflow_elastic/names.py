@@ -1,6 +1,6 @@
 """Kubernetes names derived from a training group, and the length budget they must fit (pure).
 
-JobSet derives every child name from the JobSet name (``JOBSET.md`` §4, §7):
+JobSet derives every child name from the JobSet name (``docs/jobset.md`` §4, §7):
 
 * Job ``<js>-<role>-<jobIndex>`` and pod hostname ``<js>-<role>-<jobIndex>-0`` (one pod per Job here);
 * pod name = hostname + ``-`` + 5 random characters;

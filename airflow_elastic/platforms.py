@@ -1,7 +1,7 @@
 """Declared tables: where spot capacity lives on each platform, and how each accelerator vendor is requested.
 
-Pure data, read by spec validation and rendering. Sources: ``PREEMPTION.md`` §1.5 (node labels and default
-taints per platform) and the vendors' device-plugin resource names.
+Pure data, read by spec validation and rendering. Sources: ``docs/preemption.md`` §1.5 (node labels and default
+taints per platform, with the cloud docs) and the vendors' device-plugin resource names.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ class TrainingGroup(_Spec):
 
     Args:
         name: DNS-1035 label; each run's JobSet is named ``<name>-<6 chars>``, and the whole name budget of
-            ``JOBSET.md`` §4 is checked for that length.
+            ``docs/jobset.md`` §4 is checked for that length.
         roles: the roles, leader first.
         image: default image for roles that do not set one.
         success: :class:`SuccessPolicy`.

@@ -1,5 +1,5 @@
 """What the JobSet and Job controllers make of a JobSet manifest, for tests: the pods with the labels and
-annotations of ``JOBSET.md`` §6-7, and their environment after the downward API is resolved. Independent of
+annotations of ``docs/jobset.md`` §6-7, and their environment after the downward API is resolved. Independent of
 the renderer."""
 
 from __future__ import annotations

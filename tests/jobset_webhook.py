@@ -1,5 +1,5 @@
 """An independent re-implementation of what the JobSet API server and webhook enforce beyond the CRD schema
-(``JOBSET.md`` §4), plus "valid without webhook help" (§10). Written from the notes, not from our renderer, so a
+(``docs/jobset.md`` §4), plus "valid without webhook help" (§10). Written from the notes, not from our renderer, so a
 misunderstanding in the renderer does not hide itself here.
 """
 

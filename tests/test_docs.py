@@ -1,8 +1,12 @@
-"""The README documents what the code does: every contract variable, every spot platform, both quickstart commands."""
+"""The README and docs/ document what the code does (every contract variable, every spot platform, both quickstart
+commands, the classification table, the checkpoint arithmetic) and cite only documents the repository contains."""
 
 from __future__ import annotations
 
-from airflow_elastic import contract, platforms
+import re
+from pathlib import Path
+
+from airflow_elastic import checkpoints, contract, platforms
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -23,3 +27,127 @@ def test_every_spot_platform_is_documented():
         assert f"`{name}`" in README
         for key, value in capacity.node_selector.items():
             assert f"`{key}={value}`" in README
+
+
+# ------------------------------------------------------------------------------------------------ docs/
+
+PREEMPTION_DOC = ROOT / "docs" / "preemption.md"
+#: Where documents are cited from: everything the repository ships or runs, not the virtualenv or caches.
+SCANNED = ("*.py", "*.md", "*.toml", "*.yaml", "*.yml", "*.cfg", "*.txt", "Makefile", "*Dockerfile")
+SKIPPED = {".venv", ".git", "__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache"}
+URL = re.compile(r"https?://[^\s)\]>`'\"]+")
+DOC = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b(?:#([\w-]+))?")
+SECTION = re.compile(r"§\s*(\d+(?:\.\d+)?)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
+
+
+def _headings(path: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in path.read_text().splitlines() if line.startswith("#")]
+
+
+def _sections(path: Path) -> set[str]:
+    """The section numbers of a document's headings (``## 1. Title`` -> ``1``, ``### 1.6 Title`` -> ``1.6``)."""
+    return {m.group(1) for h in _headings(path) if (m := re.match(r"(\d+(?:\.\d+)?)\.?\s", h))}
+
+
+def _repository_files() -> list[Path]:
+    found = set()
+    for pattern in SCANNED:
+        for path in ROOT.rglob(pattern):
+            if path.is_file() and not SKIPPED & set(path.relative_to(ROOT).parts):
+                found.add(path)
+    return sorted(found)
+
+
+def _resolve(name: str, cited_from: Path) -> Path | None:
+    for base in (cited_from.parent, ROOT, ROOT / "docs"):
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+def test_every_cited_document_is_in_the_repository():
+    """A user has only this repository: a document named in code, tests, docs or the README must be part of it, and
+    a cited section (``§1.6``) or anchor must exist in it."""
+    missing = []
+    for path in _repository_files():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            line = URL.sub("", line)
+            for match in DOC.finditer(line):
+                where = f"{path.relative_to(ROOT)}:{number}"
+                target = _resolve(match.group(1), path)
+                if target is None:
+                    missing.append(f"{where}: {match.group(1)} does not exist")
+                    continue
+                if match.group(2) and match.group(2) not in {_slug(h) for h in _headings(target)}:
+                    missing.append(f"{where}: {match.group(1)} has no heading #{match.group(2)}")
+                rest = line[match.end() :].split(".md", 1)[0]  # the sections cited after this document's name
+                absent = sorted(set(SECTION.findall(rest)) - _sections(target))
+                if absent:
+                    missing.append(f"{where}: {match.group(1)} has no section {', '.join(absent)}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_classification_table_is_the_rule_table():
+    """docs/preemption.md §1.6 lists ``classify.RULES`` in order with each rule's cause and budget."""
+    from airflow_elastic.classify import RULES
+
+    text = PREEMPTION_DOC.read_text().split("### 1.6 ", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line[:3] == "| `"]
+    documented = [(rule.strip("`"), cause.strip("`"), budget) for rule, _, cause, budget in rows]
+    expected = [(r.name, str(r.cause), str(r.budget)) for r in RULES]
+    assert documented == expected, "docs/preemption.md §1.6 must list, in order:\n" + "\n".join(
+        f"| `{name}` | <evidence> | `{cause}` | {budget} |" for name, cause, budget in expected
+    )
+
+
+def test_every_rule_cites_a_section_of_the_preemption_doc():
+    from airflow_elastic.classify import RULES
+
+    sections = _sections(PREEMPTION_DOC)
+    absent = {r.name: cited for r in RULES if (cited := set(SECTION.findall(r.source)) - sections)}
+    assert not absent, f"rules cite sections docs/preemption.md does not have: {absent}"
+
+
+def test_the_preemption_doc_names_every_spot_platform():
+    text = PREEMPTION_DOC.read_text()
+    for name, capacity in platforms.SPOT_PLATFORMS.items():
+        assert f"(`{name}`)" in text, name
+        for key, value in capacity.node_selector.items():
+            assert f"`{key}={value}`" in text, (name, key)
+
+
+def _percent(text: str) -> float:
+    return float(text.rstrip(" %"))
+
+
+def test_the_preemption_doc_numbers_are_the_functions_numbers():
+    """§4.2's worked example and §4.3's table, recomputed with ``airflow_elastic.checkpoints``."""
+    text = PREEMPTION_DOC.read_text()
+    mtbf = checkpoints.group_mtbf(3, 36 * 3600)
+    assert round(checkpoints.young_interval(120, mtbf) / 60, 1) == 53.7 and "≈ 53.7 min" in text
+    interval, waste = checkpoints.young_daly(120, mtbf, 600)
+    assert (round(interval / 60, 1), round(waste * 100, 1)) == (52.3, 8.8)
+    assert "≈ 52.3 min" in text and "= 8.8 %" in text
+    for minutes, emergency, shown in ((10, False, 22.1), (60, False, 8.9), (60, True, 4.7), (240, True, 2.2)):
+        waste = checkpoints.expected_waste(minutes * 60, 120, mtbf, 600, emergency_checkpoint=emergency)
+        assert round(waste * 100, 1) == shown and f"{shown} %" in text, (minutes, emergency)
+    for published, delta in ((117, 24 * 3600), (57, 6 * 3600), (9.1, 15 * 60)):
+        assert round(checkpoints.daly_interval(300, delta) / 60, 1 if published < 10 else 0) == published
+    table = text.split("### 4.3 ", 1)[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line[:2] == "| "]
+    rows = [r for r in rows if r[0].endswith("%")]
+    assert len(rows) == 5
+    for p, nodes, mtbf_h, tau, at_tau, at_60, notice in rows:
+        band = checkpoints.mtbf_from_monthly_band(_percent(p) / 100, int(nodes))
+        interval, waste = checkpoints.young_daly(120, band, 600)
+        assert round(band / 3600) == int(mtbf_h.replace(",", "").rstrip(" h")), p
+        assert round(interval / 60) == int(tau.rstrip(" min")), p
+        assert round(waste * 100, 1) == _percent(at_tau), p
+        assert round(checkpoints.expected_waste(3600, 120, band, 600) * 100, 1) == _percent(at_60), p
+        late = checkpoints.expected_waste(240 * 60, 120, band, 600, emergency_checkpoint=True)
+        assert round(late * 100, 1) == _percent(notice), p

@@ -1,7 +1,7 @@
 """Noticing preemption inside the training loop: SIGTERM arrives at the start of the grace period (stdlib only).
 
 Kubernetes sends SIGTERM, then SIGKILL after ``terminationGracePeriodSeconds`` (GKE spot: at most 30 s by
-default, 15 s for pods; see PREEMPTION.md §1.5). Two ways to use that window:
+default, 15 s for pods; see docs/preemption.md §1.5). Two ways to use that window:
 
 * :func:`preemption_signal` — a flag the loop polls between steps, then it saves and leaves (preferred: the
   checkpoint is written from ordinary code, at a step boundary);

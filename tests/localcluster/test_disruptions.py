@@ -1,4 +1,4 @@
-"""Disruption injection against PREEMPTION.md §1: conditions, reasons, messages, events, node state and order.
+"""Disruption injection against docs/preemption.md §1: conditions, reasons, messages, events, node state and order.
 
 Node reclaims delete nodes, so this module runs its own cluster (the session cluster keeps its nodes); every
 test places its pods on a node of its own. Timescales are shortened through the injections' options.

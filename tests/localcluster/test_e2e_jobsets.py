@@ -2,7 +2,7 @@
 
 Everything goes through real clients against the session's local cluster: the ``kubernetes`` client
 (CustomObjectsApi, CoreV1Api, BatchV1Api) and ``kubectl``. Expected conditions, reasons and messages are
-upstream's (JOBSET.md §3); waits poll or watch with a timeout and never judge wall-clock durations.
+upstream's (docs/jobset.md §3); waits poll or watch with a timeout and never judge wall-clock durations.
 """
 
 from __future__ import annotations

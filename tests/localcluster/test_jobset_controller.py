@@ -1,4 +1,4 @@
-"""The JobSet controller against upstream behaviour (JOBSET.md §3, §5, §6), modelled on the upstream examples."""
+"""The JobSet controller against upstream behaviour (docs/jobset.md §3, §5, §6), modelled on the upstream examples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoint layout, discovery, retention and the Young/Daly interval advice (PREEMPTION.md §4)."""
+"""Checkpoint layout, discovery, retention and the Young/Daly interval advice (docs/preemption.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The disruption classifier against evidence shaped like real clusters and upstream docs (PREEMPTION.md §1)."""
+"""The disruption classifier against evidence shaped like real clusters and upstream docs (docs/preemption.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JobSet admission as the API server and the JobSet webhooks apply it (JOBSET.md §2 and §4).
+"""JobSet admission as the API server and the JobSet webhooks apply it (docs/jobset.md §2 and §4).
 
 Order as in the API server: the mutating webhook's defaults (on CREATE and UPDATE, as its
 ``verbs=create;update`` marker says), then the CRD's structural pruning

@@ -1,5 +1,5 @@
 """The JobSet controller (jobset.x-k8s.io/v1alpha2), following ``jobset_controller.go`` step by step
-(JOBSET.md §5). Status is written once per reconcile and events are emitted only after that write succeeds,
+(docs/jobset.md §5). Status is written once per reconcile and events are emitted only after that write succeeds,
 as upstream does. Not implemented: the alpha gates (RestartJob, InPlaceRestart, ElasticJobSet),
 volumeClaimPolicies (no PVCs here) and exclusive-placement pod webhooks (the annotations are copied).
 """

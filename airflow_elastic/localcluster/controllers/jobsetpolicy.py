@@ -1,4 +1,4 @@
-"""Pure pieces of the JobSet controller (JOBSET.md §3, §5, §6): child Job construction, replicatedJob status,
+"""Pure pieces of the JobSet controller (docs/jobset.md §3, §5, §6): child Job construction, replicatedJob status,
 conditions, and the success, failure, dependsOn and startup policies. Strings are upstream's constants."""
 
 from __future__ import annotations

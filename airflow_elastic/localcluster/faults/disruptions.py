@@ -1,6 +1,6 @@
 """Disruptions injected into a running local cluster, each showing what the real platform shows, in its order.
 
-Node-level styles (see PREEMPTION.md §1 for the upstream sources of each reason and message):
+Node-level styles (see docs/preemption.md §1 and §2 for the upstream sources of each reason and message):
 
 * ``gke`` — graceful node shutdown of a Spot VM: node event ``NodeShutdown``, taint
   ``cloud.google.com/impending-node-termination:NoSchedule``, ``Ready=False`` ("node is shutting down") with the
