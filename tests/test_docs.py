@@ -151,3 +151,13 @@ def test_the_preemption_doc_numbers_are_the_functions_numbers():
         assert round(checkpoints.expected_waste(3600, 120, band, 600) * 100, 1) == _percent(at_60), p
         late = checkpoints.expected_waste(240 * 60, 120, band, 600, emergency_checkpoint=True)
         assert round(late * 100, 1) == _percent(notice), p
+
+
+def test_every_relative_link_in_the_markdown_resolves():
+    """``[text](path)`` links in the README and docs/ point at files of the repository (URLs are not fetched)."""
+    broken = []
+    for path in [p for p in _repository_files() if p.suffix == ".md"]:
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", path.read_text()):
+            if not URL.match(target) and not (path.parent / target).exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, broken
