@@ -1,0 +1,116 @@
+"""``docker/rbac.yaml`` grants each Airflow identity exactly what the hooks ask the API server for.
+
+The worker runs ``JobSetHook`` (operator, sensor) and the triggerer ``AsyncJobSetHook`` (the trigger). Each hook is
+driven through every method of its protocol against the local cluster; the request log says which (API group,
+resource, verb) each one sent. Those sets, and nothing more, must be what the manifest grants the worker's and the
+triggerer's ServiceAccounts, so a new hook call without its permission (or a stale permission) fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airflow_elastic import Role, TrainingGroup
+from airflow_elastic.hooks import AsyncJobSetHook, AsyncJobSetHookProtocol, JobSetHookProtocol, KubernetesApiError
+from airflow_elastic.localcluster import LocalCluster
+from airflow_elastic.render import render_jobset
+
+RBAC = Path(__file__).resolve().parents[2] / "docker" / "rbac.yaml"
+#: The ServiceAccounts (namespace ``airflow``) the Airflow components run as, and the hook each one uses.
+SUBJECTS = {"airflow-worker": "sync", "airflow-triggerer": "async"}
+#: Hook methods that send no request.
+LOCAL_METHODS = {"get_namespace", "get_connection_extras"}
+
+Grant = tuple[str, str, str, str]  # (scope, API group, resource[/subresource], verb)
+
+
+def protocol_methods(protocol: type) -> set[str]:
+    return {name for name, _ in inspect.getmembers(protocol, inspect.isfunction) if not name.startswith("_")}
+
+
+def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
+    """Arguments for every request-sending hook method, in an order that works (create first, delete last)."""
+    name = f"rbac-{uuid.uuid4().hex[:6]}"
+    body = render_jobset(
+        TrainingGroup("rbac", [Role("leader", command=["python", "-c", "pass"])], image="x"), name=name
+    )
+    return {
+        "create_jobset": (namespace, body),
+        "get_jobset": (namespace, name),
+        "list_jobsets": (namespace, "airflow-elastic.io/group=rbac"),
+        "patch_jobset": (namespace, name, {"metadata": {"labels": {"patched": "yes"}}}),
+        "list_pods": (namespace,),
+        "list_events": (namespace,),
+        "list_jobs": (namespace,),
+        "get_node": (node,),
+        "read_pod_log": (namespace, f"{name}-leader-0-0-xxxxx"),  # 404 is fine: the request was authorised
+        "delete_jobset": (namespace, name),
+    }
+
+
+def requested(cluster: LocalCluster, drive: Callable[[], None]) -> set[Grant]:
+    """What ``drive`` asked the API server for, as RBAC grants."""
+    mark = cluster.request_count()
+    drive()
+    grants = set()
+    for r in cluster.requests(since=mark):
+        group = r["resource"].partition(".")[2]
+        resource = r["resource"].partition(".")[0] + (f"/{r['subresource']}" if r["subresource"] else "")
+        grants.add(("namespaced" if r["namespace"] else "cluster", group, resource, r["verb"]))
+    return grants
+
+
+def granted(manifest: Path) -> dict[str, set[Grant]]:
+    """``ServiceAccount namespace/name -> grants`` from the manifest's (Cluster)Roles and their bindings."""
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    roles = {(d["kind"], d["metadata"]["name"]): d["rules"] for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    grants: dict[str, set[Grant]] = {}
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        ref = binding["roleRef"]
+        scope = "namespaced" if ref["kind"] == "Role" else "cluster"
+        for rule in roles[(ref["kind"], ref["name"])]:
+            rule_grants = {
+                (scope, group, resource, verb)
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
+            }
+            for subject in binding["subjects"]:
+                grants.setdefault(f"{subject['namespace']}/{subject['name']}", set()).update(rule_grants)
+    return grants
+
+
+def test_rbac_grants_each_identity_exactly_what_its_hook_requests(hook, connection, namespace, local_cluster, core):
+    node = core.list_node().items[0].metadata.name
+    sync_calls, async_calls = calls(namespace, node), calls(namespace, node)
+    # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
+    assert set(sync_calls) == protocol_methods(JobSetHookProtocol) - LOCAL_METHODS
+    assert set(async_calls) == protocol_methods(AsyncJobSetHookProtocol) - LOCAL_METHODS
+
+    def drive_sync() -> None:
+        for method, args in sync_calls.items():
+            with contextlib.suppress(KubernetesApiError):  # read_pod_log's 404: the request was made, and authorised
+                getattr(hook, method)(*args)
+
+    async def drive_async() -> None:
+        async_hook = AsyncJobSetHook(connection)
+        for method, args in async_calls.items():
+            with contextlib.suppress(KubernetesApiError):
+                await getattr(async_hook, method)(*args)
+
+    needed = {
+        "sync": requested(local_cluster, drive_sync),
+        "async": requested(local_cluster, lambda: asyncio.run(drive_async())),
+    }
+    assert ("namespaced", "jobset.x-k8s.io", "jobsets", "create") in needed["sync"]  # the log is what we think
+    grants = granted(RBAC)
+    for subject, hook_kind in SUBJECTS.items():
+        assert grants.get(f"airflow/{subject}") == needed[hook_kind], (subject, sorted(needed[hook_kind]))
