@@ -10,7 +10,6 @@ import base64
 import copy
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -18,10 +17,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import apitypes, patch
+from airflow_elastic.localcluster.api import apitypes, patch, printers
 from airflow_elastic.localcluster.controllers import namespaces
 from airflow_elastic.localcluster.faults import eviction
-from airflow_elastic.localcluster.resources import JOBSETS, NAMESPACES, PODS, Resource
+from airflow_elastic.localcluster.resources import NAMESPACES, PODS, Resource
 from airflow_elastic.localcluster.selectors import parse_field_selector, parse_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
 
@@ -94,92 +93,13 @@ def _decode(request: web.Request, target: Target, obj: Any) -> tuple[Obj, list[s
 # ------------------------------------------------------------------------------------------------- reading
 
 
-def _age(stamp: str | None) -> str:
-    if not stamp:
-        return "<unknown>"
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size if unit != "m" else seconds >= 120:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
-
-
-def _columns(res: Resource, obj: Obj) -> list[tuple[str, Any]]:
-    meta = obj["metadata"]
-    cells: list[tuple[str, Any]] = [("Name", meta["name"])]
-    if res is PODS:
-        statuses = obj.get("status", {}).get("containerStatuses") or []
-        ready = sum(1 for s in statuses if s.get("ready"))
-        cells += [
-            ("Ready", f"{ready}/{len(obj.get('spec', {}).get('containers') or [])}"),
-            ("Status", "Terminating" if meta.get("deletionTimestamp") else obj.get("status", {}).get("phase", "")),
-            ("Restarts", sum(s.get("restartCount", 0) for s in statuses)),
-        ]
-    elif res.key == "configmaps":
-        cells.append(("Data", len(obj.get("data") or {}) + len(obj.get("binaryData") or {})))
-    elif res is NAMESPACES:
-        cells.append(("Status", obj.get("status", {}).get("phase", "")))
-    elif res is JOBSETS:
-        cells += _jobset_columns(obj)
-    return [*cells, ("Age", _age(meta.get("creationTimestamp")))]
-
-
-def _printed(value: Any) -> str | None:
-    """A CRD printer column of type string: the JSONPath result printed, or null when the path finds nothing."""
-    if value is None:
-        return None
-    return json.dumps(value) if isinstance(value, bool) else str(value)
-
-
-def _jobset_columns(obj: Obj) -> list[tuple[str, Any]]:
-    """The JobSet CRD's ``additionalPrinterColumns`` (all of type string; Age follows)."""
-    status, spec = obj.get("status") or {}, obj.get("spec") or {}
-    completed = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Completed"), None)
-    return [
-        ("TerminalState", _printed(status.get("terminalState"))),
-        ("Restarts", _printed(status.get("restarts"))),
-        ("Completed", _printed(completed)),
-        ("Suspended", _printed(spec.get("suspend"))),
-    ]
-
-
 def _wants_table(request: web.Request) -> bool:
     return "as=Table" in request.headers.get("Accept", "")
 
 
 def as_table(request: web.Request, res: Resource, objs: list[Obj], list_meta: dict[str, Any]) -> dict[str, Any]:
     """A ``meta.k8s.io/v1`` Table, which ``kubectl get`` asks for to print server-side columns."""
-    include = request.query.get("includeObject", "Metadata")
-    rows = []
-    for obj in objs:
-        row: dict[str, Any] = {"cells": [value for _, value in _columns(res, obj)]}
-        if include == "Object":
-            row["object"] = obj
-        elif include != "None":
-            row["object"] = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj["metadata"],
-            }
-        rows.append(row)
-    sample = objs[0] if objs else {"metadata": {"name": ""}}
-    columns = [
-        {
-            "name": name,
-            "type": "integer" if isinstance(v, int) else "string",
-            "format": "name" if name == "Name" else "",
-        }
-        for name, v in _columns(res, sample)
-    ]
-    for column in columns:
-        column |= {"description": "", "priority": 0}
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list_meta,
-        "columnDefinitions": columns,
-        "rows": rows,
-    }
+    return printers.table(res, objs, request.query.get("includeObject", "Metadata"), list_meta)
 
 
 def get(request: web.Request, store: Store, target: Target) -> web.Response:

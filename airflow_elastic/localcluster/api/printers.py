@@ -1,0 +1,334 @@
+"""Server-side ``Table`` columns, as the API server's printers compute them.
+
+Ported rule by rule from kubernetes ``pkg/printers/internalversion/printers.go`` (``printPod``, ``printNode``,
+``printJob``, ``printEvent``, ``printService``, ...) and ``apimachinery/pkg/util/duration.HumanDuration``. The
+server always prints the wide columns (``GenerateOptions{Wide: true}``); kubectl hides those of priority 1 unless
+``-o wide``. Resources without a printer get upstream's default columns (Name, Age). JobSet follows its CRD's
+``additionalPrinterColumns``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_elastic.localcluster.api.humanize import NONE, age, human_duration, parse_time, since
+from airflow_elastic.localcluster.api.podprinter import pod_cells, pod_row_conditions
+from airflow_elastic.localcluster.resources import (
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    JOBSETS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SECRETS,
+    SERVICES,
+    Resource,
+)
+from airflow_elastic.localcluster.store import Obj
+
+
+@dataclass(frozen=True)
+class Column:
+    """A ``TableColumnDefinition``."""
+
+    name: str
+    type: str = "string"
+    priority: int = 0
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": "name" if self.name == "Name" else "",
+            "description": "",
+            "priority": self.priority,
+        }
+
+
+def node_cells(node: Obj) -> list[Any]:
+    """``printNode``: NAME STATUS ROLES AGE VERSION | INTERNAL-IP EXTERNAL-IP OS-IMAGE KERNEL-VERSION RUNTIME."""
+    meta, status = node["metadata"], node.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    states = [] if ready is None else ["Ready" if ready.get("status") == "True" else "NotReady"]
+    states = states or ["Unknown"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        states.append("SchedulingDisabled")
+    roles = set()
+    for key, value in (meta.get("labels") or {}).items():
+        if key.startswith("node-role.kubernetes.io/") and key.removeprefix("node-role.kubernetes.io/"):
+            roles.add(key.removeprefix("node-role.kubernetes.io/"))
+        elif key == "kubernetes.io/role" and value:
+            roles.add(value)
+    info = status.get("nodeInfo") or {}
+
+    def address(kind: str) -> str:
+        return next((a["address"] for a in status.get("addresses") or [] if a.get("type") == kind), NONE)
+
+    return [
+        meta["name"],
+        ",".join(states),
+        ",".join(sorted(roles)) or NONE,
+        age(node),
+        info.get("kubeletVersion", ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
+
+
+def _containers(template: Obj) -> list[str]:
+    """``layoutContainerCells``: container names and images, comma-separated."""
+    containers = (template.get("spec") or {}).get("containers") or []
+    return [",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)]
+
+
+def _selector(selector: Obj | None) -> str:
+    """``metav1.FormatLabelSelector``."""
+    if not selector:
+        return NONE
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for req in selector.get("matchExpressions") or []:
+        op, values = req.get("operator"), ",".join(req.get("values") or [])
+        key = req.get("key", "")
+        parts.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(op, f"!{key}")
+        )
+    return ",".join(parts) or NONE
+
+
+def job_cells(job: Obj) -> list[Any]:
+    """``printJob``: NAME STATUS COMPLETIONS DURATION AGE | CONTAINERS IMAGES SELECTOR."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    succeeded = status.get("succeeded", 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{spec['completions']}"
+    elif (spec.get("parallelism") or 0) > 1:
+        completions = f"{succeeded}/1 of {spec['parallelism']}"
+    else:
+        completions = f"{succeeded}/1"
+    duration = ""
+    if status.get("startTime"):
+        end = parse_time(status["completionTime"]) if status.get("completionTime") else datetime.now(UTC)
+        duration = human_duration((end - parse_time(status["startTime"])).total_seconds())
+    conditions = status.get("conditions") or []
+    # hasJobCondition looks at the first condition of a type only
+    first = {c.get("type"): c.get("status") == "True" for c in reversed(conditions)}
+    if first.get("Complete"):
+        state = "Complete"
+    elif first.get("Failed"):
+        state = "Failed"
+    elif job["metadata"].get("deletionTimestamp"):
+        state = "Terminating"
+    elif first.get("Suspended"):
+        state = "Suspended"
+    elif first.get("FailureTarget"):
+        state = "FailureTarget"
+    else:
+        state = "Running"
+    template = spec.get("template") or {}
+    return [
+        job["metadata"]["name"],
+        state,
+        completions,
+        duration,
+        age(job),
+        *_containers(template),
+        _selector(spec.get("selector")),
+    ]
+
+
+def event_cells(event: Obj) -> list[Any]:
+    """``printEvent``: LAST SEEN TYPE REASON OBJECT | SUBOBJECT SOURCE | MESSAGE | FIRST SEEN COUNT NAME."""
+    first = since(event.get("firstTimestamp")) if event.get("firstTimestamp") else since(event.get("eventTime"))
+    last = since(event.get("lastTimestamp")) if event.get("lastTimestamp") else first
+    count = event.get("count") or 1
+    if event.get("series"):
+        last, count = since(event["series"].get("lastObservedTime")), event["series"].get("count", count)
+    involved = event.get("involvedObject") or {}
+    kind = (involved.get("kind") or "").lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent") or ""
+    instance = source.get("host") or event.get("reportingInstance") or ""
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component,
+        (event.get("message") or "").strip(),
+        first,
+        count,
+        event["metadata"]["name"],
+    ]
+
+
+def service_cells(service: Obj) -> list[Any]:
+    """``printService``: NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE | SELECTOR."""
+    spec = service.get("spec") or {}
+    kind = spec.get("type") or "ClusterIP"  # what the API server defaults
+    cluster_ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+    external = ",".join(spec.get("externalIPs") or [])
+    if kind == "LoadBalancer":
+        ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        balancers = sorted({i.get("ip") or i.get("hostname") for i in ingress if i.get("ip") or i.get("hostname")})
+        shown = ",".join(balancers)
+        external = ",".join(filter(None, [shown, external])) or "<pending>"
+    elif kind == "ExternalName":
+        external = spec.get("externalName", "")
+    elif kind not in ("ClusterIP", "NodePort"):
+        external = "<unknown>"
+    ports = []
+    for port in spec.get("ports") or []:
+        protocol = port.get("protocol", "TCP")
+        node_port = port.get("nodePort")
+        ports.append(f"{port['port']}:{node_port}/{protocol}" if node_port else f"{port['port']}/{protocol}")
+    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
+    return [
+        service["metadata"]["name"],
+        kind,
+        cluster_ips[0] if cluster_ips else NONE,
+        external or NONE,
+        ",".join(ports) or NONE,
+        age(service),
+        selector or NONE,
+    ]
+
+
+def _printed(value: Any) -> str | None:
+    """A CRD printer column of type string: the JSONPath result printed, or null when the path finds nothing."""
+    if value is None:
+        return None
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def jobset_cells(obj: Obj) -> list[Any]:
+    """The JobSet CRD's ``additionalPrinterColumns`` (all of type string; Age follows)."""
+    status, spec = obj.get("status") or {}, obj.get("spec") or {}
+    completed = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Completed"), None)
+    return [
+        obj["metadata"]["name"],
+        _printed(status.get("terminalState")),
+        _printed(status.get("restarts")),
+        _printed(completed),
+        _printed(spec.get("suspend")),
+        age(obj),
+    ]
+
+
+_WIDE_TEMPLATE = (Column("Containers", priority=1), Column("Images", priority=1), Column("Selector", priority=1))
+#: resource key -> (columns, cells); the columns as upstream's ``*ColumnDefinitions``.
+PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
+    PODS.key: (
+        (
+            Column("Name"),
+            Column("Ready"),
+            Column("Status"),
+            Column("Restarts"),
+            Column("Age"),
+            Column("IP", priority=1),
+            Column("Node", priority=1),
+            Column("Nominated Node", priority=1),
+            Column("Readiness Gates", priority=1),
+        ),
+        pod_cells,
+    ),
+    NODES.key: (
+        (
+            Column("Name"),
+            Column("Status"),
+            Column("Roles"),
+            Column("Age"),
+            Column("Version"),
+            *(Column(n, priority=1) for n in ("Internal-IP", "External-IP", "OS-Image", "Kernel-Version")),
+            Column("Container-Runtime", priority=1),
+        ),
+        node_cells,
+    ),
+    JOBS.key: (
+        (Column("Name"), Column("Status"), Column("Completions"), Column("Duration"), Column("Age"), *_WIDE_TEMPLATE),
+        job_cells,
+    ),
+    EVENTS.key: (
+        (
+            Column("Last Seen"),
+            Column("Type"),
+            Column("Reason"),
+            Column("Object"),
+            Column("Subobject", priority=1),
+            Column("Source", priority=1),
+            Column("Message"),
+            Column("First Seen", priority=1),
+            Column("Count", priority=1),
+            Column("Name", priority=1),
+        ),
+        event_cells,
+    ),
+    SERVICES.key: (
+        (
+            Column("Name"),
+            Column("Type"),
+            Column("Cluster-IP"),
+            Column("External-IP"),
+            Column("Port(s)"),
+            Column("Age"),
+            Column("Selector", priority=1),
+        ),
+        service_cells,
+    ),
+    NAMESPACES.key: (
+        (Column("Name"), Column("Status"), Column("Age")),
+        lambda ns: [ns["metadata"]["name"], (ns.get("status") or {}).get("phase", ""), age(ns)],
+    ),
+    CONFIGMAPS.key: (
+        (Column("Name"), Column("Data", "integer"), Column("Age")),
+        lambda cm: [cm["metadata"]["name"], len(cm.get("data") or {}) + len(cm.get("binaryData") or {}), age(cm)],
+    ),
+    SECRETS.key: (
+        (Column("Name"), Column("Type"), Column("Data"), Column("Age")),
+        lambda s: [s["metadata"]["name"], s.get("type", "Opaque"), len(s.get("data") or {}), age(s)],
+    ),
+    JOBSETS.key: (
+        (
+            Column("Name"),
+            *(Column(n) for n in ("TerminalState", "Restarts", "Completed", "Suspended")),
+            Column("Age", "date"),
+        ),
+        jobset_cells,
+    ),
+}
+_DEFAULT = ((Column("Name"), Column("Age")), lambda obj: [obj["metadata"]["name"], age(obj)])
+
+
+def table(res: Resource, objs: list[Obj], include: str, list_meta: dict[str, Any]) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of ``objs`` (``includeObject``: ``None``, ``Metadata`` (default) or ``Object``)."""
+    columns, cells = PRINTERS.get(res.key, _DEFAULT)
+    rows = []
+    for obj in objs:
+        row: dict[str, Any] = {"cells": cells(obj)}
+        if res is PODS and (conditions := pod_row_conditions(obj)):
+            row["conditions"] = conditions
+        if include == "Object":
+            row["object"] = obj
+        elif include != "None":
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
+            }
+        rows.append(row)
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": [c.definition() for c in columns],
+        "rows": rows,
+    }
