@@ -224,88 +224,55 @@ def jobset_cells(obj: Obj) -> list[Any]:
     ]
 
 
-_WIDE_TEMPLATE = (Column("Containers", priority=1), Column("Images", priority=1), Column("Selector", priority=1))
+def _columns(names: str) -> tuple[Column, ...]:
+    """Columns from ``"Name, Age, +IP"``: ``+`` marks a wide column (priority 1), ``Data:integer`` a type."""
+    columns = []
+    for name in names.split(", "):
+        name, _, kind = name.partition(":")
+        columns.append(Column(name.removeprefix("+"), kind or "string", 1 if name.startswith("+") else 0))
+    return tuple(columns)
+
+
 #: resource key -> (columns, cells); the columns as upstream's ``*ColumnDefinitions``.
 PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
     PODS.key: (
-        (
-            Column("Name"),
-            Column("Ready"),
-            Column("Status"),
-            Column("Restarts"),
-            Column("Age"),
-            Column("IP", priority=1),
-            Column("Node", priority=1),
-            Column("Nominated Node", priority=1),
-            Column("Readiness Gates", priority=1),
-        ),
+        _columns("Name, Ready, Status, Restarts, Age, +IP, +Node, +Nominated Node, +Readiness Gates"),
         pod_cells,
     ),
     NODES.key: (
-        (
-            Column("Name"),
-            Column("Status"),
-            Column("Roles"),
-            Column("Age"),
-            Column("Version"),
-            *(Column(n, priority=1) for n in ("Internal-IP", "External-IP", "OS-Image", "Kernel-Version")),
-            Column("Container-Runtime", priority=1),
+        _columns(
+            "Name, Status, Roles, Age, Version, +Internal-IP, +External-IP, +OS-Image, +Kernel-Version, "
+            "+Container-Runtime"
         ),
         node_cells,
     ),
     JOBS.key: (
-        (Column("Name"), Column("Status"), Column("Completions"), Column("Duration"), Column("Age"), *_WIDE_TEMPLATE),
+        _columns("Name, Status, Completions, Duration, Age, +Containers, +Images, +Selector"),
         job_cells,
     ),
     EVENTS.key: (
-        (
-            Column("Last Seen"),
-            Column("Type"),
-            Column("Reason"),
-            Column("Object"),
-            Column("Subobject", priority=1),
-            Column("Source", priority=1),
-            Column("Message"),
-            Column("First Seen", priority=1),
-            Column("Count", priority=1),
-            Column("Name", priority=1),
-        ),
+        _columns("Last Seen, Type, Reason, Object, +Subobject, +Source, Message, +First Seen, +Count, +Name"),
         event_cells,
     ),
     SERVICES.key: (
-        (
-            Column("Name"),
-            Column("Type"),
-            Column("Cluster-IP"),
-            Column("External-IP"),
-            Column("Port(s)"),
-            Column("Age"),
-            Column("Selector", priority=1),
-        ),
+        _columns("Name, Type, Cluster-IP, External-IP, Port(s), Age, +Selector"),
         service_cells,
     ),
     NAMESPACES.key: (
-        (Column("Name"), Column("Status"), Column("Age")),
+        _columns("Name, Status, Age"),
         lambda ns: [ns["metadata"]["name"], (ns.get("status") or {}).get("phase", ""), age(ns)],
     ),
     CONFIGMAPS.key: (
-        (Column("Name"), Column("Data", "integer"), Column("Age")),
+        _columns("Name, Data:integer, Age"),
         lambda cm: [cm["metadata"]["name"], len(cm.get("data") or {}) + len(cm.get("binaryData") or {}), age(cm)],
     ),
     SECRETS.key: (
-        (Column("Name"), Column("Type"), Column("Data"), Column("Age")),
+        _columns("Name, Type, Data, Age"),
         lambda s: [s["metadata"]["name"], s.get("type", "Opaque"), len(s.get("data") or {}), age(s)],
     ),
-    JOBSETS.key: (
-        (
-            Column("Name"),
-            *(Column(n) for n in ("TerminalState", "Restarts", "Completed", "Suspended")),
-            Column("Age", "date"),
-        ),
-        jobset_cells,
-    ),
+    JOBSETS.key: (_columns("Name, TerminalState, Restarts, Completed, Suspended, Age"), jobset_cells),
 }
-_DEFAULT = ((Column("Name"), Column("Age")), lambda obj: [obj["metadata"]["name"], age(obj)])
+_DEFAULT = (_columns("Name, Age"), lambda obj: [obj["metadata"]["name"], age(obj)])
 
 
 def table(res: Resource, objs: list[Obj], include: str, list_meta: dict[str, Any]) -> dict[str, Any]:
