@@ -5,7 +5,8 @@ cluster restarts the group by itself: free restarts for disruptions, counted one
 (``restartsCountTowardsMax``). When an attempt ends ``Failed`` or vanishes and the evidence says preemption, the
 operator starts the next attempt (a new JobSet resuming from the latest complete checkpoint) within the same try.
 
-Budget arithmetic, over every attempt recorded in ``task_state_store`` (retries included):
+Budget arithmetic, over every attempt of the :class:`History` in ``task_state_store`` (a retry that adopts the
+running group included; a try after the task finished starts a new history):
 
 * preemptions used = Σ (free restarts of the attempt, + 1 when the attempt itself ended in a preemption);
 * failures used = Σ counted restarts; the next JobSet's ``maxRestarts`` is ``max_failures - failures used``;
@@ -34,18 +35,33 @@ ELASTIC_BELOW_MIN = "elastic_below_min"
 
 @dataclass
 class History:
-    """Every attempt of this task instance (all tries), and when the first one started."""
+    """The attempts since this task instance last finished, and when the first of them started.
+
+    A history spans the tries that keep one training going (a retry or a restarted worker adopting the running
+    group, a resubmission within a try) and is *closed* once the task has its verdict (``finished``): the next
+    try (an Airflow retry after a failure, a cleared task) starts a fresh one, with its budgets and
+    ``max_wall_clock`` from zero.
+    """
 
     started: float = 0.0
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False
 
     @classmethod
     def load(cls, store: Any) -> History:
         raw = store.get(STATE_KEY) or {}
-        return cls(float(raw.get("started") or 0.0), [dict(a) for a in raw.get("attempts") or []])
+        attempts = [dict(a) for a in raw.get("attempts") or []]
+        return cls(float(raw.get("started") or 0.0), attempts, bool(raw.get("finished")))
 
     def save(self, store: Any) -> None:
-        store.set(STATE_KEY, {"started": self.started, "attempts": self.attempts})
+        store.set(STATE_KEY, {"started": self.started, "attempts": self.attempts, "finished": self.finished})
+
+    @classmethod
+    def close(cls, store: Any) -> None:
+        """Mark the history in ``store`` finished: the task has its verdict."""
+        history = cls.load(store)
+        history.finished = True
+        history.save(store)
 
     def add(self, attempt: Mapping[str, Any]) -> None:
         """Record an ended attempt (idempotent per JobSet uid: a replayed resume overwrites its own record)."""

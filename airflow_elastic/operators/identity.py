@@ -13,6 +13,9 @@ Adoption rules (:func:`submit`):
   came back as 409 ``AlreadyExists``);
 * a terminal one (a cleared task, a finished earlier try), one being deleted, or one that carries another
   owner's labels is left alone: the epoch goes up and the next name is tried, so a cleared task trains again.
+
+Before that, a new try asks how the recorded group :func:`ended`: the operator adopts the verdict of a group that
+succeeded while no try finished the task, and after any other ending :func:`advance` s past it.
 """
 
 from __future__ import annotations
@@ -127,6 +130,23 @@ def recorded(store: StateStore) -> Submission | None:
     """The identity record of this task instance's current group, if one was ever reserved."""
     record = store.get(STATE_KEY)
     return Submission.from_record(record) if isinstance(record, Mapping) and "name" in record else None
+
+
+def ended(hook: JobSetHookProtocol, previous: Submission, identity: TaskIdentity) -> str:
+    """How the recorded group of this task instance ended, seen by a new try: ``"Succeeded"``, ``"Failed"``,
+    ``"Missing"`` (created, then deleted: by ``on_kill``, its TTL or someone), or ``""`` while it has not ended
+    (running, never created, or the name is held by another owner's JobSet)."""
+    if not previous.name:
+        return ""
+    obj = _get(hook, previous.namespace, previous.name)
+    if obj is None:
+        return "Missing" if previous.uid else ""  # no uid yet: the create may never have happened
+    if not identity.owns(obj):
+        return ""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Missing"
+    status = group_status(obj)
+    return status.phase if status.terminal else ""
 
 
 def refusal(obj: Mapping[str, Any], identity: TaskIdentity) -> str:

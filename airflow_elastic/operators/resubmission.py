@@ -145,12 +145,58 @@ class AttemptsMixin:
         found = [d for d in (execution_deadline, guard) if d is not None]
         return min(found) if found else None
 
+    # ------------------------------------------------------------------------------------------ tries
+
+    def _start_try(self, context: Context, hook: JobSetHook) -> ident.Submission | None:
+        """Begin a try (``execute``): keep the attempt history while this task instance's group runs (a retry or
+        a restarted worker adopts it), start a fresh one once the task finished or its group ended (a cleared
+        task, a retry after a failure). Returns the recorded submission when its group *succeeded* but no try
+        finished the task (the worker died first): the caller adopts that verdict instead of training again."""
+        store = context["task_state_store"]
+        history = attempts.History.load(store)
+        previous = ident.recorded(store)
+        if not history.finished and previous is not None:
+            phase = ident.ended(hook, previous, ident.TaskIdentity.from_ti(context["ti"]))
+            if phase == "Succeeded":
+                return previous
+            if phase:  # the try that waited on it died before judging it: that group's story is over
+                history.finished = True
+                history.save(store)
+        if history.finished:
+            if previous is not None and previous.name:
+                self.log.info("JobSet %s already finished: a new group and a fresh attempt history", previous.name)
+                ident.advance(store, previous)  # first: a crash now must not find the finished group again
+            history = attempts.History()
+        if not history.started:
+            history.started = time.time()
+            history.save(store)
+        return None
+
     # ------------------------------------------------------------------------------------------ verdicts
 
     def _settle(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
     ) -> dict[str, Any] | None:
-        """Finish the task with ``event`` (return the result or raise), or prepare a resubmission (``None``)."""
+        """Finish the task with ``event`` (return the result or raise), or prepare a resubmission (``None``).
+
+        Once the finishing code is done, the attempt history is closed (:meth:`attempts.History.close`), so the
+        next try trains afresh; not when the trigger erred (``error``): the group may still run, to be adopted.
+        """
+        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+
+        try:
+            result = self._judge(context, hook, submission, event)
+        except (AirflowException, AirflowTaskTimeout):
+            if event.status != "error":
+                attempts.History.close(context["task_state_store"])
+            raise
+        if result is not None:
+            attempts.History.close(context["task_state_store"])
+        return result
+
+    def _judge(
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
+    ) -> dict[str, Any] | None:
         store = context["task_state_store"]
         history = attempts.History.load(store)
         started = submission.submitted_at or history.started
@@ -229,7 +275,8 @@ class AttemptsMixin:
         history: attempts.History,
         why: str,
     ) -> None:
-        """Stop the group and fail the task (no Airflow retry: the budgets span retries)."""
+        """Stop the group and fail the task (no Airflow retry: a retry would start a fresh history, budgets and
+        guardrails spent again)."""
         self._delete(hook, submission, why)
         self._log_attempts(history)
         self._advise(history)

@@ -43,8 +43,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     Each task instance gets a JobSet of its own, named ``<group>-<6 chars>`` from the DAG, task, run and map
     index, labelled with them, and recorded in ``task_state_store``. A retry, a restarted worker or a create
-    whose reply was lost adopts that JobSet while it runs; a cleared task whose group already finished trains
-    again under the next name. There is never more than one live group per task instance.
+    whose reply was lost adopts that JobSet while it runs, or its result when it succeeded before any try finished
+    the task; a try after the task finished (a clear, a retry after a failure) trains again under the next name,
+    with a fresh attempt history. There is never more than one live group per task instance.
 
     Jinja in the group's ``image``, ``command``, ``args``, ``env`` values and ``checkpoint.uri`` is rendered per
     run into a copy of the spec, which is validated again (a bad rendered value raises ``SpecError`` naming the
@@ -72,10 +73,11 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             leader).
         suspend_timeout: seconds (or a ``timedelta``) the group may stay suspended (queued by Kueue) before the
             task fails; suspension is waiting, not failure. ``None``: wait forever.
-        max_wall_clock: a ``timedelta`` (or seconds) across every attempt, counted from the first submission;
-            past it the group is deleted and the task fails.
-        max_gpu_hours: GPU-hours across every attempt (the group's GPU requests times each attempt's lifetime);
-            past them the group is deleted and the task fails.
+        max_wall_clock: a ``timedelta`` (or seconds) across the attempts since the task last finished (retries
+            adopting the running group included), counted from the first of them; past it the group is deleted
+            and the task fails.
+        max_gpu_hours: GPU-hours across the same attempts (the group's GPU requests times each attempt's
+            lifetime); past them the group is deleted and the task fails.
         checkpoint_seconds: how long one checkpoint takes to write, for the Young/Daly advice logged at the end
             (a ``write_seconds`` field in the checkpoint marker wins).
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
@@ -236,20 +238,36 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         return JobSetHook(self.kubernetes_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Submit or adopt the group, then defer (or wait here in sync mode) until it ends."""
+        """Submit or adopt the group, then defer (or wait here in sync mode) until it ends; or, when this task
+        instance's group already succeeded and only the task did not finish (its worker died), finish with it."""
         self._prepare(context)
         hook = self.hook()
-        store = context["task_state_store"]
-        history = attempts.History.load(store)
-        if not history.started:
-            history.started = time.time()
-            history.save(store)
+        succeeded = self._start_try(context, hook)
+        if succeeded is not None:
+            return self._adopt_verdict(context, hook, succeeded)
         return self._run_attempt(context, hook, self.namespace or hook.get_namespace() or "default")
+
+    def _adopt_verdict(self, context: Context, hook: JobSetHook, submission: ident.Submission) -> dict[str, Any]:
+        """Finish with the verdict of a group that already ended (its metrics read from its pods as usual)."""
+        self.log.info(
+            "JobSet %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
+            "verdict instead of training again",
+            submission.namespace,
+            submission.name,
+        )
+        self._track(context, submission)
+        event = self._wait_here(context, hook, submission, attempts.History.load(context["task_state_store"]))
+        result = self._settle(context, hook, submission, event)
+        return result if result is not None else self._run_attempt(context, hook, submission.namespace)
+
+    def _track(self, context: Context, submission: ident.Submission) -> None:
+        """Make ``submission`` the group this task waits on (``on_kill``, XComs)."""
+        self._current = submission
+        context["ti"].xcom_push(key="jobset_name", value=submission.name)
+        context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
 
     def _run_attempt(self, context: Context, hook: JobSetHook, namespace: str) -> dict[str, Any]:
         """Submit (or adopt) this attempt's group and wait; in sync mode, loop over resubmissions here."""
-        from airflow_elastic.operators.waiting import wait_for_group
-
         while True:
             history = attempts.History.load(context["task_state_store"])
             identity = ident.TaskIdentity.from_ti(context["ti"])
@@ -262,36 +280,42 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 build=lambda name, i=identity, h=history: self._attempt_manifest(name, namespace, i, h),
                 log=self.log,
             )
-            self._current = submission
-            context["ti"].xcom_push(key="jobset_name", value=submission.name)
-            context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
+            self._track(context, submission)
             if self.deferrable:
                 self._defer(context, hook, submission, history)
-            try:
-                event = wait_for_group(
-                    hook,
-                    submission.namespace,
-                    submission.name,
-                    uid=submission.uid,
-                    poll_interval=self.poll_interval,
-                    deadline=self._wait_deadline(self._deadline(context), history, submission),
-                    startup_deadline=self._startup_deadline(submission),
-                    metrics_role=self.metrics_role or self._leader,
-                    log_role=self.log_role or self._leader,
-                    log=self.log,
-                    capture_evidence=True,
-                    max_preemptions=self._preemptions_left(history),
-                    suspend_timeout=self.suspend_timeout,
-                    transient_exit_codes=self._policy.transient_exit_codes,
-                    **self._elastic_watch,
-                )
-            except AirflowTaskTimeout:
-                # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
-                self._delete(hook, submission, "execution_timeout reached")
-                raise
-            result = self._settle(context, hook, submission, event)
+            result = self._settle(context, hook, submission, self._wait_here(context, hook, submission, history))
             if result is not None:
                 return result
+
+    def _wait_here(
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
+    ) -> GroupEvent:
+        """Poll the group from the worker until it ends (sync mode; at once for a group that already ended)."""
+        from airflow_elastic.operators.waiting import wait_for_group
+
+        try:
+            return wait_for_group(
+                hook,
+                submission.namespace,
+                submission.name,
+                uid=submission.uid,
+                poll_interval=self.poll_interval,
+                deadline=self._wait_deadline(self._deadline(context), history, submission),
+                startup_deadline=self._startup_deadline(submission),
+                metrics_role=self.metrics_role or self._leader,
+                log_role=self.log_role or self._leader,
+                log=self.log,
+                capture_evidence=True,
+                max_preemptions=self._preemptions_left(history),
+                suspend_timeout=self.suspend_timeout,
+                transient_exit_codes=self._policy.transient_exit_codes,
+                **self._elastic_watch,
+            )
+        except AirflowTaskTimeout:
+            # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
+            self._delete(hook, submission, "execution_timeout reached")
+            attempts.History.close(context["task_state_store"])
+            raise
 
     def _startup_deadline(self, submission: ident.Submission) -> float | None:
         return submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
