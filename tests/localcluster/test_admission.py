@@ -308,6 +308,25 @@ def test_job_template_and_completion_mode_are_immutable(store: Store) -> None:
     assert store.update(JOBS, resized)["spec"]["parallelism"] == 3
 
 
+def test_job_update_rules_as_upstream(store: Store) -> None:
+    """``ValidateJobSpecUpdate``: podReplacementPolicy may change; an Indexed Job's completions only with
+    parallelism."""
+    job = store.create(JOBS, "default", job_body("j", completionMode="Indexed", completions=2, parallelism=2))
+    changed = copy.deepcopy(job)
+    changed["spec"]["podReplacementPolicy"] = "Failed"
+    job = store.update(JOBS, changed)
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+    resized = copy.deepcopy(job)
+    resized["spec"]["completions"] = 3
+    with pytest.raises(errors.Invalid) as info:
+        store.update(JOBS, resized)
+    assert info.value.details["causes"] == [
+        errors.cause("spec.completions", "Invalid value: 3: can only be modified in tandem with spec.parallelism")
+    ]
+    resized["spec"]["parallelism"] = 3
+    assert store.update(JOBS, resized)["spec"]["completions"] == 3
+
+
 def test_pod_validation_and_update_rules(store: Store) -> None:
     bad = {"metadata": {"name": "p"}, "spec": {"restartPolicy": "Sometimes", "containers": [{"name": "Main"}]}}
     fields = {c["field"] for c in rejected(store, bad, PODS).details["causes"]}

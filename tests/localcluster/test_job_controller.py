@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.resources import JOBS, PODS
 from tests.localcluster.inprocess import NS, Cluster, condition, job_body, running
 
@@ -251,13 +252,18 @@ async def test_ttl_after_finished_deletes_job_and_pods() -> None:
         assert cluster.pods("short", live=False) == []
 
 
-async def test_pod_that_cannot_be_created_gives_failed_create_event() -> None:
-    name = "j" * 62  # valid Job name, but hostname "<name>-0" is longer than a DNS label
+async def test_job_whose_pod_hostnames_are_no_dns_labels_is_refused() -> None:
+    """Upstream ``ValidateJob`` refuses an Indexed Job whose last pod hostname ``<name>-<completions-1>`` is no DNS
+    label, instead of creating a Job that can never create a pod."""
+    name = "j" * 62  # a valid Job name, but hostname "<name>-0" is longer than a DNS label
     async with running() as cluster:
-        cluster.create(JOBS, job_body(name, completions=1, completionMode="Indexed"))
+        with pytest.raises(errors.Invalid) as refused:
+            cluster.create(JOBS, job_body(name, completions=1, completionMode="Indexed"))
+        assert refused.value.details["causes"] == [
+            errors.cause(
+                "metadata.name",
+                f'Invalid value: "{name}": will not able to create pod with invalid DNS label: {name}-0',
+            )
+        ]
         await cluster.settle()
-        events = cluster.events("FailedCreate")
-        assert events and all(e["type"] == "Warning" for e in events)
-        assert events[0]["message"].startswith(f'Error creating: Pod "{name[:55]}-0-')
-        assert "spec.hostname" in events[0]["message"]
-        assert cluster.pods(name, live=False) == []
+        assert cluster.jobs() == [] and cluster.pods(name, live=False) == []

@@ -40,16 +40,8 @@ _NON_NEGATIVE = (
     "backoffLimitPerIndex",
     "maxFailedIndexes",
 )
-_IMMUTABLE = (
-    "completionMode",
-    "selector",
-    "podFailurePolicy",
-    "successPolicy",
-    "backoffLimitPerIndex",
-    "manualSelector",
-    "podReplacementPolicy",
-    "managedBy",
-)
+#: ``ValidateJobSpecUpdate``'s immutable fields after the template (podReplacementPolicy may change).
+_IMMUTABLE = ("completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy", "successPolicy")
 #: Pod-template fields a suspended Job that never started may change (Kueue's scheduling directives).
 _SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "schedulingGates")
 
@@ -181,13 +173,15 @@ class JobAdmission:
     def admit_update(self, obj: Obj, old: Obj) -> None:
         spec, old_spec = obj.get("spec") or {}, old["spec"]
         causes = job_spec_causes(obj)
-        for key in _IMMUTABLE:
-            if spec.get(key) != old_spec.get(key):
-                causes.append(_immutable(f"spec.{key}", spec.get(key)))
-        if spec.get("completions") != old_spec.get("completions") and not (
-            spec.get("completionMode") == "Indexed" and spec.get("completions") == spec.get("parallelism")
-        ):
-            causes.append(_immutable("spec.completions", spec.get("completions")))
+        completions = spec.get("completions")
+        if completions != old_spec.get("completions"):  # validateCompletions (elastic Indexed Jobs are GA)
+            if spec.get("completionMode") != "Indexed":
+                causes.append(_immutable("spec.completions", completions))
+            elif completions is not None and completions != spec.get("parallelism"):
+                message = "can only be modified in tandem with spec.parallelism"
+                causes.append(invalid("spec.completions", completions, message))
+        if spec.get("selector") != old_spec.get("selector"):
+            causes.append(_immutable("spec.selector", spec.get("selector")))
         template, old_template = copy.deepcopy(spec.get("template")), copy.deepcopy(old_spec.get("template"))
         suspended_unstarted = old_spec.get("suspend") and not (old.get("status") or {}).get("startTime")
         if suspended_unstarted and template and old_template:
@@ -198,5 +192,6 @@ class JobAdmission:
                     t.get("spec", {}).pop(key, None)
         if template != old_template:
             causes.append(_immutable("spec.template", "{...}"))
+        causes += [_immutable(f"spec.{key}", spec.get(key)) for key in _IMMUTABLE if spec.get(key) != old_spec.get(key)]
         if causes:
             raise errors.Invalid.of("Job", obj["metadata"]["name"], causes, "batch")
