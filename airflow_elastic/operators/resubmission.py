@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_elastic import checkpoints
-from airflow_elastic.evidence import describe
-from airflow_elastic.operators import attempts
-from airflow_elastic.operators import identity as ident
-from airflow_elastic.render import manifest as manifests
 from airflow_elastic.spec import FailurePolicy, TrainingGroup
-from airflow_elastic.state import GroupEvent
 
+# The operator's base class is loaded when a DAG file is parsed; what only a running task needs is imported inside
+# the methods (tests/operators/test_parse_imports.py).
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_elastic import checkpoints
     from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.operators import attempts
+    from airflow_elastic.operators import identity as ident
+    from airflow_elastic.state import GroupEvent
 
 ON_DEMAND_HINT = (
     "the capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
@@ -43,11 +43,13 @@ ON_DEMAND_HINT = (
 
 class AttemptsMixin:
     """Attempt bookkeeping for ``TrainingGroupOperator`` (expects its attributes: ``_run_group``,
-    ``_run_manifest``, ``guards``, ``checkpoint_seconds``, the callbacks, ``_manifest``, ``_finish``, ``_delete``)."""
+    ``_run_manifest``, ``max_wall_clock``, ``max_gpu_hours``, ``checkpoint_seconds``, the callbacks, ``_manifest``,
+    ``_finish``, ``_delete``)."""
 
     _run_group: TrainingGroup | None
     _run_manifest: dict[str, Any] | None
-    guards: attempts.Guards
+    max_wall_clock: float | None
+    max_gpu_hours: float | None
     checkpoint_seconds: float | None
     on_preemption: Callable[[Any, dict[str, Any]], Any] | None
     on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None
@@ -59,6 +61,13 @@ class AttemptsMixin:
     # ------------------------------------------------------------------------------------------ inputs
 
     @property
+    def guards(self) -> attempts.Guards:
+        """``max_wall_clock`` and ``max_gpu_hours``, across every attempt."""
+        from airflow_elastic.operators import attempts
+
+        return attempts.Guards(self.max_wall_clock, self.max_gpu_hours)
+
+    @property
     def _policy(self) -> FailurePolicy:
         return self._run_group.failure if self._run_group is not None else FailurePolicy()
 
@@ -67,6 +76,8 @@ class AttemptsMixin:
         """GPUs the whole group requests (for ``max_gpu_hours`` and the GPU-hours reported)."""
         if self._run_group is not None:
             return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self._run_group.roles)
+        from airflow_elastic.render import manifest as manifests
+
         return manifests.gpu_count(self._run_manifest or {})
 
     @property
@@ -84,6 +95,8 @@ class AttemptsMixin:
         }
 
     def _preemptions_left(self, history: attempts.History) -> int:
+        from airflow_elastic.operators import attempts
+
         return attempts.remaining(self._policy.max_preemptions, history.preemptions)
 
     def _checkpoint_storage(self) -> checkpoints.Storage | None:
@@ -108,6 +121,8 @@ class AttemptsMixin:
         storage = self._checkpoint_storage()
         if storage is None:
             return None
+        from airflow_elastic import checkpoints
+
         uri = self._run_group.checkpoint.uri  # type: ignore[union-attr]
         try:
             return checkpoints.latest_complete(storage, uri)
@@ -121,6 +136,9 @@ class AttemptsMixin:
         """This attempt's JobSet: ``maxRestarts`` = what is left of ``max_failures``, on-demand after
         ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete checkpoint for
         every attempt after the first (resubmissions and Airflow retries)."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.render import manifest as manifests
+
         self._checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
         policy = self._policy
         left = attempts.remaining(policy.max_failures, history.failures)
@@ -152,6 +170,9 @@ class AttemptsMixin:
         a restarted worker adopts it), start a fresh one once the task finished or its group ended (a cleared
         task, a retry after a failure). Returns the recorded submission when its group *succeeded* but no try
         finished the task (the worker died first): the caller adopts that verdict instead of training again."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators import identity as ident
+
         store = context["task_state_store"]
         history = attempts.History.load(store)
         previous = ident.recorded(store)
@@ -184,6 +205,8 @@ class AttemptsMixin:
         """
         from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+        from airflow_elastic.operators import attempts
+
         try:
             result = self._judge(context, hook, submission, event)
         except (AirflowException, AirflowTaskTimeout):
@@ -197,6 +220,10 @@ class AttemptsMixin:
     def _judge(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
     ) -> dict[str, Any] | None:
+        from airflow_elastic.evidence import describe
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators import identity as ident
+
         store = context["task_state_store"]
         history = attempts.History.load(store)
         started = submission.submitted_at or history.started
@@ -277,6 +304,8 @@ class AttemptsMixin:
     ) -> None:
         """Stop the group and fail the task (no Airflow retry: a retry would start a fresh history, budgets and
         guardrails spent again)."""
+        from airflow_elastic.operators import attempts
+
         self._delete(hook, submission, why)
         self._log_attempts(history)
         self._advise(history)
@@ -309,6 +338,8 @@ class AttemptsMixin:
     def _advise(self, history: attempts.History) -> None:
         """Log the Young/Daly checkpoint-interval advice from this task's own preemption history (nothing for a
         group that does not checkpoint: no ``Checkpointing`` and no ``checkpoint_seconds``)."""
+        from airflow_elastic.operators import attempts
+
         checkpointed = self._run_group is not None and self._run_group.checkpoint is not None
         if not checkpointed and not self.checkpoint_seconds:
             return

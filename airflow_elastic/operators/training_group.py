@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_elastic.operators import attempts
-from airflow_elastic.operators import identity as ident
 from airflow_elastic.operators.resubmission import AttemptsMixin
-from airflow_elastic.render import manifest as user_manifest
 from airflow_elastic.spec import SpecError, TrainingGroup
-from airflow_elastic.state import GroupEvent, PodFailure
-from airflow_elastic.templating import render_group
 
+# Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
+# inside the methods, so a DAG file using the operator stays as cheap to parse as one using only airflow.sdk
+# (tests/operators/test_parse_imports.py lists what parsing may load).
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.operators import attempts
+    from airflow_elastic.operators import identity as ident
+    from airflow_elastic.state import GroupEvent
 
 #: Re-defer at most this often when the trigger reports an error while the group still runs.
 MAX_REDEFERS = 3
@@ -162,7 +163,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         self.log_role = log_role
         self.metrics_role = metrics_role
         self.suspend_timeout = _seconds(suspend_timeout)
-        self.guards = attempts.Guards(_seconds(max_wall_clock), max_gpu_hours)
+        self.max_wall_clock = _seconds(max_wall_clock)
+        self.max_gpu_hours = max_gpu_hours
         self.checkpoint_seconds = checkpoint_seconds
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
@@ -175,6 +177,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Render the template fields, then the group's templated strings into a per-run copy of the spec."""
+        from airflow_elastic.operators import identity as ident
+
         super().render_template_fields(context, jinja_env)
         self._prepare(context)
         identity = ident.TaskIdentity.from_ti(context["ti"])
@@ -190,6 +194,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
     def _prepare(self, context: Context) -> None:
         if self._run_group is not None or self._run_manifest is not None:
             return
+        from airflow_elastic.render import manifest as user_manifest
+        from airflow_elastic.templating import render_group
+
         if self.group is not None:
             self._run_group = render_group(self.group, lambda value: self.render_template(value, context))
         else:
@@ -199,12 +206,16 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
     def _base_name(self) -> str:
         if self._run_group is not None:
             return self._run_group.name
+        from airflow_elastic.render import manifest as user_manifest
+
         return user_manifest.base_name(self._run_manifest or {})
 
     @property
     def _leader(self) -> str:
         if self._run_group is not None:
             return self._run_group.leader.name
+        from airflow_elastic.render import manifest as user_manifest
+
         return user_manifest.leader_role(self._run_manifest or {})
 
     def _manifest(
@@ -221,6 +232,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 labels=labels,
                 ttl_seconds_after_finished=self.ttl_seconds_after_finished,
             )
+        from airflow_elastic.render import manifest as user_manifest
+
         return user_manifest.for_run(
             self._run_manifest or {},
             name=name,
@@ -249,6 +262,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     def _adopt_verdict(self, context: Context, hook: JobSetHook, submission: ident.Submission) -> dict[str, Any]:
         """Finish with the verdict of a group that already ended (its metrics read from its pods as usual)."""
+        from airflow_elastic.operators import attempts
+
         self.log.info(
             "JobSet %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
             "verdict instead of training again",
@@ -268,6 +283,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     def _run_attempt(self, context: Context, hook: JobSetHook, namespace: str) -> dict[str, Any]:
         """Submit (or adopt) this attempt's group and wait; in sync mode, loop over resubmissions here."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators import identity as ident
+
         while True:
             history = attempts.History.load(context["task_state_store"])
             identity = ident.TaskIdentity.from_ti(context["ti"])
@@ -291,6 +309,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
     ) -> GroupEvent:
         """Poll the group from the worker until it ends (sync mode; at once for a group that already ended)."""
+        from airflow_elastic.operators import attempts
         from airflow_elastic.operators.waiting import wait_for_group
 
         try:
@@ -361,6 +380,10 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the group still runs)."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators import identity as ident
+        from airflow_elastic.state import GroupEvent
+
         self._prepare(context)
         store = context["task_state_store"]
         submission = ident.recorded(store)
@@ -439,6 +462,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         """Log the evidence (failed pods, warning events) and return the exception message."""
         from airflow_elastic.hooks.errors import KubernetesApiError
         from airflow_elastic.operators.waiting import group_events
+        from airflow_elastic.state import PodFailure
 
         failures = [PodFailure(**f).describe() for f in event.failures]
         for line in failures:
