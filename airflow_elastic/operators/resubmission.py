@@ -54,6 +54,7 @@ class AttemptsMixin:
     on_preemption: Callable[[Any, dict[str, Any]], Any] | None
     on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None
     log: Any
+    _base_name: str
     _manifest: Callable[..., dict[str, Any]]
     _finish: Callable[..., dict[str, Any]]
     _delete: Callable[..., None]
@@ -192,6 +193,19 @@ class AttemptsMixin:
             history.started = time.time()
             history.save(store)
         return None
+
+    def _expected_name(self, context: Context) -> str:
+        """The name of the JobSet this try will submit or adopt, as far as it is known before ``execute`` (for the
+        UI; a resubmission within the try takes the next one)."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators import identity as ident
+
+        store = context["task_state_store"]
+        previous = ident.recorded(store)
+        epoch = previous.epoch if previous else 0
+        if previous is not None and previous.name and attempts.History.load(store).finished:
+            epoch += 1  # execute() advances past the finished group
+        return ident.TaskIdentity.from_ti(context["ti"]).name(self._base_name, epoch)
 
     # ------------------------------------------------------------------------------------------ verdicts
 

@@ -50,7 +50,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
     Jinja in the group's ``image``, ``command``, ``args``, ``env`` values and ``checkpoint.uri`` is rendered per
     run into a copy of the spec, which is validated again (a bad rendered value raises ``SpecError`` naming the
-    field). The rendered manifest is shown as the ``rendered_jobset`` template field.
+    field). A compact view of the rendered manifest (roles with image, command, env, resources; the real name and
+    namespace; the ``kubectl`` command printing the whole manifest) is the ``rendered_jobset`` template field,
+    short enough for Airflow's ``[core] max_templated_field_length``.
 
     Args:
         group: the training group. Give either ``group`` or ``jobset``.
@@ -181,15 +183,21 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
 
         super().render_template_fields(context, jinja_env)
         self._prepare(context)
-        identity = ident.TaskIdentity.from_ti(context["ti"])
-        previous = ident.recorded(context["task_state_store"])
-        name = identity.name(self._base_name, previous.epoch if previous else 0)
-        import yaml
+        from airflow.sdk.configuration import conf
 
-        manifest = self._manifest(name, self.namespace or "default", identity)
-        if not self.namespace:
+        from airflow_elastic.render.compact import compact_view
+
+        try:
+            namespace: str | None = self._namespace(self.hook())
+        except Exception as error:  # only the UI's view: execute() fails with the same error, in full
+            self.log.warning("rendered_jobset: could not resolve the namespace: %s", error)
+            namespace = None
+        identity = ident.TaskIdentity.from_ti(context["ti"])
+        manifest = self._manifest(self._expected_name(context), namespace or "default", identity)
+        if namespace is None:
             manifest["metadata"]["namespace"] = "(the connection's namespace, else default)"
-        self.rendered_jobset = yaml.safe_dump(manifest, sort_keys=False)
+        # Airflow cuts a longer rendered field (and a group's whole manifest is longer): show a view that fits.
+        self.rendered_jobset = compact_view(manifest, limit=conf.getint("core", "max_templated_field_length"))
 
     def _prepare(self, context: Context) -> None:
         if self._run_group is not None or self._run_manifest is not None:
@@ -258,7 +266,11 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         succeeded = self._start_try(context, hook)
         if succeeded is not None:
             return self._adopt_verdict(context, hook, succeeded)
-        return self._run_attempt(context, hook, self.namespace or hook.get_namespace() or "default")
+        return self._run_attempt(context, hook, self._namespace(hook))
+
+    def _namespace(self, hook: JobSetHook) -> str:
+        """``namespace``, else the connection's ``namespace`` extra, else ``default``."""
+        return self.namespace or hook.get_namespace() or "default"
 
     def _adopt_verdict(self, context: Context, hook: JobSetHook, submission: ident.Submission) -> dict[str, Any]:
         """Finish with the verdict of a group that already ended (its metrics read from its pods as usual)."""

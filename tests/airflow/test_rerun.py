@@ -45,6 +45,20 @@ def rewrite_history(db: Path, **changes: Any) -> None:
         connection.close()
 
 
+def rendered_jobset(db: Path) -> str:
+    """The task's ``rendered_jobset`` as Airflow stored it for the UI."""
+    connection = sqlite3.connect(db)
+    try:
+        [(raw,)] = connection.execute(
+            "SELECT rendered_fields FROM rendered_task_instance_fields WHERE dag_id = ? AND task_id = 'train'",
+            (DAG_ID,),
+        ).fetchall()
+    finally:
+        connection.close()
+    fields = json.loads(raw)
+    return (json.loads(fields) if isinstance(fields, str) else fields)["rendered_jobset"]
+
+
 def airflow(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [AIRFLOW, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180
@@ -80,6 +94,9 @@ def test_a_cleared_task_trains_again_with_a_fresh_history(cluster_airflow_env, a
     assert again["name"] != done["name"] and again["uid"] != done["uid"]
     assert set(jobsets(k8s_client, namespace)) == {done["name"], again["name"]}
     assert [a["uid"] for a in again["attempts"]] == [again["uid"]]
+    # The UI shows the group this try ran (not the finished one), whole, in its real namespace.
+    shown = rendered_jobset(airflow_db)
+    assert f"kubectl get jobset {again['name']} -n {namespace} -o yaml" in shown and "\n  leader:\n" in shown, shown
     assert history(airflow_db)[0]["started"] > recorded["started"]
 
 
