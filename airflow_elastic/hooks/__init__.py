@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
+    from airflow_elastic.hooks.connection import ImplicitClusterRefused
     from airflow_elastic.hooks.errors import (
         AlreadyExists,
         ApiUnreachable,
@@ -38,6 +39,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "Gone",
+    "ImplicitClusterRefused",
     "Invalid",
     "JobSetHook",
     "JobSetHookProtocol",
@@ -52,6 +54,7 @@ __all__ = [
 _MODULE = {
     "JobSetHook": "jobset",
     "AsyncJobSetHook": "async_jobset",
+    "ImplicitClusterRefused": "connection",
     "JobSetHookProtocol": "protocol",
     "AsyncJobSetHookProtocol": "protocol",
     "RetryPolicy": "retry",

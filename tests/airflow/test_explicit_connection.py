@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_elastic.hooks.connection import ImplicitClusterRefused
+from airflow_elastic.hooks import ImplicitClusterRefused
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.localcluster.serve import CONTEXT
 from tests.airflow.airflow_env import airflow_environment, dags_test, tail, task_states
