@@ -15,7 +15,7 @@ Adoption rules (:func:`submit`):
   owner's labels is left alone: the epoch goes up and the next name is tried, so a cleared task trains again.
 
 Before that, a new try asks how the recorded group :func:`ended`: the operator adopts the verdict of a group that
-succeeded while no try finished the task, and after any other ending :func:`advance` s past it.
+succeeded while no try finished the task, and after any other ending moves on to the next name (:func:`advance`).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def test_a_retry_after_the_group_failed_unjudged_trains_afresh():
     assert_trains_afresh(task, trigger.name)
 
 
-def test_a_group_deleted_with_the_task_ended_but_one_never_created_did_not():
+def test_a_deleted_group_has_ended_a_reserved_but_uncreated_one_has_not():
     task = Task()
     trigger = task.new_try()
     task.hook.jobsets.clear()  # e.g. a clear: the trigger's on_kill deleted it
