@@ -36,9 +36,10 @@ if TYPE_CHECKING:
     from airflow_elastic.state import GroupEvent
 
 ON_DEMAND_HINT = (
-    "the capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
-    "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions"
+    "The capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
+    "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions."
 )
+GUARD_HINT = "Raise the guardrail on the operator if the work needs more, or checkpoint more often to lose less."
 
 
 class AttemptsMixin:
@@ -250,7 +251,7 @@ class AttemptsMixin:
             guard = self._guard_spent(history)
             if guard:
                 history.save(store)
-                self._exhausted(context, hook, submission, history, f"{guard} reached")
+                self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
             return self._finish(context, hook, submission, event)
         if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min"):
             return self._finish(context, hook, submission, event)
@@ -269,7 +270,7 @@ class AttemptsMixin:
             self.on_preemption(context, decision.attempt)
         if decision.outcome == "resubmit":
             if guard := self._guard_spent(history):
-                self._exhausted(context, hook, submission, history, f"{guard} reached")
+                self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
             if event.status == "elastic_below_min":  # still running, short-handed: make room for the next group
                 self._delete(hook, submission, event.message)
             ident.advance(store, submission)
@@ -315,6 +316,7 @@ class AttemptsMixin:
         submission: ident.Submission,
         history: attempts.History,
         why: str,
+        hint: str = ON_DEMAND_HINT,
     ) -> None:
         """Stop the group and fail the task (no Airflow retry: a retry would start a fresh history, budgets and
         guardrails spent again)."""
@@ -328,8 +330,7 @@ class AttemptsMixin:
         if self.on_budget_exhausted is not None:
             self.on_budget_exhausted(context, info)
         raise AirflowFailException(
-            f"JobSet {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. "
-            f"{ON_DEMAND_HINT[0].upper()}{ON_DEMAND_HINT[1:]}."
+            f"JobSet {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. {hint}"
         )
 
     # ------------------------------------------------------------------------------------------ reporting

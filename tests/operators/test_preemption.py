@@ -214,3 +214,18 @@ def test_a_genuine_failure_raises_a_retryable_error():
     with pytest.raises(AirflowException) as raised:
         op.execute_complete(ctx, failed.to_payload())
     assert not isinstance(raised.value, AirflowFailException)
+
+
+def test_a_spent_guardrail_names_the_guardrail_not_the_capacity():
+    """max_wall_clock spent between attempts: the task fails without retry and points at the guardrail, not spot."""
+    hook = FakeHook()
+    op = operator(hook, group(max_preemptions=5), max_wall_clock=60)
+    ctx, trigger = start(op)
+    store = ctx["task_state_store"]
+    store.set(attempts.STATE_KEY, {**store.get(attempts.STATE_KEY), "started": 1.0})  # began long ago
+    preempted = GroupEvent("failed", trigger.name, "ns", uid=trigger.uid, evidence=(PREEMPTED,))
+    with pytest.raises(AirflowFailException) as raised:
+        op.execute_complete(ctx, preempted.to_payload())
+    assert "max_wall_clock (60 s) reached" in str(raised.value) and "Raise the guardrail" in str(raised.value)
+    assert "reclaimed" not in str(raised.value)
+    assert ("delete", trigger.name) in hook.calls
