@@ -517,6 +517,11 @@ def _checkpoint(group: TrainingGroup) -> Iterator[Problem]:
         yield "checkpoint.uri", f"{ckpt.uri!r} must be an absolute path or a URI such as 's3://bucket/run'"
     if not _is_int(ckpt.keep) or ckpt.keep < 1:
         yield "checkpoint.keep", f"must keep at least 1 complete checkpoint, got {ckpt.keep!r}"
+    if ckpt.conn_id is not None and not (isinstance(ckpt.conn_id, str) and ckpt.conn_id.strip()):
+        yield (
+            "checkpoint.conn_id",
+            f"must be an Airflow connection id (a non-empty string) or None, got {ckpt.conn_id!r}",
+        )
 
 
 @rule("elastic")

@@ -213,6 +213,12 @@ CASES = {
         "checkpoint.keep",
         "at least 1",
     ),
+    "checkpoint-conn-id": Bad(
+        "checkpoint",
+        lambda: group(checkpoint=Checkpointing("gs://b/run", conn_id="")),
+        "checkpoint.conn_id",
+        "connection id",
+    ),
     "elastic-min-zero": Bad(
         "elastic", lambda: group(elastic=Elastic(0, 2, role="worker")), "elastic", "1 <= min_replicas"
     ),
