@@ -29,6 +29,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from airflow_elastic.contract import PEER_LOST_EXIT_CODE
 from airflow_elastic.platforms import SPOT_PLATFORMS
 
 Obj = Mapping[str, Any]
@@ -374,6 +375,20 @@ def _transient(f: Facts) -> str | None:
     return f"container {code.container} exited {code.code}, declared transient" if code else None
 
 
+def _peer_lost(f: Facts) -> str | None:
+    """``runtime.peer_loss`` gave up waiting for a group restart after a collective failed. Cause ``unknown`` so
+    that another pod's specific cause explains the attempt (``evidence.decisive``); charged to the failure budget,
+    as the JobSet charges it (no ``DisruptionTarget``), because nothing on this pod proves the platform took the
+    peer: a reclaim restarts the group within the wait, and its reclaimed pod carries that evidence."""
+    code = next((e for e in f.exits if e.code == PEER_LOST_EXIT_CODE), None)
+    if code is None:
+        return None
+    return (
+        f"container {code.container} exited {code.code}: it lost a peer and no group restart followed; "
+        "find the root cause on the other pods"
+    )
+
+
 def _deleted_before_start(f: Facts) -> str | None:
     started = f.exits or any(
         "running" in (s.get("state") or {}) for s in (f.pod.get("status") or {}).get("containerStatuses") or []
@@ -428,6 +443,7 @@ RULES: tuple[Rule, ...] = (
     Rule("oom", Cause.OOM, F, _oom, "§1.1 OOM gets no DisruptionTarget"),
     Rule("best-effort-revoked", Cause.BEST_EFFORT_REVOKED, P, _best_effort, "§1.5 ACS BestEffort"),
     Rule("transient-exit-code", Cause.TRANSIENT, T, _transient, "§1.6 user-declared retriable codes"),
+    Rule("peer-lost", Cause.UNKNOWN, F, _peer_lost, "decision: runtime.peer_loss exit, the cause is elsewhere"),
     Rule("deleted-before-start", Cause.UNKNOWN, P, _deleted_before_start, "§1.6 pod deleted before start"),
     Rule("killed-without-evidence", Cause.UNKNOWN, F, _signal_exit, "decision: 137/143 alone is not proof"),
     Rule("user-error", Cause.USER_ERROR, F, _user_error, "§1.6 non-zero exit"),

@@ -44,6 +44,10 @@ RESERVED = frozenset({MASTER_ADDR, MASTER_PORT, TORCH_WORLD_SIZE, TORCH_RANK, NN
 #: Kubernetes' default termination-message path; small final metrics leave the pod through it.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
+#: Exit status of a trainer that lost a peer and was not stopped by a group restart within its wait
+#: (``runtime.peer_loss``): the root cause is on another pod. EX_TEMPFAIL of ``sysexits.h``.
+PEER_LOST_EXIT_CODE = 75
+
 
 def is_reserved(name: str) -> bool:
     """True if ``name`` is set by airflow-elastic and must not come from user env."""

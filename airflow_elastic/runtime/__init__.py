@@ -17,6 +17,9 @@ imported lazily, and only for non-local checkpoint URIs. A complete loop::
                 break
     runtime.report({"loss": loss, "step": step})
 
+Around a step, ``with runtime.peer_loss(save):`` turns a collective error from a lost peer into an emergency
+checkpoint and a wait for the group restart (see :mod:`airflow_elastic.runtime.peers`).
+
 An elastic role's hosts (Ready pods, from the API server) come from ``runtime.ready_hosts()`` or
 ``python -m airflow_elastic.runtime.discovery`` (Horovod's ``--host-discovery-script``).
 """
@@ -27,11 +30,13 @@ from airflow_elastic.checkpoints import Checkpoint
 from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
+from airflow_elastic.runtime.peers import PEER_LOST_EXIT_CODE, is_peer_loss, peer_loss
 from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, termination_log_path
 from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
 
 __all__ = [
     "MAX_BYTES",
+    "PEER_LOST_EXIT_CODE",
     "RESUME_FROM",
     "TRIAL_PARAMS",
     "Checkpoint",
@@ -42,8 +47,10 @@ __all__ = [
     "PreemptionSignal",
     "checkpoint_at",
     "context",
+    "is_peer_loss",
     "latest_checkpoint",
     "on_sigterm",
+    "peer_loss",
     "preemption_signal",
     "ready_hosts",
     "report",
