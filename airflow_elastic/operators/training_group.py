@@ -67,7 +67,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             task fails with the cluster's reason (unschedulable, image pull, quota, ...). ``None``: wait forever.
         on_kill_action: ``"delete"`` the group when the task is killed (marked failed/success, cleared), or
             ``"keep"`` it. In sync mode ``on_kill`` also runs when the *worker* gets SIGTERM (e.g. evicted), so
-            ``"keep"`` lets training survive worker loss; deferrable mode needs no worker.
+            ``"keep"`` lets training survive worker loss; deferrable mode needs no worker. ``"delete"`` also
+            deletes a still-running group when the task gives up waiting on it (the trigger kept failing after
+            ``MAX_REDEFERS`` re-deferrals), so it does not hold its nodes with nobody waiting.
         on_finish_action: ``"keep"`` finished groups (``ttl_seconds_after_finished`` removes them), ``"delete"``
             them at once, or ``"delete_succeeded"`` (keep failed ones for inspection).
         ttl_seconds_after_finished: the JobSet's TTL after it finished (default one day; ``None``: none).
@@ -441,6 +443,9 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         if event.status == "missing":
             raise AirflowException(f"{where} disappeared before it finished (deleted by someone, or its TTL)")
         if event.status == "error":
+            if self.on_kill_action == "delete" and self._still_running(hook, submission):
+                # Nobody waits on it any more: do not leave it holding its nodes (a retry resumes from the checkpoint).
+                self._delete(hook, submission, "waiting for it failed and the task fails (on_kill_action='delete')")
             raise AirflowException(f"{where}: waiting for the group failed: {event.message}")
         result = {
             "name": submission.name,

@@ -1,5 +1,5 @@
 """``MAX_REDEFERS``: a trigger that keeps erring while the group still runs is waited on again, a bounded number of
-times, and then the task fails with the trigger's error."""
+times, and then the task fails with the trigger's error, deleting the group unless ``on_kill_action="keep"``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 GROUP = TrainingGroup("tg", [Role("leader", command=["python"])], image="x")
 
 
-def test_an_erring_trigger_is_redeferred_max_redefers_times_then_the_task_fails():
+@pytest.mark.parametrize("on_kill_action", ["delete", "keep"])
+def test_an_erring_trigger_is_redeferred_max_redefers_times_then_the_task_fails(on_kill_action):
     hook = FakeHook()
-    op = TrainingGroupOperator(task_id="train", group=GROUP, namespace="ns")
+    op = TrainingGroupOperator(task_id="train", group=GROUP, namespace="ns", on_kill_action=on_kill_action)
     op.hook = lambda: hook  # type: ignore[method-assign]
     ctx = {"ti": TaskInstance(), "task_state_store": StateStore()}
     with pytest.raises(TaskDeferred) as first:
@@ -35,3 +36,6 @@ def test_an_erring_trigger_is_redeferred_max_redefers_times_then_the_task_fails(
     assert [call for call in hook.calls if call[0] == "create"] == [("create", trigger.name)]
     with pytest.raises(AirflowException, match="waiting for the group failed: connection reset by peer"):
         op.execute_complete(ctx, error)
+    # The group still ran when the task gave up: with "delete" it must not keep holding its nodes.
+    deleted = ("delete", trigger.name) in hook.calls
+    assert deleted == (on_kill_action == "delete")
