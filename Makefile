@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The PyTorch CPU build (~190 MB) instead of PyPI's default CUDA build (several GB on Linux), e.g.
+# `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`; empty: torch comes from the default index.
+TORCH_INDEX ?=
 
 .PHONY: demo test lint venv lock schemas clean
 
@@ -14,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "airflow-elastic needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet -c constraints.txt --index-url $(TORCH_INDEX) torch)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
