@@ -12,17 +12,19 @@ collective fails, and every survivor waits for the group restart instead of fail
 * ``example_torch_elastic``: an elastic worker role (``Elastic(1, 2)``): torchrun's c10d rendezvous with
   ``NNODES=2:3``; a reclaimed worker is replaced without restarting the group, and torchrun re-forms it.
 
-Run one against the local cluster (from the repository root), e.g.::
+Run one against the local cluster (from the repository root), then reclaim a worker's node meanwhile::
 
-    airflow-elastic cluster up --detach           # prints AIRFLOW_CONN_LOCAL_CLUSTER=...; export it
-    airflow dags test example_torch_ddp --conf '{"script": "'$PWD'/dags/scripts/train_torch.py"}'
+    airflow-elastic cluster up --detach --image-map dags/image-map.yaml   # prints AIRFLOW_CONN_LOCAL_CLUSTER=...
+    airflow dags test example_torch_ddp
+    airflow dags test example_torch_torchrun --conf '{"script": "'$PWD'/dags/scripts/train_torch.py"}'
+    airflow-elastic cluster preempt <a worker's node> --style gke
 
-The torch trainer image runs ``python /app/train_torch.py`` (``script`` is where the image keeps it); the local
-cluster records images instead of pulling them, so map the image to the script, e.g. from Python
-``ClusterConfig(image_map={TORCH_TRAINER_IMAGE: ["python", "/abs/path/dags/scripts/train_torch.py"]})``. The
-torchrun groups give a command (``torchrun ... <script>``); ``torchrun`` and ``python`` resolve to the cluster's
-interpreter. On a real cluster build the image (torch 2.13, the script, ``pip install --no-deps airflow-elastic``),
-change the connection and give a checkpoint location every pod can reach (``checkpoint_root``).
+The torch trainer image runs ``python /app/train_torch.py``; the local cluster records images instead of pulling
+them, and ``dags/image-map.yaml`` maps this one to the script (from Python: ``ClusterConfig(image_map=
+{TORCH_TRAINER_IMAGE: ["python", "/abs/path/dags/scripts/train_torch.py"]})``). The torchrun groups give a command
+instead (``torchrun ... <script>``, ``script`` being the trainer's path in the image); ``torchrun`` is the one next
+to the cluster's interpreter. On a real cluster build the image (torch 2.13, the script, ``pip install --no-deps
+airflow-elastic``), change the connection and give a checkpoint location every pod can reach (``checkpoint_root``).
 """
 
 from __future__ import annotations
