@@ -69,15 +69,15 @@ def default_wait(ctx: Context) -> float:
     return 0.0 if ctx.elastic_role else DEFAULT_WAIT
 
 
-def _stopped_within(wait: float, stop: PreemptionSignal | None) -> bool:
-    """Whether SIGTERM arrived (already, or within ``wait`` seconds)."""
+def _sigterm(stop: PreemptionSignal | None) -> PreemptionSignal | threading.Event:
+    """What will tell that SIGTERM arrived: the loop's flag, else a handler of our own from now on (so a SIGTERM
+    during the emergency checkpoint does not interrupt it)."""
     if stop is not None:
-        return stop.requested or stop.wait(wait)
-    if threading.current_thread() is not threading.main_thread():
-        return threading.Event().wait(wait)  # signals reach the main thread only: just wait
+        return stop
     arrived = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: arrived.set())
-    return arrived.wait(wait)
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: arrived.set())
+    return arrived
 
 
 def _exit(code: int) -> NoReturn:
@@ -93,13 +93,14 @@ def _lost(
 ) -> NoReturn:
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     log.warning("lost a peer (%s: %s)", type(error).__name__, first_line)
+    stopped = _sigterm(stop)
     if save is not None:
         try:
             save()
         except Exception:
             log.exception("the emergency checkpoint after losing a peer failed; the latest complete one stays")
     log.warning("waiting up to %.0f s for the group restart to stop this pod", wait)
-    if _stopped_within(wait, stop):
+    if stopped.wait(wait):
         log.warning("stopped by SIGTERM after losing a peer")
         _exit(SIGTERM_EXIT_CODE)
     log.warning(

@@ -28,13 +28,16 @@ import sys, time
 from airflow_elastic import runtime
 
 def save():
+    if sys.argv[2] == "slow-save":  # the restart's SIGTERM arrives while the checkpoint is written
+        open(sys.argv[1] + ".started", "w").close()
+        time.sleep(1)
     open(sys.argv[1], "w").write("step 7")
 
 with runtime.peer_loss(save, wait=float(sys.argv[3])):
     print("training", flush=True)
     if sys.argv[2] == "gloo":
         raise RuntimeError({gloo!r})
-    if sys.argv[2] == "socket":
+    if sys.argv[2] in ("socket", "slow-save"):
         raise ConnectionResetError(104, "Connection reset by peer")
     raise ValueError("a bug, not a lost peer")
 """
@@ -116,6 +119,17 @@ def test_a_lost_peer_saves_then_exits_143_on_the_group_restarts_sigterm(tmp_path
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, err
     assert "lost a peer (RuntimeError: [/__w/pytorch" in err and "stopped by SIGTERM" in err, err
+
+
+def test_a_sigterm_during_the_emergency_checkpoint_lets_it_finish(tmp_path: Path) -> None:
+    proc, saved = start(tmp_path, "slow-save", wait=60)
+    started = saved.with_name("saved.started")
+    deadline = time.monotonic() + 30
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and saved.read_text() == "step 7", err
 
 
 def test_without_a_restart_it_exits_with_the_peer_lost_code(tmp_path: Path) -> None:
