@@ -32,11 +32,15 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
 # Re-pin every dependency after changing pyproject.toml (commit the result).
+# `--all` keeps setuptools (torch needs it); torch's pin drops the build's local label (+cpu), so both the CPU
+# and the CUDA build satisfy it.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),.lock-venv/bin/python -m pip install --quiet --index-url $(TORCH_INDEX) torch==2.13.0)
 	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
-	.lock-venv/bin/python -m pip freeze --exclude-editable > constraints.txt
+	.lock-venv/bin/python -m pip freeze --exclude-editable --all | grep -v '^pip==' \
+		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/' > constraints.txt
 	rm -rf .lock-venv
 
 # Regenerate airflow_elastic/schemas from the upstream copies in ../shared.
