@@ -18,6 +18,9 @@ Decisions that upstream leaves open (documented in ``docs/preemption.md`` §1.6)
 * The local cluster's ``NodeRestart`` (processes died with the node) is ``node_loss``.
 * A ``DisruptionTarget`` older than a genuine non-zero exit by more than the pod's grace period is stale
   (KEP-3329 caveat): it is ignored and the exit code decides.
+* The exit gate, the other way round: after a reclaim taint, a node event, a graceful delete or a lost node, the
+  program's own exit within the grace period (a SIGTERM handler exiting 1) answered the disruption
+  (:meth:`Facts.stopped_by`); with no such time, or outside that window, the exit code decides.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -89,6 +92,9 @@ KILLED_CONTAINER_REASONS = frozenset({"ContainerStatusUnknown", "Unknown"})
 SIGNAL_EXIT_CODES = frozenset({137, 143})
 #: Tolerance on top of the pod's grace period before a ``DisruptionTarget`` is judged stale.
 STALE_SLACK_SECONDS = 5.0
+#: How long a node may be silent before the node controller marks it ``Ready=Unknown`` and taints it unreachable
+#: (``--node-monitor-grace-period``, 50 s since 1.32): a pod on a lost node stopped up to this long before that.
+NODE_MONITOR_GRACE_SECONDS = 50.0
 
 #: Node taints that announce the node is being taken away, and what that means.
 NODE_TAINTS: tuple[tuple[Callable[[str], bool], Cause, str], ...] = (
@@ -135,6 +141,15 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class Signal:
+    """When the platform began taking the pod away (a taint added, a node lost, a graceful delete), as a window:
+    an exit from ``since - before`` to ``since + grace`` answered it."""
+
+    since: datetime
+    before: float = 0.0
+
+
+@dataclass(frozen=True)
 class Facts:
     """The evidence about one pod, normalised once; the rules only read this."""
 
@@ -153,6 +168,12 @@ class Facts:
     events: tuple[Obj, ...]
     transient: frozenset[int]
     jobset: Obj | None
+    grace: float = 30.0
+    #: taint key -> when it was added (``timeAdded``), for the taints that say so.
+    taint_added: Mapping[str, datetime] = field(default_factory=dict)
+    #: When the pod's graceful delete sent SIGTERM, and when its node stopped being Ready or was deleted.
+    terminating: tuple[Signal, ...] = ()
+    node_down: tuple[Signal, ...] = ()
 
     @property
     def genuine_exit(self) -> Exit | None:
@@ -162,6 +183,21 @@ class Facts:
     def killed(self) -> bool:
         """Stopped from outside: no container exited by itself with a non-zero code (and none succeeded alone)."""
         return self.genuine_exit is None
+
+    def stopped_by(self, *signals: Signal) -> bool:
+        """Killed, or its own non-zero exit (a SIGTERM handler exiting 1) came within the grace period after one of
+        ``signals`` or after its graceful delete began: the exit answered the disruption."""
+        if self.killed:
+            return True
+        exit_ = self.genuine_exit
+        if exit_ is None or exit_.finished_at is None or exit_.reason == "OOMKilled":
+            return False
+        for signal in (*signals, *self.terminating):
+            late = (exit_.finished_at - signal.since).total_seconds()
+            # No slack before: the exit that made the JobSet delete its pod comes just before that delete.
+            if -signal.before <= late <= self.grace + STALE_SLACK_SECONDS:
+                return True
+        return False
 
     def disruption_reason(self) -> str:
         return (self.disruption or {}).get("reason", "")
@@ -179,6 +215,21 @@ def _kind(event: Obj) -> str:
 
 def _time(stamp: str | None) -> datetime | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+
+def _signals(pod: Obj, node: Obj | None, grace: float) -> tuple[tuple[Signal, ...], tuple[Signal, ...]]:
+    """The pod's graceful delete (SIGTERM at ``deletionTimestamp - grace``) and its node's loss (``Ready`` not
+    ``True``, or the node deleted), each as a :class:`Signal`."""
+    deleted = _time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    terminating = (Signal(deleted - timedelta(seconds=grace)),) if deleted else ()
+    node = node or {}
+    down = [
+        _time(c.get("lastTransitionTime"))
+        for c in (node.get("status") or {}).get("conditions") or []
+        if c.get("type") == "Ready" and c.get("status") != "True"
+    ]
+    down.append(_time((node.get("metadata") or {}).get("deletionTimestamp")))
+    return terminating, tuple(Signal(t, NODE_MONITOR_GRACE_SECONDS) for t in down if t)
 
 
 def _exits(pod: Obj) -> tuple[Exit, ...]:
@@ -240,6 +291,9 @@ def facts(
     # A vanished node's labels survive in the last copy, or in the pod's own node selector.
     node_labels = dict((node or {}).get("metadata", {}).get("labels") or {}) or dict(spec.get("nodeSelector") or {})
     wanted = {meta.get("name"), node_name}
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    grace = float(spec.get("terminationGracePeriodSeconds", 30))
+    terminating, node_down = _signals(pod, node, grace)
     return Facts(
         pod=pod,
         reason=reason,
@@ -252,10 +306,14 @@ def facts(
         node_name=node_name,
         node_gone=node_gone,
         node_labels=node_labels,
-        taints=tuple(t.get("key", "") for t in ((node or {}).get("spec") or {}).get("taints") or []),
+        taints=tuple(t.get("key", "") for t in taints),
         events=tuple(e for e in events if (e.get("involvedObject") or {}).get("name") in wanted),
         transient=frozenset(transient_exit_codes),
         jobset=jobset,
+        grace=grace,
+        taint_added={t.get("key", ""): added for t in taints if (added := _time(t.get("timeAdded")))},
+        terminating=terminating,
+        node_down=node_down,
     )
 
 
@@ -322,33 +380,41 @@ def _node_loss_reason(f: Facts) -> str | None:
 
 
 def _taint(cause: Cause) -> Callable[[Facts], str | None]:
-    """Killed (not a genuine exit) on a node carrying a taint of ``cause``."""
+    """Stopped by (:meth:`Facts.stopped_by`) a taint of ``cause`` on its node, or a node reclaim event."""
+    before = NODE_MONITOR_GRACE_SECONDS if cause is Cause.NODE_LOSS else 0.0
 
     def match(f: Facts) -> str | None:
-        if not f.killed:
-            return None
         for key in f.taints:
             for test, meaning, what in NODE_TAINTS:
-                if meaning is cause and test(key):
+                added = f.taint_added.get(key)
+                if meaning is cause and test(key) and f.stopped_by(*f.node_down, *_at(added, before)):
                     return f"node {f.node_name} tainted {key} ({what})"
         if cause is Cause.SPOT_RECLAIM:
-            event = next((e for e in f.events if _kind(e) == "Node" and e.get("reason") in NODE_EVENTS), None)
-            if event:
-                return f"node {f.node_name} event {event['reason']}: {event.get('message', '')}"
+            for event in f.events:
+                if _kind(event) == "Node" and event.get("reason") in NODE_EVENTS and f.stopped_by(*_at(_seen(event))):
+                    return f"node {f.node_name} event {event['reason']}: {event.get('message', '')}"
         return None
 
     return match
 
 
+def _at(since: datetime | None, before: float = 0.0) -> tuple[Signal, ...]:
+    return (Signal(since, before),) if since else ()
+
+
+def _seen(event: Obj) -> datetime | None:
+    return _time(event.get("firstTimestamp") or event.get("eventTime") or event.get("lastTimestamp"))
+
+
 def _spot_node_gone(f: Facts) -> str | None:
-    if not (f.killed and f.node_gone):
+    if not (f.node_gone and f.stopped_by(*f.node_down)):
         return None
     spot = sorted(f"{k}={v}" for k, v in f.node_labels.items() if (k, v) in SPOT_LABELS)
     return f"node {f.node_name} is gone and was spot capacity ({', '.join(spot)})" if spot else None
 
 
 def _node_gone(f: Facts) -> str | None:
-    return f"node {f.node_name} is gone" if f.killed and f.node_gone else None
+    return f"node {f.node_name} is gone" if f.node_gone and f.stopped_by(*f.node_down) else None
 
 
 def _any_disruption(f: Facts) -> str | None:
@@ -400,7 +466,7 @@ def _signal_exit(f: Facts) -> str | None:
     code = next((e for e in f.exits if e.code in SIGNAL_EXIT_CODES or e.reason in KILLED_CONTAINER_REASONS), None)
     if code:
         return f"container {code.container} killed (exit {code.code}, {code.reason or 'no reason'}) with no cause shown"
-    return "pod deleted without any disruption evidence" if f.deleted else None
+    return "pod deleted without any disruption evidence" if f.deleted and f.killed else None
 
 
 def _user_error(f: Facts) -> str | None:

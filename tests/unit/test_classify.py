@@ -455,3 +455,117 @@ def test_scale_down_taint_and_unreachable_node() -> None:
     assert classify(killed, node("ToBeDeletedByClusterAutoscaler")).rule == "scale-down-taint"
     assert classify(killed, node("node.kubernetes.io/unreachable")).cause is Cause.NODE_LOSS
     assert classify(killed, None).rule == "node-gone"
+
+
+# The exit gate: a reclaim taint or a lost node, then the program's own exit during the grace period (its SIGTERM
+# handler exiting 1, or 143) is the disruption, not the program's failure; the same exit long after is its own.
+T0_PLUS_3600 = "2026-03-01T11:00:00Z"
+T0_PLUS_45 = "2026-03-01T10:00:45Z"
+
+
+def tainted(key: str, added: str = T0, **kwargs: Any) -> dict[str, Any]:
+    found = node(key, **kwargs)
+    found["spec"]["taints"][0]["timeAdded"] = added
+    return found
+
+
+def lost(last_ready: str = T0) -> dict[str, Any]:
+    found = node()
+    found["status"] = {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": last_ready}]}
+    return found
+
+
+SPOT = {"cloud.google.com/gke-spot": "true"}
+EXIT_GATE: list[tuple[str, dict[str, Any], str, Budget]] = [
+    (
+        "reclaim-taint-then-exit-1",
+        {"pod": pod(exit_code=1), "node": tainted("karpenter.sh/disrupted")},
+        "reclaim-taint",
+        P,
+    ),
+    (
+        "reclaim-taint-then-exit-143",
+        {"pod": pod(exit_code=143), "node": tainted("karpenter.sh/disrupted")},
+        "reclaim-taint",
+        P,
+    ),
+    (
+        "graceful-delete-on-reclaim-node-exit-1",
+        {"pod": pod(exit_code=1, deleted=True), "node": node("aws-node-termination-handler/spot-itn")},
+        "reclaim-taint",
+        P,
+    ),
+    (
+        "nth-event-then-exit-1",
+        {
+            "pod": pod(exit_code=1, deleted=True),
+            "node": HEALTHY,
+            "events": [event("SpotInterruption", "Spot ITN", kind="Node", name="n1")],
+        },
+        "reclaim-taint",
+        P,
+    ),
+    (
+        "unreachable-then-exit-1",
+        {"pod": pod(exit_code=1), "node": tainted("node.kubernetes.io/unreachable")},
+        "unreachable-node",
+        P,
+    ),
+    ("lost-node-then-exit-1", {"pod": pod(exit_code=1), "node": lost(), "node_gone": True}, "node-gone", P),
+    # The node controller notices a silent node only after its monitor grace period: the exit came first.
+    (
+        "exit-1-then-node-unknown",
+        {"pod": pod(exit_code=1), "node": lost(T0_PLUS_45), "node_gone": True},
+        "node-gone",
+        P,
+    ),
+    (
+        "lost-spot-node-then-exit-1",
+        {"pod": pod(exit_code=1, deleted=True, node_selector=SPOT), "node": None},
+        "spot-node-gone",
+        P,
+    ),
+    # Outside the grace window the program's own exit decides; so does an exit just before the graceful delete it
+    # caused (SIGTERM at deletionTimestamp minus the grace period).
+    (
+        "exit-1-just-before-graceful-delete-on-reclaim-node",
+        {
+            "pod": pod(exit_code=1, deleted=True, finished_at="2026-03-01T09:59:34Z"),
+            "node": node("aws-node-termination-handler/spot-itn"),
+        },
+        "user-error",
+        F,
+    ),
+    (
+        "reclaim-taint-long-after-exit-1",
+        {"pod": pod(exit_code=1), "node": tainted("karpenter.sh/disrupted", T0_PLUS_600)},
+        "user-error",
+        F,
+    ),
+    (
+        "exit-1-an-hour-after-reclaim-taint",
+        {"pod": pod(exit_code=1, finished_at=T0_PLUS_3600), "node": tainted("karpenter.sh/disrupted")},
+        "user-error",
+        F,
+    ),
+    (
+        "reclaim-taint-without-time-exit-1",
+        {"pod": pod(exit_code=1), "node": node("karpenter.sh/disrupted")},
+        "user-error",
+        F,
+    ),
+    (
+        "lost-node-long-after-exit-1",
+        {"pod": pod(exit_code=1), "node": lost(T0_PLUS_600), "node_gone": True},
+        "user-error",
+        F,
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "rule", "budget"), [c[1:] for c in EXIT_GATE], ids=[c[0] for c in EXIT_GATE])
+def test_an_own_exit_during_the_grace_period_of_a_disruption_is_the_disruption(
+    kwargs: dict[str, Any], rule: str, budget: Budget
+) -> None:
+    verdict = classify(**kwargs)
+    assert (verdict.rule, verdict.budget) == (rule, budget), verdict.describe()
