@@ -81,8 +81,9 @@ class Reclaim:
         return 0
 
     def worker(self) -> Any | None:
-        """A running worker pod of this example's group."""
-        selector = "jobset.sigs.k8s.io/replicatedjob-name=worker"
+        """A running worker pod of this example's group (``example_torch_ddp`` -> group ``torch-ddp``)."""
+        group = self.dag_id.removeprefix("example_").replace("_", "-")
+        selector = f"airflow-elastic.io/group={group},jobset.sigs.k8s.io/replicatedjob-name=worker"
         for pod in self.core.list_namespaced_pod("default", label_selector=selector).items:
             if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
                 return pod
