@@ -34,6 +34,7 @@ from typing import Any
 
 from airflow_elastic.contract import PEER_LOST_EXIT_CODE
 from airflow_elastic.platforms import SPOT_PLATFORMS
+from airflow_elastic.state import RESTART_LABEL
 
 Obj = Mapping[str, Any]
 
@@ -50,6 +51,8 @@ class Cause(StrEnum):
     OOM = "oom"
     USER_ERROR = "user_error"
     TRANSIENT = "transient"  #: exit code the user declared retriable
+    GROUP_RESTART = "group_restart"  #: the JobSet deleted the pod to restart the group (another pod's cause)
+    GROUP_FINISHED = "group_finished"  #: the JobSet finished (e.g. its success policy was met) and stopped the rest
     UNKNOWN = "unknown"
 
 
@@ -59,6 +62,7 @@ class Budget(StrEnum):
     PREEMPTION = "preemption"
     TRANSIENT = "transient"
     FAILURE = "failure"
+    NONE = "none"  #: stopped by the group's own restart or completion; the pod that caused it carries the charge
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ class Verdict:
         return self.budget is Budget.PREEMPTION
 
     def describe(self) -> str:
-        return f"{self.cause} ({self.rule}; charged to the {self.budget} budget): {'; '.join(self.evidence)}"
+        charge = "charged to no budget" if self.budget is Budget.NONE else f"charged to the {self.budget} budget"
+        return f"{self.cause} ({self.rule}; {charge}): {'; '.join(self.evidence)}"
 
 
 # ------------------------------------------------------------------------------------------------ declared tables
@@ -455,6 +460,32 @@ def _peer_lost(f: Facts) -> str | None:
     )
 
 
+def _jobset_restart(f: Facts) -> str | None:
+    """The JobSet deletes every pod of the previous restart attempt when it restarts the group."""
+    attempt = f.labels.get(RESTART_LABEL, "")
+    restarts = int(((f.jobset or {}).get("status") or {}).get("restarts", 0) or 0)
+    if not (f.deleted and f.killed and attempt.isdigit() and int(attempt) < restarts):
+        return None
+    return f"deleted by the JobSet to restart the group: restart attempt {attempt} replaced by attempt {restarts}"
+
+
+def _jobset_finished(f: Facts) -> str | None:
+    """A finished JobSet (its success policy met, or failed) deletes the Jobs still running."""
+    status = (f.jobset or {}).get("status") or {}
+    ended = status.get("terminalState") or next(
+        (
+            c["type"]
+            for c in status.get("conditions") or []
+            if c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+        ),
+        "",
+    )
+    if not (f.deleted and f.killed and ended):
+        return None
+    policy = " (its success policy was met)" if ended == "Completed" else ""
+    return f"deleted by the JobSet once it was {ended}{policy}: its remaining Jobs are stopped"
+
+
 def _deleted_before_start(f: Facts) -> str | None:
     started = f.exits or any(
         "running" in (s.get("state") or {}) for s in (f.pod.get("status") or {}).get("containerStatuses") or []
@@ -488,7 +519,7 @@ class Rule:
     source: str = ""
 
 
-P, T, F = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE
+P, T, F, N = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE, Budget.NONE
 RULES: tuple[Rule, ...] = (
     Rule("queue-suspension", Cause.QUEUE_SUSPENSION, P, _suspended, "§1.3 suspend, §1.4 blind spots"),
     Rule("scheduler-preemption", Cause.SCHEDULER_PREEMPTION, P, _scheduler_preemption, "§1.1 PreemptionByScheduler"),
@@ -508,6 +539,8 @@ RULES: tuple[Rule, ...] = (
     Rule("disruption-target", Cause.UNKNOWN, P, _any_disruption, "§1.6 any reason"),
     Rule("oom", Cause.OOM, F, _oom, "§1.1 OOM gets no DisruptionTarget"),
     Rule("best-effort-revoked", Cause.BEST_EFFORT_REVOKED, P, _best_effort, "§1.5 ACS BestEffort"),
+    Rule("jobset-restart", Cause.GROUP_RESTART, N, _jobset_restart, "§1.4 the JobSet's own restart"),
+    Rule("jobset-finished", Cause.GROUP_FINISHED, N, _jobset_finished, "§1.4 the JobSet's own completion"),
     Rule("transient-exit-code", Cause.TRANSIENT, T, _transient, "§1.6 user-declared retriable codes"),
     Rule("peer-lost", Cause.UNKNOWN, F, _peer_lost, "decision: runtime.peer_loss exit, the cause is elsewhere"),
     Rule("deleted-before-start", Cause.UNKNOWN, P, _deleted_before_start, "§1.6 pod deleted before start"),

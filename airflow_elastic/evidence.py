@@ -22,14 +22,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_elastic.classify import SPOT_LABELS, Cause, classify
+from airflow_elastic.classify import SPOT_LABELS, Budget, Cause, classify
 from airflow_elastic.state import RESTART_LABEL, ROLE_LABEL
 
 Obj = Mapping[str, Any]
 #: Records kept at most (a looping disruption must not grow the trigger event without bound).
 MAX_RECORDS = 50
-#: Causes that say nothing specific: a pod stopped as collateral of a group restart looks like this.
+#: Causes that say nothing specific: a pod stopped as collateral of a group restart may look like this.
 VAGUE_CAUSES = frozenset({Cause.UNKNOWN.value})
+#: Stops the JobSet made itself (its restart, its completion): they never explain an attempt.
+COLLATERAL_CAUSES = frozenset({Cause.GROUP_RESTART.value, Cause.GROUP_FINISHED.value})
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,13 @@ def node_names(stops: Iterable[Stop]) -> set[str]:
 
 
 def decisive(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The record that explains a set of stops: the first with a specific cause (a collateral kill of a group
-    restart is ``unknown``), else the first one; ``None`` for no records."""
+    """The record that explains a set of stops: the first with a specific cause, else the first ``unknown`` one,
+    else the first of the stops the JobSet made itself (:data:`COLLATERAL_CAUSES`); ``None`` for no records."""
     records = list(records)
-    specific = [r for r in records if r.get("cause") not in VAGUE_CAUSES]
-    return (specific or records or [None])[0]
+    collateral = [r for r in records if r.get("cause") in COLLATERAL_CAUSES]
+    vague = [r for r in records if r.get("cause") in VAGUE_CAUSES]
+    specific = [r for r in records if r.get("cause") not in VAGUE_CAUSES | COLLATERAL_CAUSES]
+    return (specific or vague or collateral or [None])[0]
 
 
 def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
@@ -177,6 +181,10 @@ def describe(record: Mapping[str, Any]) -> str:
     step = f", last reported step {record['step']}" if record.get("step") is not None else ""
     return (
         f"attempt {record.get('attempt', 0)}: pod {record.get('pod')} (role {record.get('role')}, node "
-        f"{record.get('node') or '-'}) {record.get('cause')} [{record.get('rule')}; {record.get('budget')} budget]"
+        f"{record.get('node') or '-'}) {record.get('cause')} [{record.get('rule')}; {_charge(record.get('budget'))}]"
         f"{step}: {'; '.join(record.get('evidence') or [])}"
     )
+
+
+def _charge(budget: Any) -> str:
+    return "no budget" if budget == Budget.NONE.value else f"{budget} budget"

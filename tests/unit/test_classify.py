@@ -69,7 +69,11 @@ def event(reason: str, message: str = "", kind: str = "Pod", name: str = "g-work
 
 
 HEALTHY = node()
-P, T, F = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE
+P, T, F, N = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE, Budget.NONE
+RESTART = "jobset.sigs.k8s.io/restart-attempt"
+ATTEMPT_0 = {RESTART: "0"}
+RESTARTED = {"status": {"restarts": 1}}
+COMPLETED = {"status": {"terminalState": "Completed", "conditions": [{"type": "Completed", "status": "True"}]}}
 
 # (id, kwargs for classify, expected cause, expected budget, expected rule)
 CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
@@ -415,6 +419,45 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
     ),
     # runtime.peer_loss gave up waiting for a group restart: the cause is on another pod, nothing proves it here.
     ("peer-lost", {"pod": pod(exit_code=75, exit_reason="Error"), "node": HEALTHY}, Cause.UNKNOWN, F, "peer-lost"),
+    # §1.4 the JobSet restarts the group: it deletes every pod of the previous attempt, charged to nobody.
+    (
+        "jobset-restart-collateral",
+        {"pod": pod(exit_code=143, deleted=True, labels=ATTEMPT_0), "node": HEALTHY, "jobset": RESTARTED},
+        Cause.GROUP_RESTART,
+        N,
+        "jobset-restart",
+    ),
+    (
+        "jobset-restart-before-start",
+        {"pod": pod(phase="Pending", labels=ATTEMPT_0), "node": HEALTHY, "pod_gone": True, "jobset": RESTARTED},
+        Cause.GROUP_RESTART,
+        N,
+        "jobset-restart",
+    ),
+    # The pod whose failure made the JobSet restart is deleted too: its own exit still explains the attempt.
+    (
+        "jobset-restart-root-cause",
+        {"pod": pod(exit_code=1, deleted=True, labels=ATTEMPT_0), "node": HEALTHY, "jobset": RESTARTED},
+        Cause.USER_ERROR,
+        F,
+        "user-error",
+    ),
+    # A pod of the current attempt deleted by someone else is still unexplained.
+    (
+        "current-attempt-deleted",
+        {"pod": pod(exit_code=143, deleted=True, labels={RESTART: "1"}), "node": HEALTHY, "jobset": RESTARTED},
+        Cause.UNKNOWN,
+        F,
+        "killed-without-evidence",
+    ),
+    # §1.4 the success policy is met (the leader finished): the JobSet stops the workers left running.
+    (
+        "jobset-success-policy-met",
+        {"pod": pod(running=True, labels=ATTEMPT_0), "node": HEALTHY, "pod_gone": True, "jobset": COMPLETED},
+        Cause.GROUP_FINISHED,
+        N,
+        "jobset-finished",
+    ),
 ]
 
 
