@@ -21,11 +21,13 @@ torchrun (``processes_per_pod > 1``, or an elastic ``NNODES`` range) torchrun se
 * **final metrics** through ``runtime.report``: step, loss, world size, the resumes.
 
 Environment: ``TRAIN_STEPS``, ``STEP_SECONDS`` (extra time per step, standing in for compute), ``CHECKPOINT_EVERY``,
-``DATA_SEED``, ``LEARNING_RATE``, ``PEER_GUARD``, ``PEER_WAIT`` (seconds; default ``runtime.peer_loss``'s).
+``DATA_SEED``, ``LEARNING_RATE``, ``PEER_GUARD``, ``PEER_WAIT`` (seconds; default ``runtime.peer_loss``'s),
+``PEER_TIMEOUT`` (the process group's timeout, seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -173,6 +175,12 @@ class Trainer:
         time.sleep(self.settings["pause"])
         self.optimizer.step()
 
+    def guard(self, stop: runtime.PreemptionSignal) -> contextlib.AbstractContextManager:
+        """``runtime.peer_loss`` with the emergency checkpoint of the last completed step (unless ``PEER_GUARD=0``)."""
+        if not self.settings["guard"]:
+            return contextlib.nullcontext()
+        return runtime.peer_loss(lambda: self.save("peer_lost"), wait=self.settings["peer_wait"], stop=stop)
+
     def run(self) -> None:
         settings = self.settings
         dist.init_process_group("gloo", timeout=timedelta(seconds=settings["peer_timeout"]))
@@ -180,13 +188,8 @@ class Trainer:
         ddp = DistributedDataParallel(self.net)
         log(f"rank {rank}/{world} (pod rank {self.ctx.rank}) training steps {self.start + 1}..{settings['steps']}")
         with runtime.preemption_signal() as stop:
-            guard = settings["guard"]
-            wait = settings["peer_wait"]
             while self.done < settings["steps"]:
-                if guard:
-                    with runtime.peer_loss(lambda: self.save("peer_lost"), wait=wait, stop=stop):
-                        self.step(ddp, rank, world)
-                else:
+                with self.guard(stop):
                     self.step(ddp, rank, world)
                 self.done += 1
                 if self.writer:
