@@ -37,8 +37,9 @@ PEER_LOST_EXIT_CODE = contract.PEER_LOST_EXIT_CODE
 DEFAULT_WAIT = 90.0
 #: What a collective says when a peer went away (gloo, NCCL, c10d's TCPStore).
 LOST_PEER_MESSAGES = re.compile(
-    r"connection (reset|closed|refused|aborted)|broken pipe|read error|write error|timed out|socket timeout"
-    r"|remote process exited|communicator was aborted",
+    r"connection (reset|closed|refused|aborted)|broken pipe|read error|write error|socket timeout"
+    r"|timed out waiting .* for (recv|send)|collective operation timeout|remote process exited"
+    r"|communicator was aborted",
     re.IGNORECASE,
 )
 #: torch.distributed errors that always mean the store or a peer is unreachable.

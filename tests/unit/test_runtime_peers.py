@@ -59,6 +59,8 @@ def torch_error(name: str, message: str) -> BaseException:
         torch_error("DistNetworkError", "failed to recv, got 0 bytes"),
         torch_error("DistStoreError", "Timed out after 901 seconds waiting for clients. 2/3 clients joined."),
         torch_error("DistBackendError", "NCCL communicator was aborted on rank 1."),
+        RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation"),
+        torch_error("DistBackendError", "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"),
     ],
 )
 def test_collective_errors_of_a_lost_peer_are_recognised(error: BaseException) -> None:
@@ -71,6 +73,7 @@ def test_collective_errors_of_a_lost_peer_are_recognised(error: BaseException) -
         ValueError("Connection reset by peer"),  # not a RuntimeError: the program's own check
         RuntimeError("The size of tensor a (4) must match the size of tensor b (5) at non-singleton dimension 0"),
         torch_error("DistBackendError", "Invalid scalar type"),
+        RuntimeError("DataLoader timed out after 60 seconds"),  # the input pipeline, not a peer
         KeyboardInterrupt(),
     ],
 )
