@@ -51,8 +51,11 @@ class GroupStatus:
         return self.restarts - self.restarts_counted
 
 
-def group_status(jobset: Obj | None) -> GroupStatus:
-    """The phase of a JobSet (``None``: it does not exist, e.g. deleted by someone or by its TTL)."""
+def group_status(jobset: Obj | None, minimum: Mapping[str, int] | None = None) -> GroupStatus:
+    """The phase of a JobSet (``None``: it does not exist, e.g. deleted by someone or by its TTL).
+
+    ``Running`` means every replicated Job is Ready (or done); ``minimum`` lowers that bar for the roles it names
+    (an elastic role runs at ``min_replicas`` Ready pods: one pod per Job, see ``render.jobset``)."""
     if jobset is None:
         return GroupStatus("Missing", "NotFound", "the JobSet no longer exists")
     status = jobset.get("status") or {}
@@ -75,7 +78,8 @@ def group_status(jobset: Obj | None) -> GroupStatus:
         restarting = conditions["RestartingJobSet"]
         return GroupStatus("Restarting", restarting.get("reason", ""), restarting.get("message", ""), **counts)
     jobs = status.get("replicatedJobsStatus") or []
-    if jobs and all(j.get("ready", 0) + j.get("succeeded", 0) >= _replicas(jobset, j["name"]) for j in jobs):
+    need = {j["name"]: (minimum or {}).get(j["name"], _replicas(jobset, j["name"])) for j in jobs}
+    if jobs and all(j.get("ready", 0) + j.get("succeeded", 0) >= need[j["name"]] for j in jobs):
         return GroupStatus("Running", **counts)
     return GroupStatus("Pending", **counts)
 

@@ -18,6 +18,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 __all__ = [
+    "TRANSIENT_ERRORS",
     "AlreadyExists",
     "ApiUnreachable",
     "BadRequest",
@@ -139,6 +140,11 @@ class ApiUnreachable(KubernetesApiError):
     """No reply: connection refused or reset, TLS failure, timeout. A write may or may not have happened."""
 
     hint = "check the connection's server address and that the API server is up"
+
+
+#: What a waiter survives a few times in a row (each already retried by the hook): the next observation may work.
+#: Permission, authentication and "no such resource" errors do not go away by waiting.
+TRANSIENT_ERRORS: tuple[type[KubernetesApiError], ...] = (ServerError, Throttled, ApiUnreachable, Gone, Conflict)
 
 
 _BY_STATUS: dict[int, type[KubernetesApiError]] = {

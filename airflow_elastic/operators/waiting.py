@@ -1,34 +1,23 @@
-"""Sync mode: wait for a group on the worker, polling with ``JobSetHook`` and judging with ``state``.
+"""Sync mode: wait for a group on the worker, polling with ``JobSetHook``; :mod:`airflow_elastic.watch` decides.
 
-The verdict is the same :class:`~airflow_elastic.state.GroupEvent` the trigger yields in deferrable mode, from
-the same pure functions (``group_status``, ``pod_failures``, ``pending_diagnosis``, ``reported_metrics``), so the
-operator finishes both modes through one code path.
+The loop only fetches what the :class:`~airflow_elastic.watch.Watch` asks for and sleeps; the verdict is the same
+:class:`~airflow_elastic.state.GroupEvent` the trigger yields in deferrable mode, so the operator finishes both
+modes through one code path. :func:`settle` is also the sensor's one look.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
 from typing import Any
 
-from airflow_elastic.evidence import Evidence, describe, node_names
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.evidence import describe
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
-from airflow_elastic.state import (
-    JOBSET_NAME_LABEL,
-    RESTART_LABEL,
-    ROLE_LABEL,
-    BelowMin,
-    GroupEvent,
-    group_status,
-    pending_diagnosis,
-    pod_failures,
-    reported_metrics,
-)
+from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL, GroupEvent
+from airflow_elastic.watch import Need, Observation, Step, Watch
 
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-_STARTED_PHASES = frozenset({"Running", "Restarting", "Succeeded", "Failed"})
 
 
 def group_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -74,131 +63,76 @@ class LogFollower:
             self._offsets[name] = len(text)
 
 
+def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
+    """One look at JobSet ``namespace/name``; an API error becomes a failed observation, not an exception."""
+    now = time.time()
+    try:
+        return Observation(now, hook.get_jobset(namespace, name))
+    except NotFound:
+        return Observation(now, None)
+    except KubernetesApiError as error:  # the hook already retried: the watch decides how long to tolerate it
+        return Observation.failed(now, error, transient=isinstance(error, TRANSIENT_ERRORS))
+
+
+def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -> Step:
+    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first."""
+    step = watch.observe(obs)
+    while step.need is not None:
+        step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
+    return step
+
+
+def _fetch(hook: JobSetHookProtocol, watch: Watch, obs: Observation, need: Need, log: Any) -> Observation:
+    got: dict[str, list[dict[str, Any]]] = {}
+    missing = []
+    for piece, wanted, read in (("pods", need.pods, group_pods), ("events", need.events, group_events)):
+        if not wanted:
+            continue
+        try:
+            got[piece] = read(hook, watch.namespace, watch.name)
+        except KubernetesApiError as error:  # the verdict stands without them
+            log.warning("Could not list the %s of %s: %s", piece, watch.where, error)
+            missing.append(piece)
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for node in sorted(need.nodes):
+        try:
+            nodes[node] = hook.get_node(node)
+        except KubernetesApiError as error:  # unknown, not gone
+            log.warning("Could not read node %s: %s", node, error)
+    return obs.given(**got, nodes=nodes if need.nodes else None, unavailable=missing)
+
+
 def wait_for_group(
     hook: JobSetHookProtocol,
     namespace: str,
     name: str,
     *,
-    uid: str = "",
     poll_interval: float,
-    deadline: float | None,
-    startup_deadline: float | None,
-    metrics_role: str,
     log_role: str | None,
     log: Any,
-    capture_evidence: bool = False,
-    max_preemptions: int | None = None,
-    suspend_timeout: float | None = None,
-    transient_exit_codes: Iterable[int] = (),
-    elastic_role: str | None = None,
-    elastic_min_replicas: int = 0,
-    below_min_timeout: float | None = None,
+    **watch: Any,
 ) -> GroupEvent:
-    """Poll JobSet ``namespace/name`` until it ends, a deadline passes, or it disappears.
+    """Poll JobSet ``namespace/name`` until the :class:`~airflow_elastic.watch.Watch` gives its verdict.
 
     Args:
-        uid: the JobSet's uid; a same-named JobSet with another uid counts as ``missing``.
-        deadline: epoch seconds (``execution_timeout``) → ``timeout``.
-        startup_deadline: epoch seconds by which the group must have been running once → ``startup_timeout``
-            with the cluster's diagnosis (unschedulable, image pulls, admission, ...).
-        metrics_role: whose termination message holds the final metrics.
+        poll_interval: seconds between looks (less when a deadline comes first).
         log_role: whose log is copied into the task log (``None``: no logs).
-        capture_evidence, max_preemptions, suspend_timeout, transient_exit_codes: as for the trigger
-            (``TrainingGroupTrigger``): classify stopped pods poll by poll, stop at one free restart more than
-            ``max_preemptions`` (``preemption_budget_exhausted``), and give up on a suspension past
-            ``suspend_timeout``.
-        elastic_role, elastic_min_replicas, below_min_timeout: as for the trigger: fewer than
-            ``elastic_min_replicas`` Ready pods of ``elastic_role`` for ``below_min_timeout`` seconds ends the wait
-            with ``elastic_below_min`` (:class:`~airflow_elastic.state.BelowMin`).
+        log: the task logger (evidence records and read problems are logged there).
+        **watch: the :class:`~airflow_elastic.watch.Watch` arguments (``uid``, ``deadline``, ``startup_deadline``,
+            ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``, the elastic watch, ...),
+            exactly as the trigger takes them. Transient API errors are tolerated as the trigger tolerates them.
 
     Returns:
         The verdict, as the trigger would have yielded it.
     """
     follower = LogFollower(hook, namespace, log_role, log) if log_role else None
-    started = False
-    evidence = Evidence()
-    suspended_since: float | None = None
-    codes = tuple(transient_exit_codes)
-    below_min = (
-        BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
-        if elastic_role and below_min_timeout is not None
-        else None
-    )
+    judge = Watch(name, namespace, list_pods=follower is not None, **watch)
     while True:
-        try:
-            jobset: dict[str, Any] | None = hook.get_jobset(namespace, name)
-        except NotFound:
-            jobset = None
-        if jobset is not None and uid and (jobset.get("metadata") or {}).get("uid") != uid:
-            jobset = None  # replaced by another object of the same name
-        status = group_status(jobset)
-        common: dict[str, Any] = {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-            "phase": status.phase,
-            "reason": status.reason,
-        }
-        counts = {"restarts": status.restarts, "restarts_counted": status.restarts_counted}
-        if status.phase == "Missing":
-            return GroupEvent("missing", message=f"JobSet {namespace}/{name} no longer exists", **common)
-        pods = group_pods(hook, namespace, name)
-        if follower is not None:
-            follower.follow(pods)
-        if capture_evidence:
-            _capture(hook, evidence, pods, jobset, codes, log)
-            common.update(evidence=tuple(evidence.records), spot_share=evidence.spot_share)
-        if status.terminal:
-            failures = tuple(asdict(f) for f in pod_failures(pods)) if status.phase == "Failed" else ()
-            return GroupEvent(
-                "succeeded" if status.phase == "Succeeded" else "failed",
-                message=status.message,
-                failures=failures,
-                metrics=reported_metrics(pods, metrics_role),
-                **common,
-                **counts,
-            )
-        started = started or status.phase in _STARTED_PHASES
-        now = time.time()
-        if max_preemptions is not None and status.free_restarts > max_preemptions:
-            message = (
-                f"JobSet {namespace}/{name} was disrupted {status.free_restarts} time(s); the preemption budget "
-                f"allowed {max_preemptions} more"
-            )
-            return GroupEvent("preemption_budget_exhausted", message=message, **common, **counts)
-        if below_min is not None and (short := below_min.observe(pods, status, now)) is not None:
-            return GroupEvent("elastic_below_min", message=f"JobSet {namespace}/{name}: {short}", **common, **counts)
-        suspended_since = (suspended_since or now) if status.phase == "Suspended" else None
-        if suspended_since is not None and suspend_timeout is not None and now - suspended_since >= suspend_timeout:
-            message = f"JobSet {namespace}/{name} stayed suspended for more than {suspend_timeout:.0f} s"
-            return GroupEvent("suspend_timeout", message=message, **common, **counts)
-        if deadline is not None and now >= deadline:
-            return GroupEvent("timeout", message="execution_timeout reached while the group ran", **common, **counts)
-        if not started and startup_deadline is not None and now >= startup_deadline:
-            diagnosis = pending_diagnosis(pods, group_events(hook, namespace, name))
-            return GroupEvent("startup_timeout", message=diagnosis, **common, **counts)
-        wakeups = [d - now for d in (deadline, None if started else startup_deadline) if d is not None]
-        time.sleep(max(0.0, min([poll_interval, *wakeups])))
-
-
-def _capture(
-    hook: JobSetHookProtocol,
-    evidence: Evidence,
-    pods: list[dict[str, Any]],
-    jobset: Mapping[str, Any] | None,
-    codes: tuple[int, ...],
-    log: Any,
-) -> None:
-    """The sync twin of the trigger's evidence step: classify the pods that stopped since the last poll."""
-    stops = evidence.observe(pods)
-    if not stops:
-        return
-    nodes: dict[str, dict[str, Any] | None] = {}
-    for node in node_names(stops):
-        try:
-            nodes[node] = hook.get_node(node)
-        except KubernetesApiError as error:  # unknown, not gone
-            log.warning("Could not read node %s: %s", node, error)
-    namespace = ((jobset or {}).get("metadata") or {}).get("namespace", "")
-    for record in evidence.record(stops, nodes, jobset=jobset, transient_exit_codes=codes):
-        log.info("JobSet %s: %s", namespace, describe(record))
+        step = settle(judge, hook, observe(hook, namespace, name), log)
+        for record in step.records:
+            log.info("%s: %s", judge.where, describe(record))
+        if follower is not None and step.observation is not None and step.observation.pods is not None:
+            follower.follow(step.observation.pods)
+        if step.verdict is not None:
+            return step.verdict
+        time.sleep(max(0.0, judge.sleep_for(time.time(), poll_interval)))

@@ -14,20 +14,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_elastic.state import (
-    JOBSET_NAME_LABEL,
-    GroupEvent,
-    GroupStatus,
-    PodFailure,
-    group_status,
-    pod_failures,
-    reported_metrics,
-)
+from airflow_elastic.state import GroupEvent, GroupStatus, PodFailure
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.protocol import JobSetHookProtocol
+    from airflow_elastic.watch import Watch
 
 
 class TrainingGroupSensor(BaseSensorOperator):
@@ -39,9 +32,10 @@ class TrainingGroupSensor(BaseSensorOperator):
 
     By default it defers to :class:`~airflow_elastic.triggers.training_group.TrainingGroupTrigger` (no worker slot
     while waiting; ``on_kill_action="keep"``); with ``deferrable=False`` it pokes with the blocking hook, in
-    ``mode="poke"`` or ``"reschedule"``. Both judge the JobSet with the same ``state.group_status``. The usual sensor
-    arguments apply: ``poke_interval`` (also the trigger's poll interval), ``timeout`` (counted from the start of
-    this try; past it: ``AirflowSensorTimeout``), ``soft_fail`` (skip instead of failing, also when the group fails).
+    ``mode="poke"`` or ``"reschedule"``. Both judge the JobSet with the same :class:`~airflow_elastic.watch.Watch`.
+    The usual sensor arguments apply: ``poke_interval`` (also the trigger's poll interval), ``timeout`` (counted
+    from the start of this try; past it: ``AirflowSensorTimeout``), ``soft_fail`` (skip instead of failing, also
+    when the group fails).
 
     Args:
         name: the JobSet's name (templated).
@@ -79,6 +73,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.metrics_role = metrics_role
         self.deferrable = deferrable
+        self._watch: Watch | None = None
 
     def hook(self) -> JobSetHookProtocol:
         """The blocking hook for the connection (imported here to keep DAG parsing cheap)."""
@@ -98,24 +93,19 @@ class TrainingGroupSensor(BaseSensorOperator):
         return False if result is None else PokeReturnValue(True, result)
 
     def _check(self, hook: JobSetHookProtocol, namespace: str) -> dict[str, Any] | None:
-        from airflow_elastic.hooks.errors import NotFound
+        """One look through the same :class:`~airflow_elastic.watch.Watch` the trigger uses: ``None`` while the
+        group runs, else :meth:`_verdict` of it (the watch lives as long as this task instance: in ``poke`` mode
+        transient API errors end the wait after a few in a row; in ``reschedule`` mode the sensor ``timeout`` does)."""
+        from airflow_elastic.operators.waiting import observe, settle
+        from airflow_elastic.watch import Watch
 
-        try:
-            jobset = hook.get_jobset(namespace, self.name)
-        except NotFound:
-            jobset = None
-        status = group_status(jobset)
-        if not status.terminal:
-            self.log.info("JobSet %s/%s is %s", namespace, self.name, status.phase)
+        if self._watch is None or self._watch.namespace != namespace:
+            self._watch = Watch(self.name, namespace, metrics_role=self.metrics_role)
+        step = settle(self._watch, hook, observe(hook, namespace, self.name), self.log)
+        if step.verdict is None:
+            self.log.info("JobSet %s/%s is %s", namespace, self.name, step.status.phase if step.status else "unseen")
             return None
-        if status.phase == "Missing":
-            raise AirflowFailException(_missing_message(namespace, self.name))
-        pods = hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}={self.name}")
-        uid = (jobset or {}).get("metadata", {}).get("uid", "")
-        if status.phase == "Failed":
-            raise AirflowFailException(_failed_message(namespace, self.name, status, pod_failures(pods)))
-        metrics = reported_metrics(pods, self.metrics_role) if self.metrics_role else None
-        return _result(namespace, self.name, uid, status.phase, status.restarts, metrics)
+        return self._verdict(step.verdict)
 
     # ------------------------------------------------------------------------------------------ deferrable
 
@@ -146,7 +136,9 @@ class TrainingGroupSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Turn the trigger's event into the result, or the matching exception (see the class docstring)."""
-        got = GroupEvent.from_payload(event)
+        return self._verdict(GroupEvent.from_payload(event))
+
+    def _verdict(self, got: GroupEvent) -> dict[str, Any]:
         if got.status == "succeeded":
             self.log.info("JobSet %s/%s succeeded", got.namespace, got.name)
             return _result(got.namespace, got.name, got.uid, got.phase, got.restarts, got.metrics)

@@ -1,10 +1,10 @@
 """``TrainingGroupTrigger``: wait in the triggerer for a training group's JobSet to finish, and fire once.
 
 The trigger does not poll its JobSet itself: it subscribes to the shared :class:`~.observer.JobSetObserver` of its
-namespace (one list per poll for every trigger on the loop), judges each observation with
-:func:`airflow_elastic.state.group_status` (the same verdict the sync paths use), and fetches pods and events only
-for itself, only when it needs them: at the end (failures, metrics, warnings), at a startup timeout (the pending
-diagnosis), and the log pod while waiting. It yields exactly one :class:`~airflow_elastic.state.GroupEvent`
+namespace (one list per poll for every trigger on the loop) and hands each observation to its
+:class:`~airflow_elastic.watch.Watch` (the decision the sync waiter and the sensor make too). It fetches pods,
+events and nodes only for itself, only when the watch asks (evidence, the end's failures and metrics, the startup
+diagnosis), plus the warnings and the log pod. It yields exactly one :class:`~airflow_elastic.state.GroupEvent`
 payload and never raises: every problem becomes ``status="error"`` (``airflow dags test`` fails a task whose
 trigger raises, skipping its retries).
 
@@ -23,42 +23,19 @@ import asyncio
 import importlib
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict
 from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_elastic.evidence import Evidence, describe, node_names
-from airflow_elastic.hooks.errors import (
-    ApiUnreachable,
-    Conflict,
-    Gone,
-    KubernetesApiError,
-    NotFound,
-    ServerError,
-    Throttled,
-)
+from airflow_elastic.evidence import describe
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
-from airflow_elastic.state import (
-    JOBSET_NAME_LABEL,
-    RESTART_LABEL,
-    ROLE_LABEL,
-    BelowMin,
-    GroupEvent,
-    GroupStatus,
-    group_status,
-    pending_diagnosis,
-    pod_failures,
-    reported_metrics,
-)
+from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL, GroupEvent, PodFailure
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
+from airflow_elastic.watch import Need, Observation, Step, Watch
 
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-#: Consecutive failed observations before the trigger gives up with ``status="error"`` (each already retried by
-#: the hook); permission, authentication and "no such resource" errors end the wait at once.
-MAX_CONSECUTIVE_ERRORS = 3
-TRANSIENT_ERRORS = (ServerError, Throttled, ApiUnreachable, Gone, Conflict)
 #: Lines shown at most when the trigger first sees a pod that already logged (e.g. after a triggerer restart).
 LOG_BACKLOG_LINES = 100
 #: Warning events logged with a terminal event.
@@ -143,13 +120,21 @@ class TrainingGroupTrigger(BaseTrigger):
         self.elastic_role = elastic_role
         self.elastic_min_replicas = elastic_min_replicas
         self.below_min_timeout = below_min_timeout
-        self._below_min = (
-            BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
-            if elastic_role and below_min_timeout is not None
-            else None
+        self._watch = Watch(
+            name,
+            namespace,
+            uid=uid,
+            deadline=deadline,
+            startup_deadline=startup_deadline,
+            metrics_role=metrics_role,
+            capture_evidence=capture_evidence,
+            max_preemptions=max_preemptions,
+            suspend_timeout=suspend_timeout,
+            transient_exit_codes=self.transient_exit_codes,
+            elastic_role=elastic_role,
+            elastic_min_replicas=elastic_min_replicas,
+            below_min_timeout=below_min_timeout,
         )
-        self._evidence = Evidence()
-        self._suspended_since: float | None = None
         self._fired = False
         self._logs = _LogFollower(self)
 
@@ -194,7 +179,7 @@ class TrainingGroupTrigger(BaseTrigger):
             event = await self._wait()
         except Exception as exc:  # the contract: an event, never an exception
             self.log.exception("waiting for JobSet %s/%s failed", self.namespace, self.name)
-            event = self._event("error", message=f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
+            event = self._watch.error(f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
         self._fired = True
         yield TriggerEvent(event.to_payload())
 
@@ -221,96 +206,47 @@ class TrainingGroupTrigger(BaseTrigger):
             selector = None
 
     async def _follow(self, subscription: Subscription, *, unlabelled: bool) -> GroupEvent | None:
-        errors = 0
-        seen_running = False
+        """Observe until the watch gives its verdict; ``None``: the JobSet is not on this (labelled) list."""
         while True:
-            wait = None if self.deadline is None else max(0.0, self.deadline - time.time())
-            snapshot: Snapshot | None = await subscription.next(wait)
-            # A group seen finished reports its real outcome even at the deadline; otherwise the deadline wins.
-            timed_out = self.deadline is not None and time.time() >= self.deadline
-            timeout = self._event("timeout", message=f"JobSet {self.namespace}/{self.name} passed its deadline")
-            if snapshot is None or (timed_out and snapshot.error is not None):
-                if timed_out:
-                    return timeout
-                continue
-            if snapshot.error is not None:
-                errors += 1
-                if errors >= MAX_CONSECUTIVE_ERRORS or not isinstance(snapshot.error, TRANSIENT_ERRORS):
-                    return self._event(
-                        "error", message=f"cannot observe JobSet {self.namespace}/{self.name}: {snapshot.error}"
-                    )
-                continue
-            errors = 0
-            jobset = snapshot.jobsets.get(self.name)
-            if jobset is None and not unlabelled:
-                jobset = await self._get()  # absent from the labelled list: gone, or not ours to list
-                if jobset is not None and self._uid_matches(jobset):
-                    return None
-            if jobset is None or not self._uid_matches(jobset):
-                return self._missing(jobset)
-            status = group_status(jobset)
-            watching = self.capture_evidence or self._below_min is not None
-            pods = await self._group_pods() if watching else []
-            await self._capture(jobset, pods)
-            if status.terminal:
-                return await self._finished(jobset, status)
-            if timed_out:
-                return timeout
-            if self.max_preemptions is not None and status.free_restarts > self.max_preemptions:
-                message = (
-                    f"JobSet {self.namespace}/{self.name} was disrupted {status.free_restarts} time(s); "
-                    f"the preemption budget allowed {self.max_preemptions} more"
-                )
-                return self._event("preemption_budget_exhausted", jobset=jobset, group=status, message=message)
-            if self._below_min is not None and (short := self._below_min.observe(pods, status, time.time())):
-                message = f"JobSet {self.namespace}/{self.name}: {short}"
-                return self._event("elastic_below_min", jobset=jobset, group=status, message=message)
-            if (suspended := self._suspended_too_long(status)) is not None:
-                return self._event("suspend_timeout", jobset=jobset, group=status, message=suspended)
-            seen_running = seen_running or status.phase in ("Running", "Restarting") or status.restarts > 0
-            if (
-                self.startup_deadline is not None
-                and status.phase == "Pending"
-                and not seen_running
-                and time.time() >= self.startup_deadline
-            ):
-                return await self._startup_timeout(jobset, status)
-            if self.log_role:
-                await self._logs.follow(status.restarts)
+            snapshot: Snapshot | None = await subscription.next(self._watch.until_deadline(time.time()))
+            now = time.time()
+            if snapshot is None:  # the deadline passed while no list arrived
+                obs = Observation.tick(now)
+            elif snapshot.error is not None:
+                obs = Observation.failed(now, snapshot.error, transient=isinstance(snapshot.error, TRANSIENT_ERRORS))
+            else:
+                jobset = snapshot.jobsets.get(self.name)
+                if jobset is None and not unlabelled:
+                    jobset = await self._get()  # absent from the labelled list: gone, or not ours to list
+                    if jobset is not None and self._uid_matches(jobset):
+                        return None
+                obs = Observation(now, jobset)
+            step = await self._settle(obs)
+            for record in step.records:
+                self.log.info("JobSet %s/%s: %s", self.namespace, self.name, describe(record))
+            if step.verdict is not None:
+                return await self._report(step.verdict)
+            if self.log_role and step.status is not None:
+                await self._logs.follow(step.status.restarts)
 
-    # ------------------------------------------------------------------------------------------ evidence
+    async def _settle(self, obs: Observation) -> Step:
+        """The watch's answer to ``obs``, fetching the pods, events and nodes it asks for first."""
+        step = self._watch.observe(obs)
+        while step.need is not None:
+            step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
+        return step
 
-    async def _capture(self, jobset: Mapping[str, Any], pods: list[dict[str, Any]]) -> None:
-        """Follow the group's pods: classify the ones that stopped since the last observation, and log why."""
-        if not self.capture_evidence:
-            return
-        stops = self._evidence.observe(pods)
-        if not stops:
-            return
+    async def _fetch(self, obs: Observation, need: Need) -> Observation:
+        pods = await self._group_pods() if need.pods else None
+        events = await self._group_events(None) if need.events else None
         nodes: dict[str, dict[str, Any] | None] = {}
-        for node in node_names(stops):
+        for node in sorted(need.nodes):
             try:
                 nodes[node] = await self.hook.get_node(node)
             except KubernetesApiError as exc:  # unknown, not gone: the classifier must not assume node loss
                 self.log.warning("could not read node %s: %s", node, exc)
-        for record in self._evidence.record(
-            stops, nodes, jobset=jobset, transient_exit_codes=self.transient_exit_codes
-        ):
-            self.log.info("JobSet %s/%s: %s", self.namespace, self.name, describe(record))
-
-    def _suspended_too_long(self, status: GroupStatus) -> str | None:
-        """The message when the group has been suspended longer than ``suspend_timeout``, else ``None``."""
-        if status.phase != "Suspended":
-            self._suspended_since = None
-            return None
-        now = time.time()
-        self._suspended_since = self._suspended_since or now
-        if self.suspend_timeout is None or now - self._suspended_since < self.suspend_timeout:
-            return None
-        return (
-            f"JobSet {self.namespace}/{self.name} stayed suspended ({status.reason or 'queued'}) for more than "
-            f"{self.suspend_timeout:.0f} s"
-        )
+        missing = [piece for piece, got in (("pods", pods), ("events", events)) if getattr(need, piece) and got is None]
+        return obs.given(pods=pods, events=events, nodes=nodes if need.nodes else None, unavailable=missing)
 
     # ------------------------------------------------------------------------------------------ verdicts
 
@@ -323,77 +259,38 @@ class TrainingGroupTrigger(BaseTrigger):
         except NotFound:
             return None
 
-    def _missing(self, jobset: Mapping[str, Any] | None) -> GroupEvent:
-        if jobset is None:
-            message = f"JobSet {self.namespace}/{self.name} no longer exists (deleted, or removed by its TTL)"
-        else:
-            other = (jobset.get("metadata") or {}).get("uid")
-            message = f"JobSet {self.namespace}/{self.name} was replaced: uid {other} is not the awaited {self.uid}"
-        return self._event("missing", message=message, phase="Missing", reason="NotFound")
-
-    async def _finished(self, jobset: Mapping[str, Any], status: GroupStatus) -> GroupEvent:
-        pods = await self._group_pods()
-        failures = pod_failures(pods)
-        for failure in failures:
-            self.log.info("JobSet %s/%s: %s", self.namespace, self.name, failure.describe())
+    async def _report(self, event: GroupEvent) -> GroupEvent:
+        """Log what explains the verdict (failed pods, warnings, the log's last lines, the pending diagnosis)."""
+        if event.status == "startup_timeout":
+            self.log.info("JobSet %s/%s did not start in time: %s", self.namespace, self.name, event.message)
+        if event.status not in ("succeeded", "failed"):
+            return event
+        for failure in event.failures:
+            self.log.info("JobSet %s/%s: %s", self.namespace, self.name, PodFailure(**failure).describe())
         for warning in await self._warnings():
             self.log.info("JobSet %s/%s warning: %s", self.namespace, self.name, warning)
         if self.log_role:
-            await self._logs.follow(status.restarts, final=True)
-        return self._event(
-            "succeeded" if status.phase == "Succeeded" else "failed",
-            jobset=jobset,
-            group=status,
-            message=status.message,
-            failures=tuple(asdict(f) for f in failures),
-            metrics=reported_metrics(pods, self.metrics_role) if self.metrics_role else None,
-        )
-
-    async def _startup_timeout(self, jobset: Mapping[str, Any], status: GroupStatus) -> GroupEvent:
-        pods = await self._group_pods()
-        events = await self._group_events(None)
-        diagnosis = pending_diagnosis(pods, events)
-        self.log.info("JobSet %s/%s did not start in time: %s", self.namespace, self.name, diagnosis)
-        return self._event("startup_timeout", jobset=jobset, group=status, message=diagnosis)
-
-    def _event(
-        self,
-        status: str,
-        *,
-        jobset: Mapping[str, Any] | None = None,
-        group: GroupStatus | None = None,
-        **fields: Any,
-    ) -> GroupEvent:
-        """A :class:`GroupEvent` for this JobSet, with the phase, reason and restart counts of ``group``."""
-        uid = ((jobset or {}).get("metadata") or {}).get("uid") or self.uid
-        if group is not None:
-            fields = {
-                "phase": group.phase,
-                "reason": group.reason,
-                "restarts": group.restarts,
-                "restarts_counted": group.restarts_counted,
-                **fields,
-            }
-        if self.capture_evidence:
-            fields = {"evidence": tuple(self._evidence.records), "spot_share": self._evidence.spot_share, **fields}
-        return GroupEvent(status, self.name, self.namespace, uid=uid, **fields)  # type: ignore[arg-type]
+            await self._logs.follow(event.restarts, final=True)
+        return event
 
     # ------------------------------------------------------------------------------------ pods and events
 
-    async def _group_pods(self) -> list[dict[str, Any]]:
+    async def _group_pods(self) -> list[dict[str, Any]] | None:
+        """The group's pods; ``None`` when they could not be listed (the verdict stands without them)."""
         try:
             return await self.hook.list_pods(self.namespace, f"{JOBSET_NAME_LABEL}={self.name}")
-        except KubernetesApiError as exc:  # the verdict stands without the pod details
+        except KubernetesApiError as exc:
             self.log.warning("could not list the pods of JobSet %s/%s: %s", self.namespace, self.name, exc)
-            return []
+            return None
 
-    async def _group_events(self, kind: str | None) -> list[dict[str, Any]]:
-        """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``)."""
+    async def _group_events(self, kind: str | None) -> list[dict[str, Any]] | None:
+        """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``); ``None``
+        when they could not be listed."""
         try:
             events = await self.hook.list_events(self.namespace, f"type={kind}" if kind else None)
         except KubernetesApiError as exc:
             self.log.warning("could not list the events of JobSet %s/%s: %s", self.namespace, self.name, exc)
-            return []
+            return None
         prefix = f"{self.name}-"
         return [
             e
@@ -402,7 +299,7 @@ class TrainingGroupTrigger(BaseTrigger):
         ]
 
     async def _warnings(self) -> list[str]:
-        events = await self._group_events("Warning")
+        events = await self._group_events("Warning") or []
         events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         return [
             f"{(e.get('involvedObject') or {}).get('kind', '')} {(e.get('involvedObject') or {}).get('name', '')}: "

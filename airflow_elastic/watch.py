@@ -1,0 +1,329 @@
+"""One wait, decided once (pure): an observation of a training group in, a verdict or "keep waiting" out.
+
+The trigger (deferrable mode), the sync waiter and the sensor all wait the same way: each feeds a :class:`Watch`
+what it observed and acts on the :class:`Step` it returns. Started, missing, the startup / suspend / execution
+deadlines, the preemption budget spent while running, the elastic below-``min_replicas`` timeout and how many API
+errors in a row are tolerated are decided here, nowhere else. The loops only do I/O::
+
+    step = watch.observe(Observation(now, jobset))        # or Observation.failed(now, error, transient=...)
+    while step.need is not None:                          # the watch asks for what this decision needs
+        step = watch.observe(step.observation.given(...))  # pods / events / nodes, fetched by the loop
+    log(step.records); act on step.verdict (None: keep waiting)
+
+A piece the loop could not fetch is passed as *unavailable*: the verdict then stands without it (no pod details,
+no evidence this time) instead of the wait failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from airflow_elastic.evidence import Evidence, Stop, node_names
+from airflow_elastic.state import (
+    BelowMin,
+    GroupEvent,
+    GroupStatus,
+    group_status,
+    pending_diagnosis,
+    pod_failures,
+    reported_metrics,
+)
+
+Obj = Mapping[str, Any]
+#: Failed observations in a row (each already retried by the hook) before the wait ends with ``status="error"``.
+MAX_CONSECUTIVE_ERRORS = 3
+
+
+@dataclass(frozen=True)
+class Need:
+    """What the watch needs, besides the JobSet, to decide on the current observation."""
+
+    pods: bool = False
+    events: bool = False
+    nodes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the group at time ``now`` (epoch seconds).
+
+    Attributes:
+        jobset: the JobSet as the API returned it; ``None``: no JobSet of that name exists.
+        seen: ``False`` for a wake-up without a new look (a deadline passing while the loop waited).
+        error: why the look failed (after the hook's own retries); ``transient``: the next one may work.
+        pods, events: the group's pods and events, ``None`` until fetched (when the watch asks for them).
+        nodes: node name -> Node (``None``: it no longer exists); a node left out could not be read.
+        unavailable: the pieces (``"pods"``, ``"events"``) the loop could not fetch this time.
+    """
+
+    now: float
+    jobset: Obj | None = None
+    seen: bool = True
+    error: str = ""
+    transient: bool = False
+    pods: tuple[Obj, ...] | None = None
+    events: tuple[Obj, ...] | None = None
+    nodes: Mapping[str, Obj | None] | None = None
+    unavailable: frozenset[str] = frozenset()
+
+    @classmethod
+    def tick(cls, now: float) -> Observation:
+        return cls(now, seen=False)
+
+    @classmethod
+    def failed(cls, now: float, error: BaseException | str, *, transient: bool) -> Observation:
+        return cls(now, error=str(error) or type(error).__name__, transient=transient)
+
+    def given(
+        self,
+        *,
+        pods: Iterable[Obj] | None = None,
+        events: Iterable[Obj] | None = None,
+        nodes: Mapping[str, Obj | None] | None = None,
+        unavailable: Iterable[str] = (),
+    ) -> Observation:
+        """This observation with the pieces the loop fetched (``None``: not fetched now)."""
+        return replace(
+            self,
+            pods=self.pods if pods is None else tuple(pods),
+            events=self.events if events is None else tuple(events),
+            nodes=self.nodes if nodes is None else dict(nodes),
+            unavailable=self.unavailable | frozenset(unavailable),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """The watch's answer to one observation.
+
+    Attributes:
+        verdict: the wait's end; ``None``: keep waiting (or fetch ``need`` first).
+        need: fetch these and observe ``observation.given(...)`` again before acting.
+        observation: the observation answered (with what was fetched for it).
+        status: the group's status as judged from it (``None`` without a JobSet).
+        records: evidence records made from this observation (one per pod that stopped), for the log.
+    """
+
+    verdict: GroupEvent | None = None
+    need: Need | None = None
+    observation: Observation | None = None
+    status: GroupStatus | None = None
+    records: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+
+class Watch:
+    """The decision state of one wait on JobSet ``namespace/name``.
+
+    Args:
+        uid: the awaited JobSet's uid; a same-named JobSet with another uid is someone else's (``missing``).
+        deadline: epoch seconds (``execution_timeout``) -> ``timeout``, unless the group is seen finished first.
+        startup_deadline: epoch seconds; a group still ``Pending`` past it and never seen started ->
+            ``startup_timeout`` with :func:`~airflow_elastic.state.pending_diagnosis` as the message.
+        metrics_role: the role whose termination-message JSON is the group's metrics.
+        capture_evidence: classify every pod that stops (:class:`~airflow_elastic.evidence.Evidence`); the records
+            are the verdict's ``evidence``.
+        list_pods: look at the pods on every observation even when no decision needs them (a log follower).
+        max_preemptions: free restarts still allowed; one more -> ``preemption_budget_exhausted``.
+        suspend_timeout: seconds suspended (e.g. queued by Kueue) before ``suspend_timeout``; ``None``: forever.
+        transient_exit_codes: exit codes the classifier treats as transient.
+        elastic_role, elastic_min_replicas: the elastic role counts as started at ``min_replicas`` Ready pods.
+        below_min_timeout: seconds the elastic role may stay below ``min_replicas`` (once reached in the restart
+            attempt) before ``elastic_below_min``.
+        max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once).
+        evidence: the evidence gathered so far (e.g. restored after a restart); default: none yet.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        uid: str = "",
+        deadline: float | None = None,
+        startup_deadline: float | None = None,
+        metrics_role: str = "",
+        capture_evidence: bool = False,
+        list_pods: bool = False,
+        max_preemptions: int | None = None,
+        suspend_timeout: float | None = None,
+        transient_exit_codes: Iterable[int] = (),
+        elastic_role: str | None = None,
+        elastic_min_replicas: int = 0,
+        below_min_timeout: float | None = None,
+        max_errors: int = MAX_CONSECUTIVE_ERRORS,
+        evidence: Evidence | None = None,
+    ) -> None:
+        self.name, self.namespace, self.uid = name, namespace, uid
+        self.deadline, self.startup_deadline = deadline, startup_deadline
+        self.metrics_role = metrics_role
+        self.capture_evidence, self.list_pods = capture_evidence, list_pods
+        self.max_preemptions, self.suspend_timeout = max_preemptions, suspend_timeout
+        self.transient_exit_codes = tuple(transient_exit_codes)
+        self.minimum = {elastic_role: elastic_min_replicas} if elastic_role else {}
+        self.below_min = (
+            BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
+            if elastic_role and below_min_timeout is not None
+            else None
+        )
+        self.max_errors = max_errors
+        self.evidence = evidence if evidence is not None else Evidence()
+        self.errors = 0
+        self.started = False
+        self.suspended_since: float | None = None
+        self._stops: list[Stop] = []
+        #: The JobSet and its status as last judged (what a deadline passing between looks reports).
+        self.last: tuple[Obj | None, GroupStatus | None] = (None, None)
+
+    @property
+    def where(self) -> str:
+        return f"JobSet {self.namespace}/{self.name}"
+
+    def until_deadline(self, now: float) -> float | None:
+        """Seconds left to ``deadline`` (0 once passed), ``None`` without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - now)
+
+    def sleep_for(self, now: float, poll_interval: float) -> float:
+        """How long a polling loop sleeps: a poll interval, or less when a deadline that matters comes first."""
+        ahead = [self.deadline, None if self.started else self.startup_deadline]
+        return min([poll_interval, *(d - now for d in ahead if d is not None and d > now)])
+
+    def error(self, message: str) -> GroupEvent:
+        """The verdict when the loop itself failed (an unexpected exception): ``error``, with the evidence so far."""
+        return self._end(Observation.tick(0.0), "error", message=message).verdict  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------ observe
+
+    def observe(self, obs: Observation) -> Step:
+        """Judge one observation (see the module docstring); state changes only once nothing more is needed."""
+        timed_out = self.deadline is not None and obs.now >= self.deadline
+        if not obs.seen or obs.error:
+            if timed_out:  # with the group as last seen
+                return self._end(obs, "timeout", *self.last, message=f"{self.where} passed its deadline")
+            if obs.seen:
+                self.errors += 1
+                if self.errors >= self.max_errors or not obs.transient:
+                    return self._end(obs, "error", message=f"cannot observe {self.where}: {obs.error}")
+            return Step(observation=obs)
+        jobset = obs.jobset
+        if jobset is None or not self._ours(jobset):
+            self.errors = 0
+            return self._missing(obs, jobset)
+        status = group_status(jobset, self.minimum)
+        need = self._need(obs, status)
+        if need is not None:
+            return Step(need=need, observation=obs, status=status)
+        records = self._capture(obs, jobset)
+        if isinstance(records, Need):
+            return Step(need=records, observation=obs, status=status)
+        self.errors = 0
+        self.last = (jobset, status)
+        return replace(self._decide(obs, jobset, status, timed_out), records=tuple(records))
+
+    def _decide(self, obs: Observation, jobset: Obj, status: GroupStatus, timed_out: bool) -> Step:
+        pods = obs.pods
+        if status.terminal:
+            failed = status.phase == "Failed"
+            return self._end(
+                obs,
+                "failed" if failed else "succeeded",
+                jobset,
+                status,
+                message=status.message,
+                failures=tuple(asdict(f) for f in pod_failures(pods or ())) if failed else (),
+                metrics=reported_metrics(pods or (), self.metrics_role) if self.metrics_role else None,
+            )
+        if timed_out:
+            return self._end(obs, "timeout", jobset, status, message=f"{self.where} passed its deadline")
+        if self.max_preemptions is not None and status.free_restarts > self.max_preemptions:
+            message = (
+                f"{self.where} was disrupted {status.free_restarts} time(s); the preemption budget allowed "
+                f"{self.max_preemptions} more"
+            )
+            return self._end(obs, "preemption_budget_exhausted", jobset, status, message=message)
+        short = self.below_min.observe(pods, status, obs.now) if self.below_min and pods is not None else None
+        if short:
+            return self._end(obs, "elastic_below_min", jobset, status, message=f"{self.where}: {short}")
+        if suspended := self._suspended_too_long(status, obs.now):
+            return self._end(obs, "suspend_timeout", jobset, status, message=suspended)
+        self.started = self.started or status.phase in ("Running", "Restarting") or status.restarts > 0
+        if self._startup_due(status, obs.now):
+            diagnosis = pending_diagnosis(pods or (), obs.events or ())
+            return self._end(obs, "startup_timeout", jobset, status, message=diagnosis)
+        return Step(observation=obs, status=status)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _ours(self, jobset: Obj) -> bool:
+        return not self.uid or (jobset.get("metadata") or {}).get("uid") == self.uid
+
+    def _startup_due(self, status: GroupStatus, now: float) -> bool:
+        started = self.started or status.phase in ("Running", "Restarting") or status.restarts > 0
+        return (
+            self.startup_deadline is not None
+            and status.phase == "Pending"
+            and not started
+            and now >= (self.startup_deadline)
+        )
+
+    def _need(self, obs: Observation, status: GroupStatus) -> Need | None:
+        """The pods / events this decision needs and the observation lacks (and the loop could still fetch)."""
+        startup = self._startup_due(status, obs.now)
+        wants_pods = self.capture_evidence or self.list_pods or self.below_min is not None or status.terminal or startup
+        pods = wants_pods and obs.pods is None and "pods" not in obs.unavailable
+        events = startup and obs.events is None and "events" not in obs.unavailable
+        return Need(pods=True, events=events) if pods else Need(events=True) if events else None
+
+    def _capture(self, obs: Observation, jobset: Obj) -> list[dict[str, Any]] | Need:
+        """Classify the pods that stopped since the last observation, asking for their nodes first."""
+        if not self.capture_evidence or obs.pods is None:
+            return []
+        if obs.nodes is None:
+            self._stops = self.evidence.observe(obs.pods)
+            if names := node_names(self._stops):
+                return Need(nodes=frozenset(names))
+        stops, self._stops = self._stops, []
+        return self.evidence.record(
+            stops, obs.nodes or {}, jobset=jobset, transient_exit_codes=self.transient_exit_codes
+        )
+
+    def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
+        if status.phase != "Suspended":
+            self.suspended_since = None
+            return None
+        self.suspended_since = self.suspended_since if self.suspended_since is not None else now
+        if self.suspend_timeout is None or now - self.suspended_since < self.suspend_timeout:
+            return None
+        return f"{self.where} stayed suspended ({status.reason or 'queued'}) for more than {self.suspend_timeout:.0f} s"
+
+    def _missing(self, obs: Observation, jobset: Obj | None) -> Step:
+        if jobset is None:
+            message = f"{self.where} no longer exists (deleted, or removed by its TTL)"
+        else:
+            other = (jobset.get("metadata") or {}).get("uid")
+            message = f"{self.where} was replaced: uid {other} is not the awaited {self.uid}"
+        return self._end(obs, "missing", message=message, phase="Missing", reason="NotFound")
+
+    def _end(
+        self,
+        obs: Observation,
+        verdict: str,
+        jobset: Obj | None = None,
+        status: GroupStatus | None = None,
+        **fields: Any,
+    ) -> Step:
+        """The final :class:`Step`: a :class:`GroupEvent` with the group's counts and the evidence so far."""
+        uid = ((jobset or {}).get("metadata") or {}).get("uid") or self.uid
+        if status is not None:
+            fields = {
+                "phase": status.phase,
+                "reason": status.reason,
+                "restarts": status.restarts,
+                "restarts_counted": status.restarts_counted,
+                **fields,
+            }
+        if self.capture_evidence:
+            fields = {"evidence": tuple(self.evidence.records), "spot_share": self.evidence.spot_share, **fields}
+        event = GroupEvent(verdict, self.name, self.namespace, uid=uid, **fields)  # type: ignore[arg-type]
+        return Step(verdict=event, observation=obs, status=status)

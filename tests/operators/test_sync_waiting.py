@@ -1,0 +1,52 @@
+"""Sync mode (``deferrable=False``) when the API fails mid-wait: tolerated like the trigger tolerates it, and a task
+that gives up deletes its still-running group first (``on_kill_action="delete"``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_elastic.hooks.errors import ServerError
+from airflow_elastic.operators import TrainingGroupOperator
+from tests.operators.fakes import FakeHook
+from tests.operators.test_training_group_operator import GROUP, context
+
+
+class FlakyHook(FakeHook):
+    """Every ``get_jobset`` after the create fails with a 503 ``outage`` times; then the group ``then``s."""
+
+    def __init__(self, outage: int, then: str | None) -> None:
+        super().__init__()
+        self.outage, self.then = outage, then
+
+    def get_jobset(self, namespace: str, name: str) -> dict[str, Any]:
+        if self.jobsets and self.outage > 0:
+            self.outage -= 1
+            self.calls.append(("get failed", name))
+            raise ServerError(503, "ServiceUnavailable", "the API server is restarting")
+        if self.then is not None and (namespace, name) in self.jobsets:
+            self.finish(namespace, name, self.then)
+        return super().get_jobset(namespace, name)
+
+
+def sync_operator(hook: FakeHook) -> TrainingGroupOperator:
+    op = TrainingGroupOperator(task_id="train", group=GROUP, namespace="ns", deferrable=False, poll_interval=0.001)
+    op.hook = lambda: hook  # type: ignore[method-assign]
+    return op
+
+
+def test_transient_errors_mid_wait_are_tolerated():
+    hook = FlakyHook(outage=2, then="Completed")
+    result = sync_operator(hook).execute(context())
+    assert result["state"] == "Succeeded"
+    assert [call for call, _ in hook.calls].count("get failed") == 2
+
+
+def test_giving_up_deletes_the_still_running_group_first():
+    hook = FlakyHook(outage=3, then=None)  # three failures in a row, then the group is seen still running
+    with pytest.raises(AirflowException, match=r"cannot observe JobSet ns/tg-.*the API server is restarting"):
+        sync_operator(hook).execute(context())
+    names = [name for call, name in hook.calls if call == "create"]
+    assert ("delete", names[0]) in hook.calls and hook.jobsets == {}

@@ -1,0 +1,180 @@
+"""The same scenarios through the sync loop (``wait_for_group``) and the async loop (``TrainingGroupTrigger``), with
+scripted observation sources and no cluster: both must give the identical verdict, because both only fetch what
+``airflow_elastic.watch.Watch`` asks for and act on its answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_elastic.hooks.errors import Forbidden, NotFound, ServerError
+from airflow_elastic.operators.waiting import wait_for_group
+from airflow_elastic.state import GroupEvent
+from airflow_elastic.triggers.observer import JobSetObserver
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from tests.operators.fakes import Logger
+from tests.triggers import fakes
+
+NS, NAME = "ml", "tg"
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def group(*conditions: dict, ready: tuple[int, int] = (0, 0), suspend: bool = False, **status: Any) -> dict:
+    """JobSet ``tg``: one leader, an elastic role of 3 workers; ``ready`` = Ready (leaders, workers)."""
+    obj = fakes.jobset(NAME, uid="u1", conditions=list(conditions), **status)
+    obj["spec"] = {
+        "suspend": suspend,
+        "replicatedJobs": [{"name": "leader", "replicas": 1}, {"name": "worker", "replicas": 3}],
+    }
+    obj["status"]["replicatedJobsStatus"] = [
+        {"name": "leader", "ready": ready[0], "succeeded": 0},
+        {"name": "worker", "ready": ready[1], "succeeded": 0},
+    ]
+    return obj
+
+
+def workers(ready: int) -> list[dict]:
+    pods = [fakes.pod(NAME, "worker", phase="Running", index=i) for i in range(3)]
+    for pod in pods[:ready]:
+        pod["status"]["conditions"] = READY
+    return pods
+
+
+DONE = fakes.condition("Completed", "AllJobsCompleted")
+FAILED = fakes.condition("Failed", "FailedJobs", "jobset failed")
+LEADER_METRICS = fakes.pod(NAME, "leader", phase="Succeeded", exit_code=0, message='{"loss": 0.5}')
+LEADER_FAILED = fakes.pod(NAME, "leader", phase="Failed", exit_code=3, message="diverged")
+PAST = -3600.0  # a startup deadline this far before the start: already passed
+ELASTIC = {"elastic_role": "worker", "elastic_min_replicas": 2}
+BUSY = ServerError(503, "ServiceUnavailable", "busy")
+
+
+@dataclass
+class Scenario:
+    """What each poll shows: a JobSet (``None``: there is none) with its pods, or the error the look fails with."""
+
+    polls: list[tuple[dict | None, list[dict]] | Exception]
+    watch: dict[str, Any] = field(default_factory=dict)
+
+    def poll(self, n: int) -> tuple[dict | None, list[dict]] | Exception:
+        return self.polls[min(n, len(self.polls)) - 1]
+
+    def kwargs(self, **extra: Any) -> dict[str, Any]:
+        """The watch's arguments, deadlines made absolute (seconds from now)."""
+        now = time.time()
+        relative = ("deadline", "startup_deadline")
+        return {k: now + v if k in relative else v for k, v in {**self.watch, **extra}.items()}
+
+
+SCENARIOS = {
+    "started": Scenario([(group(ready=(1, 3)), []), (group(DONE), [])], {"startup_deadline": PAST}),
+    "short-handed elastic": Scenario(
+        [(group(ready=(1, 2)), workers(2)), (group(DONE), [])], {"startup_deadline": PAST, **ELASTIC}
+    ),
+    "elastic below min": Scenario(
+        [(group(ready=(1, 3)), workers(3)), (group(ready=(1, 1)), workers(1))],
+        {**ELASTIC, "below_min_timeout": 0.0},
+    ),
+    "suspended": Scenario(
+        [(group(fakes.condition("Suspended", "Queued"), suspend=True), [])], {"suspend_timeout": 0.0}
+    ),
+    "missing": Scenario([(None, [])]),
+    "startup timeout": Scenario([(group(ready=(0, 1)), [])], {"startup_deadline": PAST}),
+    "deadline": Scenario([(group(ready=(1, 3)), [])], {"deadline": 0.2}),
+    "budget spent": Scenario(
+        [(group(ready=(1, 3), restarts=2, restartsCountTowardsMax=0), [])], {"max_preemptions": 1}
+    ),
+    "transient API errors": Scenario([BUSY, BUSY, (group(DONE), [LEADER_METRICS])]),
+    "API errors in a row": Scenario([BUSY, BUSY, BUSY, (group(DONE), [])]),
+    "permission error": Scenario([Forbidden(403, "Forbidden", "cannot get jobsets")]),
+    "success": Scenario([(group(DONE), [LEADER_METRICS])]),
+    "failure": Scenario([(group(FAILED, restarts=1, restartsCountTowardsMax=1), [LEADER_FAILED])]),
+}
+
+
+class SyncSource(fakes.FakeHook):
+    """The sync hook's calls over the scenario: each ``get_jobset`` is the next poll."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        super().__init__()
+        self.scenario, self.n = scenario, 0
+
+    def get_jobset(self, namespace: str, name: str) -> dict:  # type: ignore[override]
+        self.n += 1
+        poll = self.scenario.poll(self.n)
+        if isinstance(poll, Exception):
+            raise poll
+        self.pods = poll[1]
+        if poll[0] is None:
+            raise NotFound(404, "NotFound", f'jobsets "{name}" not found')
+        return poll[0]
+
+    def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict]:  # type: ignore[override]
+        return list(self.pods)
+
+    def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict]:  # type: ignore[override]
+        return []
+
+    def get_node(self, name: str) -> dict | None:  # type: ignore[override]
+        return None
+
+
+def sync_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
+    return wait_for_group(
+        SyncSource(scenario), NS, NAME, poll_interval=0.001, log_role=None, log=Logger(), **scenario.kwargs(**extra)
+    )
+
+
+def async_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
+    hook = fakes.FakeHook()
+
+    def poll(n: int) -> None:  # before each shared JobSet list
+        shown = scenario.poll(n)
+        hook.jobsets.clear()
+        if isinstance(shown, Exception):
+            hook.list_errors.append(shown)
+            return
+        hook.pods = shown[1]
+        if shown[0] is not None:
+            hook.jobsets[NAME] = shown[0]
+
+    hook.on_list = poll
+    trigger = TrainingGroupTrigger(NAME, NS, "c", poll_interval=0.001, **scenario.kwargs(**extra))
+    trigger.hook = hook  # type: ignore[misc]
+
+    async def events() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    (payload,) = asyncio.run(asyncio.wait_for(events(), 20))
+    assert JobSetObserver.registry == {}
+    return GroupEvent.from_payload(payload)
+
+
+EXPECTED = {
+    "started": "succeeded",
+    "short-handed elastic": "succeeded",
+    "elastic below min": "elastic_below_min",
+    "suspended": "suspend_timeout",
+    "missing": "missing",
+    "startup timeout": "startup_timeout",
+    "deadline": "timeout",
+    "budget spent": "preemption_budget_exhausted",
+    "transient API errors": "succeeded",
+    "API errors in a row": "error",
+    "permission error": "error",
+    "success": "succeeded",
+    "failure": "failed",
+}
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "evidence"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_sync_and_async_loops_give_the_same_verdict(name, capture):
+    extra = {"capture_evidence": capture, "metrics_role": "leader"}
+    sync, deferred = sync_verdict(SCENARIOS[name], **extra), async_verdict(SCENARIOS[name], **extra)
+    assert sync.status == EXPECTED[name]
+    assert sync == deferred
