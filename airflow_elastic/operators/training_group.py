@@ -331,24 +331,30 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 hook,
                 submission.namespace,
                 submission.name,
-                uid=submission.uid,
                 poll_interval=self.poll_interval,
-                deadline=self._wait_deadline(self._deadline(context), history, submission),
-                startup_deadline=self._startup_deadline(submission),
-                metrics_role=self.metrics_role or self._leader,
                 log_role=self.log_role or self._leader,
                 log=self.log,
-                capture_evidence=True,
-                max_preemptions=self._preemptions_left(history),
-                suspend_timeout=self.suspend_timeout,
-                transient_exit_codes=self._policy.transient_exit_codes,
-                **self._elastic_watch,
+                **self._watch_args(context, submission, history),
             )
         except AirflowTaskTimeout:
             # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
             self._delete(hook, submission, "execution_timeout reached")
             attempts.History.close(context["task_state_store"])
             raise
+
+    def _watch_args(self, context: Context, submission: ident.Submission, history: attempts.History) -> dict[str, Any]:
+        """What decides this attempt's wait (``watch.Watch``), the same for the trigger and the sync waiter."""
+        return {
+            "uid": submission.uid,
+            "deadline": self._wait_deadline(self._deadline(context), history, submission),
+            "startup_deadline": self._startup_deadline(submission),
+            "metrics_role": self.metrics_role or self._leader,
+            "capture_evidence": True,
+            "max_preemptions": self._preemptions_left(history),
+            "suspend_timeout": self.suspend_timeout,
+            "transient_exit_codes": list(self._policy.transient_exit_codes),
+            **self._elastic_watch,
+        }
 
     def _startup_deadline(self, submission: ident.Submission) -> float | None:
         return submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
@@ -366,8 +372,8 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
     ) -> None:
         from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
-        deadline = self._wait_deadline(self._deadline(context), history, submission)
-        timeout = None
+        watch = self._watch_args(context, submission, history)
+        deadline, timeout = watch["deadline"], None
         if deadline is not None:
             # Past the trigger's own deadline, so its "timeout" event (which deletes the group) comes first.
             timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
@@ -375,19 +381,11 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             submission.name,
             submission.namespace,
             self.kubernetes_conn_id,
-            uid=submission.uid,
             poll_interval=self.poll_interval,
-            deadline=deadline,
-            startup_deadline=self._startup_deadline(submission),
-            metrics_role=self.metrics_role or self._leader,
             log_role=self.log_role or self._leader,
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
-            capture_evidence=True,
-            max_preemptions=self._preemptions_left(history),
-            suspend_timeout=self.suspend_timeout,
-            transient_exit_codes=list(self._policy.transient_exit_codes),
-            **self._elastic_watch,
+            **watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
