@@ -1,5 +1,6 @@
 """The operator's second preemption layer: judge each ended attempt, resubmit preempted groups from the latest
-complete checkpoint, and enforce the budgets and guardrails (mixed into ``TrainingGroupOperator``).
+complete checkpoint, and enforce the budgets and guardrails (:class:`Attempts`, composed by
+``TrainingGroupOperator``).
 
 Where the decisions come from: the waiter (trigger or sync poll) captures evidence pod by pod while the group runs
 (:mod:`airflow_elastic.evidence`); :func:`~airflow_elastic.operators.attempts.decide` turns the final event plus
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -42,23 +44,36 @@ ON_DEMAND_HINT = (
 GUARD_HINT = "Raise the guardrail on the operator if the work needs more, or checkpoint more often to lose less."
 
 
-class AttemptsMixin:
-    """Attempt bookkeeping for ``TrainingGroupOperator`` (expects its attributes: ``_run_group``,
-    ``_run_manifest``, ``max_wall_clock``, ``max_gpu_hours``, ``checkpoint_seconds``, the callbacks, ``_manifest``,
-    ``_finish``, ``_delete``)."""
+@dataclass
+class Attempts:
+    """The attempt logic of one task run, composed by ``TrainingGroupOperator``: it is given the run's spec, the
+    guardrails and callbacks, and the three operator functions it needs, and calls back into nothing else.
 
-    _run_group: TrainingGroup | None
-    _run_manifest: dict[str, Any] | None
-    max_wall_clock: float | None
-    max_gpu_hours: float | None
-    checkpoint_seconds: float | None
-    on_preemption: Callable[[Any, dict[str, Any]], Any] | None
-    on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None
+    Args:
+        group: the run's rendered ``TrainingGroup`` (``None`` for a user's own JobSet ``manifest``).
+        manifest: the user's own JobSet manifest (``None`` for a group).
+        base_name: the JobSet name prefix.
+        render: ``(name, namespace, identity, *, group=None) -> JobSet dict`` (the operator's manifest builder).
+        finish: ``(context, hook, submission, event) -> result`` for a verdict that ends the task (or raises).
+        delete: ``(hook, submission, why)``: delete a group, logging why.
+        log: the task logger.
+        max_wall_clock, max_gpu_hours, checkpoint_seconds, on_preemption, on_budget_exhausted: the operator's
+            arguments of the same names.
+    """
+
+    group: TrainingGroup | None
+    manifest: dict[str, Any] | None
+    base_name: str
+    render: Callable[..., dict[str, Any]]
+    finish: Callable[..., dict[str, Any]]
+    delete: Callable[..., None]
     log: Any
-    _base_name: str
-    _manifest: Callable[..., dict[str, Any]]
-    _finish: Callable[..., dict[str, Any]]
-    _delete: Callable[..., None]
+    max_wall_clock: float | None = None
+    max_gpu_hours: float | None = None
+    checkpoint_seconds: float | None = None
+    on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None
+    on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None
+    _storage: checkpoints.Storage | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------ inputs
 
@@ -70,22 +85,22 @@ class AttemptsMixin:
         return attempts.Guards(self.max_wall_clock, self.max_gpu_hours)
 
     @property
-    def _policy(self) -> FailurePolicy:
-        return self._run_group.failure if self._run_group is not None else FailurePolicy()
+    def policy(self) -> FailurePolicy:
+        return self.group.failure if self.group is not None else FailurePolicy()
 
     @property
-    def _gpus(self) -> int:
+    def gpus(self) -> int:
         """GPUs the whole group requests (for ``max_gpu_hours`` and the GPU-hours reported)."""
-        if self._run_group is not None:
-            return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self._run_group.roles)
+        if self.group is not None:
+            return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self.group.roles)
         from airflow_elastic.render import manifest as manifests
 
-        return manifests.gpu_count(self._run_manifest or {})
+        return manifests.gpu_count(self.manifest or {})
 
     @property
-    def _elastic_watch(self) -> dict[str, Any]:
+    def elastic_watch(self) -> dict[str, Any]:
         """The waiter's keyword arguments for the below-``min_replicas`` watch (none without an elastic role)."""
-        group = self._run_group
+        group = self.group
         if group is None or group.elastic is None:
             return {}
         from airflow_elastic.render.elastic import elastic_role
@@ -96,43 +111,43 @@ class AttemptsMixin:
             "below_min_timeout": float(group.elastic.below_min_timeout),
         }
 
-    def _preemptions_left(self, history: attempts.History) -> int:
+    def preemptions_left(self, history: attempts.History) -> int:
         from airflow_elastic.operators import attempts
 
-        return attempts.remaining(self._policy.max_preemptions, history.preemptions)
+        return attempts.remaining(self.policy.max_preemptions, history.preemptions)
 
-    def _checkpoint_storage(self) -> checkpoints.Storage | None:
+    def checkpoint_storage(self) -> checkpoints.Storage | None:
         """The filesystem of the group's checkpoints (``None``: it has none), resolved once per task run.
 
         Raises:
             CheckpointStorageUnavailable: this worker cannot read the checkpoint URI (the message names the package).
         """
-        if self._run_group is None or self._run_group.checkpoint is None:
+        if self.group is None or self.group.checkpoint is None:
             return None
-        if getattr(self, "_storage", None) is None:
+        if self._storage is None:
             from airflow_elastic.operators.checkpoint_storage import checkpoint_storage
 
-            self._storage = checkpoint_storage(self._run_group.checkpoint)
+            self._storage = checkpoint_storage(self.group.checkpoint)
         return self._storage
 
-    def _latest_checkpoint(self) -> checkpoints.Checkpoint | None:
+    def latest_checkpoint(self) -> checkpoints.Checkpoint | None:
         """The group's newest complete checkpoint, listed through its storage (see :meth:`_checkpoint_storage`).
 
         A storage without a backend raises; a listing that fails (network, permissions) is logged and gives
         ``None``, as for a group that has not checkpointed yet."""
-        storage = self._checkpoint_storage()
+        storage = self.checkpoint_storage()
         if storage is None:
             return None
         from airflow_elastic import checkpoints
 
-        uri = self._run_group.checkpoint.uri  # type: ignore[union-attr]
+        uri = self.group.checkpoint.uri  # type: ignore[union-attr]
         try:
             return checkpoints.latest_complete(storage, uri)
         except (OSError, ValueError) as error:
             self.log.warning("Could not look for checkpoints under %s: %s", uri, error)
             return None
 
-    def _attempt_manifest(
+    def attempt_manifest(
         self, name: str, namespace: str, identity: ident.TaskIdentity, history: attempts.History
     ) -> dict[str, Any]:
         """This attempt's JobSet: ``maxRestarts`` = what is left of ``max_failures``, on-demand after
@@ -141,33 +156,33 @@ class AttemptsMixin:
         from airflow_elastic.operators import attempts
         from airflow_elastic.render import manifest as manifests
 
-        self._checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
-        policy = self._policy
+        self.checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
+        policy = self.policy
         left = attempts.remaining(policy.max_failures, history.failures)
-        group = self._run_group
+        group = self.group
         if group is not None:
             group = attempts.with_max_failures(group, left)
             after = policy.fallback_to_on_demand_after
             if after is not None and history.preemptions >= after:
                 self.log.warning("%d preemption(s) so far: this group runs on on-demand capacity", history.preemptions)
                 group = attempts.on_demand(group)
-        manifest = self._manifest(name, namespace, identity, group=group)
-        resume = self._latest_checkpoint() if history.attempts or identity.try_number > 1 else None
+        manifest = self.render(name, namespace, identity, group=group)
+        resume = self.latest_checkpoint() if history.attempts or identity.try_number > 1 else None
         if resume is not None:
             self.log.info("JobSet %s resumes from checkpoint step %d (%s)", name, resume.step, resume.path)
         return manifests.adjust_manifest(manifest, resume_from=resume.path if resume else None, max_restarts=left)
 
-    def _wait_deadline(
+    def wait_deadline(
         self, execution_deadline: float | None, history: attempts.History, submission: ident.Submission
     ) -> float | None:
         """The earlier of ``execution_timeout`` and the guardrails' deadline for this attempt."""
-        guard, _ = self.guards.deadline(history, now=submission.submitted_at or time.time(), gpus=self._gpus)
+        guard, _ = self.guards.deadline(history, now=submission.submitted_at or time.time(), gpus=self.gpus)
         found = [d for d in (execution_deadline, guard) if d is not None]
         return min(found) if found else None
 
     # ------------------------------------------------------------------------------------------ tries
 
-    def _start_try(self, context: Context, hook: JobSetHook) -> ident.Submission | None:
+    def start_try(self, context: Context, hook: JobSetHook) -> ident.Submission | None:
         """Begin a try (``execute``): keep the attempt history while this task instance's group runs (a retry or
         a restarted worker adopts it), start a fresh one once the task finished or its group ended (a cleared
         task, a retry after a failure). Returns the recorded submission when its group *succeeded* but no try
@@ -195,7 +210,7 @@ class AttemptsMixin:
             history.save(store)
         return None
 
-    def _expected_name(self, context: Context) -> str:
+    def expected_name(self, context: Context) -> str:
         """The name of the JobSet this try will submit or adopt, as far as it is known before ``execute`` (for the
         UI; a resubmission within the try takes the next one)."""
         from airflow_elastic.operators import attempts
@@ -206,11 +221,11 @@ class AttemptsMixin:
         epoch = previous.epoch if previous else 0
         if previous is not None and previous.name and attempts.History.load(store).finished:
             epoch += 1  # execute() advances past the finished group
-        return ident.TaskIdentity.from_ti(context["ti"]).name(self._base_name, epoch)
+        return ident.TaskIdentity.from_ti(context["ti"]).name(self.base_name, epoch)
 
     # ------------------------------------------------------------------------------------------ verdicts
 
-    def _settle(
+    def settle(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
     ) -> dict[str, Any] | None:
         """Finish the task with ``event`` (return the result or raise), or prepare a resubmission (``None``).
@@ -243,27 +258,27 @@ class AttemptsMixin:
         history = attempts.History.load(store)
         started = submission.submitted_at or history.started
         if event.status == "suspend_timeout":
-            self._delete(hook, submission, "it stayed suspended too long")
+            self.delete(hook, submission, "it stayed suspended too long")
             raise AirflowFailException(f"{event.message}; the group was deleted (suspend_timeout)")
         if event.status == "timeout":
-            decision = attempts.decide(event, history, max_preemptions=0, started=started, gpus=self._gpus)
+            decision = attempts.decide(event, history, max_preemptions=0, started=started, gpus=self.gpus)
             history.add({**decision.attempt, "outcome": "stopped"})
             guard = self._guard_spent(history)
             if guard:
                 history.save(store)
                 self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
-            return self._finish(context, hook, submission, event)
+            return self.finish(context, hook, submission, event)
         if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min"):
-            return self._finish(context, hook, submission, event)
-        policy = self._policy
+            return self.finish(context, hook, submission, event)
+        policy = self.policy
         decision = attempts.decide(
-            event, history, max_preemptions=policy.max_preemptions, started=started, gpus=self._gpus
+            event, history, max_preemptions=policy.max_preemptions, started=started, gpus=self.gpus
         )
         if decision.cause is not None:
             self.log.info("JobSet %s ended because of %s", submission.name, describe(decision.cause))
         if decision.outcome == "resubmit":
-            resume = self._latest_checkpoint()
-            decision.attempt.update(attempts.lost_work(decision.attempt, resume, gpus=self._gpus))
+            resume = self.latest_checkpoint()
+            decision.attempt.update(attempts.lost_work(decision.attempt, resume, gpus=self.gpus))
         history.add(decision.attempt)
         history.save(store)
         if decision.attempt["preemptions"] and self.on_preemption is not None:
@@ -272,7 +287,7 @@ class AttemptsMixin:
             if guard := self._guard_spent(history):
                 self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
             if event.status == "elastic_below_min":  # still running, short-handed: make room for the next group
-                self._delete(hook, submission, event.message)
+                self.delete(hook, submission, event.message)
             ident.advance(store, submission)
             self.log.warning(
                 "JobSet %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
@@ -295,7 +310,7 @@ class AttemptsMixin:
             )
         self._advise(history)
         try:
-            result = self._finish(context, hook, submission, event)
+            result = self.finish(context, hook, submission, event)
         finally:
             self._log_attempts(history)
         return {**result, **attempts.summary(history), "attempts": history.attempts}
@@ -322,7 +337,7 @@ class AttemptsMixin:
         guardrails spent again)."""
         from airflow_elastic.operators import attempts
 
-        self._delete(hook, submission, why)
+        self.delete(hook, submission, why)
         self._log_attempts(history)
         self._advise(history)
         info = {"reason": why, "name": submission.name, "namespace": submission.namespace}
@@ -355,10 +370,10 @@ class AttemptsMixin:
         group that does not checkpoint: no ``Checkpointing`` and no ``checkpoint_seconds``)."""
         from airflow_elastic.operators import attempts
 
-        checkpointed = self._run_group is not None and self._run_group.checkpoint is not None
+        checkpointed = self.group is not None and self.group.checkpoint is not None
         if not checkpointed and not self.checkpoint_seconds:
             return
-        latest = self._latest_checkpoint() if history.preemptions else None
+        latest = self.latest_checkpoint() if history.preemptions else None
         advice = attempts.checkpoint_advice(
             history,
             checkpoint_seconds=self.checkpoint_seconds,

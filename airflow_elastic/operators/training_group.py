@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_elastic.operators.resubmission import AttemptsMixin
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 # Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from airflow_elastic.hooks.jobset import JobSetHook
     from airflow_elastic.operators import attempts
     from airflow_elastic.operators import identity as ident
+    from airflow_elastic.operators.resubmission import Attempts
     from airflow_elastic.state import GroupEvent
 
 #: Re-defer at most this often when the trigger reports an error while the group still runs.
@@ -39,7 +39,7 @@ MAX_REDEFERS = 3
 _REDEFER_KEY = "training_group_redefers"
 
 
-class TrainingGroupOperator(AttemptsMixin, BaseOperator):
+class TrainingGroupOperator(BaseOperator):
     """Run a :class:`~airflow_elastic.TrainingGroup` (or a JobSet manifest) on Kubernetes and wait for its verdict.
 
     Each task instance gets a JobSet of its own, named ``<group>-<6 chars>`` from the DAG, task, run and map
@@ -176,6 +176,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         self._run_group: TrainingGroup | None = None
         self._run_manifest: dict[str, Any] | None = None
         self._current: ident.Submission | None = None
+        self._attempt_logic: Attempts | None = None
 
     # ------------------------------------------------------------------------------------- per-run spec
 
@@ -195,7 +196,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             self.log.warning("rendered_jobset: could not resolve the namespace: %s", error)
             namespace = None
         identity = ident.TaskIdentity.from_ti(context["ti"])
-        manifest = self._manifest(self._expected_name(context), namespace or "default", identity)
+        manifest = self._manifest(self._attempts.expected_name(context), namespace or "default", identity)
         if namespace is None:
             manifest["metadata"]["namespace"] = "(the connection's namespace, else default)"
         # Airflow cuts a longer rendered field (and a group's whole manifest is longer): show a view that fits.
@@ -211,6 +212,28 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
             self._run_group = render_group(self.group, lambda value: self.render_template(value, context))
         else:
             self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
+
+    @property
+    def _attempts(self) -> Attempts:
+        """This run's attempt logic (budgets, guardrails, resubmission), built once the spec is rendered."""
+        if self._attempt_logic is None:
+            from airflow_elastic.operators.resubmission import Attempts
+
+            self._attempt_logic = Attempts(
+                group=self._run_group,
+                manifest=self._run_manifest,
+                base_name=self._base_name,
+                render=self._manifest,
+                finish=self._finish,
+                delete=self._delete,
+                log=self.log,
+                max_wall_clock=self.max_wall_clock,
+                max_gpu_hours=self.max_gpu_hours,
+                checkpoint_seconds=self.checkpoint_seconds,
+                on_preemption=self.on_preemption,
+                on_budget_exhausted=self.on_budget_exhausted,
+            )
+        return self._attempt_logic
 
     @property
     def _base_name(self) -> str:
@@ -265,7 +288,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         instance's group already succeeded and only the task did not finish (its worker died), finish with it."""
         self._prepare(context)
         hook = self.hook()
-        succeeded = self._start_try(context, hook)
+        succeeded = self._attempts.start_try(context, hook)
         if succeeded is not None:
             return self._adopt_verdict(context, hook, succeeded)
         return self._run_attempt(context, hook, self._namespace(hook))
@@ -286,7 +309,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         )
         self._track(context, submission)
         event = self._wait_here(context, hook, submission, attempts.History.load(context["task_state_store"]))
-        result = self._settle(context, hook, submission, event)
+        result = self._attempts.settle(context, hook, submission, event)
         return result if result is not None else self._run_attempt(context, hook, submission.namespace)
 
     def _track(self, context: Context, submission: ident.Submission) -> None:
@@ -309,13 +332,14 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 identity,
                 base=self._base_name,
                 namespace=namespace,
-                build=lambda name, i=identity, h=history: self._attempt_manifest(name, namespace, i, h),
+                build=lambda name, i=identity, h=history: self._attempts.attempt_manifest(name, namespace, i, h),
                 log=self.log,
             )
             self._track(context, submission)
             if self.deferrable:
                 self._defer(context, hook, submission, history)
-            result = self._settle(context, hook, submission, self._wait_here(context, hook, submission, history))
+            event = self._wait_here(context, hook, submission, history)
+            result = self._attempts.settle(context, hook, submission, event)
             if result is not None:
                 return result
 
@@ -346,14 +370,14 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
         """What decides this attempt's wait (``watch.Watch``), the same for the trigger and the sync waiter."""
         return {
             "uid": submission.uid,
-            "deadline": self._wait_deadline(self._deadline(context), history, submission),
+            "deadline": self._attempts.wait_deadline(self._deadline(context), history, submission),
             "startup_deadline": self._startup_deadline(submission),
             "metrics_role": self.metrics_role or self._leader,
             "capture_evidence": True,
-            "max_preemptions": self._preemptions_left(history),
+            "max_preemptions": self._attempts.preemptions_left(history),
             "suspend_timeout": self.suspend_timeout,
-            "transient_exit_codes": list(self._policy.transient_exit_codes),
-            **self._elastic_watch,
+            "transient_exit_codes": list(self._attempts.policy.transient_exit_codes),
+            **self._attempts.elastic_watch,
         }
 
     def _startup_deadline(self, submission: ident.Submission) -> float | None:
@@ -410,7 +434,7 @@ class TrainingGroupOperator(AttemptsMixin, BaseOperator):
                 store.set(_REDEFER_KEY, redefers + 1)
                 self.log.warning("The trigger failed (%s); the group still runs, waiting again", verdict.message)
                 self._defer(context, hook, submission, attempts.History.load(store))
-        result = self._settle(context, hook, submission, verdict)
+        result = self._attempts.settle(context, hook, submission, verdict)
         if result is not None:
             return result
         return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)

@@ -51,7 +51,7 @@ def memory_uri():
 def test_a_memory_filesystem_checkpoint_is_found(memory_uri):
     op = operator(FakeHook(), Checkpointing(memory_uri))
     op._run_group = op.group
-    latest = op._latest_checkpoint()
+    latest = op._attempts.latest_checkpoint()
     assert latest is not None and (latest.step, latest.path) == (3, f"{memory_uri}/step-000000003")
 
 
