@@ -207,8 +207,11 @@ class TrainingGroupTrigger(BaseTrigger):
 
     async def _follow(self, subscription: Subscription, *, unlabelled: bool) -> GroupEvent | None:
         """Observe until the watch gives its verdict; ``None``: the JobSet is not on this (labelled) list."""
+        looked = False  # the first look is awaited whatever the deadline: a group already finished reports that
         while True:
-            snapshot: Snapshot | None = await subscription.next(self._watch.until_deadline(time.time()))
+            wait = self._watch.until_deadline(time.time()) if looked else None
+            snapshot: Snapshot | None = await subscription.next(wait)
+            looked = True
             now = time.time()
             if snapshot is None:  # the deadline passed while no list arrived
                 obs = Observation.tick(now)

@@ -85,6 +85,8 @@ SCENARIOS = {
     "missing": Scenario([(None, [])]),
     "startup timeout": Scenario([(group(ready=(0, 1)), [])], {"startup_deadline": PAST}),
     "deadline": Scenario([(group(ready=(1, 3)), [])], {"deadline": 0.2}),
+    "deadline passed before the first look": Scenario([(group(ready=(1, 3)), [])], {"deadline": PAST}),
+    "finished before the first look": Scenario([(group(DONE), [LEADER_METRICS])], {"deadline": PAST}),
     "budget spent": Scenario(
         [(group(ready=(1, 3), restarts=2, restartsCountTowardsMax=0), [])], {"max_preemptions": 1}
     ),
@@ -162,6 +164,8 @@ EXPECTED = {
     "missing": "missing",
     "startup timeout": "startup_timeout",
     "deadline": "timeout",
+    "deadline passed before the first look": "timeout",
+    "finished before the first look": "succeeded",
     "budget spent": "preemption_budget_exhausted",
     "transient API errors": "succeeded",
     "API errors in a row": "error",
