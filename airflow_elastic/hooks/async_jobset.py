@@ -29,6 +29,7 @@ from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
+from airflow_elastic.logcursor import LogRequest
 
 #: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ClientError, TimeoutError, OSError)
@@ -154,6 +155,10 @@ class AsyncJobSetHook(BaseHook):
         """A container's log as text, byte-exact; see ``JobSetHook.read_pod_log``."""
         return await self._run(ops.read_pod_log(namespace, pod, container, since_seconds, tail_lines))
 
+    async def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
+        """A container's log with a timestamp on every line; see ``JobSetHook.read_pod_log_chunk``."""
+        return await self._run(ops.read_pod_log_chunk(namespace, pod, container, request))
+
     # ------------------------------------------------------------------------------------------- plumbing
 
     async def _send(self, op: ops.Operation) -> bytes:
@@ -161,7 +166,10 @@ class AsyncJobSetHook(BaseHook):
         async with self.kubernetes_hook.get_conn() as api_client:
             api = getattr(k8s, op.api)(api_client)
             try:
-                response = await getattr(api, op.method)(**op.kwargs, _preload_content=False)
+                if op.path:
+                    response = await api_client.call_api(**op.raw_request())
+                else:
+                    response = await getattr(api, op.method)(**op.kwargs, _preload_content=False)
                 data = await response.read()
             except k8s.ApiException as exc:
                 raise from_api_exception(exc, op.description) from exc

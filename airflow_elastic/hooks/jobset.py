@@ -24,6 +24,7 @@ from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
+from airflow_elastic.logcursor import LogRequest
 
 #: Failures of the ``kubernetes`` client's transport (no HTTP reply): urllib3 errors and socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (HTTPError, OSError)
@@ -201,6 +202,20 @@ class JobSetHook(BaseHook):
         """
         return self._run(ops.read_pod_log(namespace, pod, container, since_seconds, tail_lines))
 
+    def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
+        """A container's log with its RFC 3339 timestamp and a space before every line (``timestamps=true``), for
+        following it by time (:class:`airflow_elastic.logcursor.LogCursor`).
+
+        Args:
+            container: the container (always named: with a sidecar the API refuses a request without it).
+            request: which part (``sinceTime``, the kubelet gets whole seconds; ``limitBytes``; ``tailLines``).
+
+        Raises:
+            NotFound: no such pod or container.
+            BadRequest: e.g. the container has not started.
+        """
+        return self._run(ops.read_pod_log_chunk(namespace, pod, container, request))
+
     # ------------------------------------------------------------------------------------------- plumbing
 
     def _client(self) -> k8s.ApiClient:
@@ -212,7 +227,10 @@ class JobSetHook(BaseHook):
     def _send(self, op: ops.Operation) -> bytes:
         api = getattr(k8s, op.api)(self._client())
         try:
-            response = getattr(api, op.method)(**op.kwargs, _preload_content=False)
+            if op.path:
+                response = self._client().call_api(**op.raw_request())
+            else:
+                response = getattr(api, op.method)(**op.kwargs, _preload_content=False)
             try:
                 return response.data
             finally:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render.jobset import API_VERSION
 
 JOBSET_GROUP, JOBSET_VERSION = API_VERSION.split("/")
@@ -37,6 +38,9 @@ class Operation:
         repeatable: whether sending it twice is harmless (see :mod:`airflow_elastic.hooks.retry`).
         result: ``object`` (the decoded JSON), ``items`` (a list's ``items``) or ``text`` (UTF-8, bad bytes replaced).
         none_if_missing: answer ``None`` instead of raising ``NotFound`` on 404.
+        path: when set, a raw ``GET`` of this path (``{name}`` filled from ``kwargs``) with ``query``, for a query
+            parameter the generated method lacks (``sinceTime`` of a pod log); ``api``/``method`` only name it.
+        query: the raw request's query parameters.
     """
 
     description: str
@@ -46,6 +50,21 @@ class Operation:
     repeatable: bool = True
     result: Result = "object"
     none_if_missing: bool = False
+    path: str = ""
+    query: tuple[tuple[str, str], ...] = ()
+
+    def raw_request(self) -> dict[str, Any]:
+        """The arguments of ``ApiClient.call_api`` for a :attr:`path` operation (the same in both clients)."""
+        return {
+            "resource_path": self.path,
+            "method": "GET",
+            "path_params": dict(self.kwargs),
+            "query_params": list(self.query),
+            "header_params": {"Accept": "text/plain"},
+            "auth_settings": ["BearerToken"],
+            "_return_http_data_only": True,
+            "_preload_content": False,
+        }
 
     def decode(self, data: bytes) -> Any:
         """Turn the raw reply body into the operation's result."""
@@ -165,6 +184,24 @@ def read_pod_log(
         "read_namespaced_pod_log",
         {"namespace": namespace, "name": pod, **{k: v for k, v in optional.items() if v is not None}},
         result="text",
+    )
+
+
+def read_pod_log_chunk(namespace: str, pod: str, container: str, request: LogRequest) -> Operation:
+    """A container's log with ``timestamps=true``, the part ``request`` names."""
+    optional = {"sinceTime": request.since_time, "limitBytes": request.limit_bytes, "tailLines": request.tail_lines}
+    return Operation(
+        f"read log of pods {namespace}/{pod} container {container}",
+        "CoreV1Api",
+        "read_namespaced_pod_log",
+        {"namespace": namespace, "name": pod},
+        result="text",
+        path="/api/v1/namespaces/{namespace}/pods/{name}/log",
+        query=(
+            ("container", container),
+            ("timestamps", "true"),
+            *((k, str(v)) for k, v in optional.items() if v is not None),
+        ),
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from airflow_elastic.logcursor import LogRequest
+
 JSON = dict[str, Any]
 
 
@@ -48,6 +50,8 @@ class JobSetHookProtocol(Protocol):
         tail_lines: int | None = None,
     ) -> str: ...
 
+    def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str: ...
+
 
 @runtime_checkable
 class AsyncJobSetHookProtocol(Protocol):
@@ -81,3 +85,5 @@ class AsyncJobSetHookProtocol(Protocol):
         since_seconds: int | None = None,
         tail_lines: int | None = None,
     ) -> str: ...
+
+    async def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str: ...

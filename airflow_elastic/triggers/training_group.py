@@ -9,12 +9,9 @@ payload and never raises: every problem becomes ``status="error"`` (``airflow da
 trigger raises, skipping its retries).
 
 **Logs.** With ``log_role`` set, new lines of that role's first pod (rank 0, newest restart attempt) are written to
-the task log while waiting, each prefixed with the pod name. The trigger remembers, per pod uid, how many lines it
-has shown; a restarted pod (new uid) starts again from its first line. That memory lives in the trigger instance
-only: after a triggerer restart (or when the trigger moves to another triggerer) the new instance shows at most the
-last :data:`LOG_BACKLOG_LINES` lines of the pod once, under a note saying how many earlier lines it skipped, so some
-lines may repeat in the task log and none is lost from the pod itself. The whole log is re-read each poll (the
-hook has no byte offset), which the kubelet serves from a file.
+the task log while waiting, each prefixed with the pod name, by :class:`~airflow_elastic.triggers.logs.LogFollower`:
+only new bytes of the training container each poll, following the log by timestamp (rotation loses nothing), never
+holding the event loop for long.
 """
 
 from __future__ import annotations
@@ -31,13 +28,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
-from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL, GroupEvent, PodFailure
+from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
+from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.watch import Need, Observation, Step, Watch
 
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-#: Lines shown at most when the trigger first sees a pod that already logged (e.g. after a triggerer restart).
-LOG_BACKLOG_LINES = 100
 #: Warning events logged with a terminal event.
 MAX_WARNINGS = 20
 ON_KILL_ACTIONS = ("delete", "keep")
@@ -136,7 +131,7 @@ class TrainingGroupTrigger(BaseTrigger):
             below_min_timeout=below_min_timeout,
         )
         self._fired = False
-        self._logs = _LogFollower(self)
+        self._logs = LogFollower(self)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -233,10 +228,16 @@ class TrainingGroupTrigger(BaseTrigger):
                 await self._logs.follow(step.status.restarts)
 
     async def _settle(self, obs: Observation) -> Step:
-        """The watch's answer to ``obs``, fetching the pods, events and nodes it asks for first."""
+        """The watch's answer to ``obs``, fetching the pods, events and nodes it asks for first, and saving the
+        evidence on the JobSet when it asks to (``Step.save``)."""
         step = self._watch.observe(obs)
         while step.need is not None:
             step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
+        if step.save is not None:  # on the JobSet: a restarted triggerer's trigger resumes with it
+            try:
+                await self.hook.patch_jobset(self.namespace, self.name, step.save)
+            except KubernetesApiError as exc:
+                self.log.warning("could not save the evidence on JobSet %s/%s: %s", self.namespace, self.name, exc)
         return step
 
     async def _fetch(self, obs: Observation, need: Need) -> Observation:
@@ -322,50 +323,3 @@ class TrainingGroupTrigger(BaseTrigger):
             return
         self.log.info("deleting JobSet %s/%s (task killed)", self.namespace, self.name)
         await self.hook.delete_jobset(self.namespace, self.name, propagation="Foreground")
-
-
-class _LogFollower:
-    """Copies new log lines of the ``log_role``'s first pod to the trigger's log (see the module docstring)."""
-
-    def __init__(self, trigger: TrainingGroupTrigger) -> None:
-        self.trigger = trigger
-        self.pod: dict[str, Any] | None = None
-        self.restarts = -1
-        self.shown: dict[str, int] = {}  # pod uid -> lines already written
-
-    async def follow(self, restarts: int, *, final: bool = False) -> None:
-        """Write the lines the pod logged since the last call; only whole lines unless ``final``."""
-        trigger = self.trigger
-        try:
-            if self.pod is None or restarts != self.restarts:
-                self.pod, self.restarts = await self._find_pod(), restarts
-            if self.pod is None:
-                return
-            name, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("uid", "")
-            text = await trigger.hook.read_pod_log(trigger.namespace, name)
-        except NotFound:
-            self.pod = None  # replaced (restart) or not started: look again next time
-            return
-        except KubernetesApiError as exc:
-            trigger.log.debug("could not read the log of the %s pod: %s", trigger.log_role, exc)
-            return
-        lines = text.split("\n")
-        complete = lines if final else lines[:-1]  # the last piece is partial until the next newline
-        if final and complete and complete[-1] == "":
-            complete = complete[:-1]
-        start = self.shown.get(uid)
-        if start is None and len(complete) > LOG_BACKLOG_LINES:
-            start = len(complete) - LOG_BACKLOG_LINES
-            trigger.log.info("[%s] (%d earlier log lines not repeated)", name, start)
-        for line in complete[start or 0 :]:
-            trigger.log.info("[%s] %s", name, line)
-        self.shown[uid] = max(len(complete), start or 0)
-
-    async def _find_pod(self) -> dict[str, Any] | None:
-        trigger = self.trigger
-        selector = f"{JOBSET_NAME_LABEL}={trigger.name},{ROLE_LABEL}={trigger.log_role},{JOB_INDEX_LABEL}=0"
-        pods = await trigger.hook.list_pods(trigger.namespace, selector)
-        started = [p for p in pods if (p.get("status") or {}).get("phase") not in (None, "Pending")]
-        if not started:
-            return None
-        return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, "0") or 0))

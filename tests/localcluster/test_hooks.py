@@ -20,6 +20,7 @@ from airflow_elastic.hooks import (
     JobSetHookProtocol,
     NotFound,
 )
+from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render import render_jobset
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
@@ -189,3 +190,30 @@ def test_results_are_plain_json(hook, namespace):
     # Timestamps stay strings as the server sent them (typed models would turn them into datetime).
     assert isinstance(created["metadata"]["creationTimestamp"], str)
     json.dumps(created)
+
+
+def test_log_chunks_carry_stable_timestamps_and_honour_since_time_and_limit_bytes(hook, connection, namespace):
+    """``read_pod_log_chunk``: the container named, ``timestamps=true``, ``sinceTime`` and ``limitBytes`` (which the
+    generated client cannot send), the same stamps on every read, sync and async alike."""
+    code = "import time\nprint('early', flush=True)\ntime.sleep(1.5)\nprint('late', flush=True)"
+    hook.create_jobset(namespace, jobset("chunks", namespace, ["python", "-c", code]))
+    wait_for(lambda: is_true(hook.get_jobset(namespace, "chunks"), "Completed"), what="the JobSet to complete")
+    pod = hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}=chunks")[0]["metadata"]["name"]
+
+    def read(**part: Any) -> str:
+        return hook.read_pod_log_chunk(namespace, pod, "trainer", LogRequest(**part))
+
+    whole = read()
+    stamps = [line.split(" ", 1)[0] for line in whole.splitlines()]
+    assert [line.split(" ", 1)[1] for line in whole.splitlines()] == ["early", "late"]
+    assert all(s.endswith("Z") and "T" in s for s in stamps)
+    assert read() == whole  # the stamps do not move between reads
+    assert read(limit_bytes=len(stamps[0]) + 3) == whole[: len(stamps[0]) + 3]
+    assert read(tail_lines=1).endswith(" late\n")
+    assert read(since_time="2999-01-01T00:00:00Z") == ""
+
+    async def from_the_trigger_side() -> str:
+        ahook = AsyncJobSetHook(connection, connection_extras=hook.get_connection_extras())
+        return await ahook.read_pod_log_chunk(namespace, pod, "trainer", LogRequest(since_time="2000-01-01T00:00:00Z"))
+
+    assert asyncio.run(from_the_trigger_side()) == whole

@@ -21,6 +21,7 @@ import yaml
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import AsyncJobSetHook, AsyncJobSetHookProtocol, JobSetHookProtocol, KubernetesApiError
 from airflow_elastic.localcluster import LocalCluster
+from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render import render_jobset
 
 RBAC = Path(__file__).resolve().parents[2] / "docker" / "rbac.yaml"
@@ -52,6 +53,7 @@ def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
         "list_jobs": (namespace,),
         "get_node": (node,),
         "read_pod_log": (namespace, f"{name}-leader-0-0-xxxxx"),  # 404 is fine: the request was authorised
+        "read_pod_log_chunk": (namespace, f"{name}-leader-0-0-xxxxx", "trainer", LogRequest()),
         "delete_jobset": (namespace, name),
     }
 

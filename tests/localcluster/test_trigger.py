@@ -65,6 +65,21 @@ def test_succeeded_group_reports_metrics_and_streams_logs(hook, connection, name
     assert [line.split("] ", 1)[1] for line in lines] == ["training step 1", "training step 2"]
 
 
+def test_a_sidecar_does_not_hide_the_leaders_log(hook, connection, namespace):
+    """With two containers the API refuses a log request that names none: the trigger names the trainer."""
+    sidecar = {"name": "proxy", "image": "python:3", "command": ["python", "-c", "print('proxy up')"]}
+    leader = Role("leader", command=["python", "-c", SUCCEED], pod_overrides={"spec": {"containers": [sidecar]}})
+    group = TrainingGroup("trig", [leader], image="python:3")
+    uid = hook.create_jobset(namespace, render_jobset(group, name="side", namespace=namespace))["metadata"]["uid"]
+    with structlog.testing.capture_logs() as logs:
+        event = asyncio.run(
+            asyncio.wait_for(first_event(trigger(connection, namespace, "side", uid, log_role="leader")), 120)
+        )
+    assert event["status"] == "succeeded"
+    lines = [entry["event"] for entry in logs if entry["event"].startswith("[side-leader-0-0-")]
+    assert [line.split("] ", 1)[1] for line in lines] == ["training step 1", "training step 2"]
+
+
 def test_failed_group_names_pod_role_and_exit_code(hook, connection, namespace):
     uid = submit(hook, namespace, "bad", FAIL)
     event = asyncio.run(asyncio.wait_for(first_event(trigger(connection, namespace, "bad", uid)), 120))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow_elastic.hooks.errors import NotFound
+from airflow_elastic.hooks.errors import BadRequest, NotFound
+from airflow_elastic.logcursor import LogRequest
 
 JSON = dict[str, Any]
+LOG_START = datetime(2026, 3, 1, 10, 0, 0, tzinfo=UTC)
 
 
 def jobset(name: str, *, uid: str = "", conditions: list[JSON] | None = None, labelled: bool = True, **status) -> JSON:
@@ -73,7 +77,10 @@ class FakeHook:
     Attributes:
         jobsets: name -> JobSet (one namespace is enough for these tests; ``namespace`` is recorded).
         pods, events: lists returned (filtered by label / ``type=`` selectors).
-        logs: pod name -> log text.
+        logs: pod name -> log text; line ``i`` was written at :data:`LOG_START` plus ``i`` milliseconds.
+        rotated: pod name -> lines the kubelet rotated away (no longer served).
+        log_errors: pod name -> the exception its log reads raise.
+        log_requests: the arguments of each ``read_pod_log_chunk``.
         list_errors: exceptions the next JobSet lists raise, in order.
         on_list: called with the list number (1-based) before each JobSet list answers.
         calls: method name -> number of calls.
@@ -84,6 +91,9 @@ class FakeHook:
         self.pods: list[JSON] = []
         self.events: list[JSON] = []
         self.logs: dict[str, str] = {}
+        self.rotated: dict[str, int] = {}
+        self.log_errors: dict[str, BaseException] = {}
+        self.log_requests: list[JSON] = []
         self.list_errors: list[BaseException] = []
         self.get_error: BaseException | None = None
         self.on_list: Callable[[int], None] | None = None
@@ -150,6 +160,36 @@ class FakeHook:
         tail_lines: int | None = None,
     ) -> str:
         self.calls["read_pod_log"] += 1
+        return "".join(text for _, text in self._served(pod, container))
+
+    async def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
+        """As the kubelet answers ``timestamps=true``: ``sinceTime`` in whole seconds, ``tailLines``, ``limitBytes``."""
+        self.calls["read_pod_log_chunk"] += 1
+        self.log_requests.append({"pod": pod, "container": container, "request": request})
+        since_time, limit_bytes, tail_lines = request.since_time, request.limit_bytes, request.tail_lines
+        served = self._served(pod, container)
+        if since_time is not None:  # the stamps sort as text once both have microseconds
+            since = since_time.replace("Z", ".000000Z") if "." not in since_time else since_time
+            served = [(stamp, text) for stamp, text in served if stamp >= since]
+        if tail_lines is not None:
+            served = served[-tail_lines:] if tail_lines else []
+        body = "".join(f"{stamp} {text}" for stamp, text in served).encode()
+        return body[:limit_bytes].decode(errors="replace") if limit_bytes else body.decode()
+
+    def _served(self, pod: str, container: str | None) -> list[tuple[str, str]]:
         if pod not in self.logs:
             raise NotFound(404, "NotFound", f'pods "{pod}" not found')
-        return self.logs[pod]
+        spec = next((p.get("spec") or {} for p in self.pods if p["metadata"]["name"] == pod), {})
+        names = [c["name"] for c in spec.get("containers") or []]
+        if container is None and len(names) > 1:  # as the API answers for a pod with a sidecar
+            raise BadRequest(400, "BadRequest", f"a container name must be specified for pod {pod}")
+        if pod in self.log_errors:
+            raise self.log_errors[pod]
+        return stamped_log(self.logs[pod])[self.rotated.get(pod, 0) :]
+
+
+@functools.lru_cache(maxsize=8)
+def stamped_log(log: str) -> list[tuple[str, str]]:
+    """Line ``i`` of ``log`` with its timestamp, computed once per log text (a fast fake keeps the stall test fair)."""
+    lines = log.splitlines(keepends=True)
+    return [((LOG_START + timedelta(milliseconds=i)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), t) for i, t in enumerate(lines)]

@@ -18,8 +18,9 @@ import structlog.testing
 from airflow_elastic.hooks.errors import Forbidden, ServerError
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
 from airflow_elastic.state import GroupEvent
+from airflow_elastic.triggers.logs import LOG_BACKLOG_LINES
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver
-from airflow_elastic.triggers.training_group import LOG_BACKLOG_LINES, TrainingGroupTrigger
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.triggers.fakes import FakeHook, condition, jobset, pod
 
 NS = "team-a"
@@ -286,7 +287,7 @@ def test_first_look_at_a_long_log_shows_only_the_tail(hook):
     with structlog.testing.capture_logs() as logs:
         run(make(hook, log_role="leader"))
     lines = [entry["event"] for entry in logs if entry["event"].startswith(f"[{name}]")]
-    assert lines[0] == f"[{name}] (50 earlier log lines not repeated)"
+    assert lines[0] == f"[{name}] (earlier log lines not repeated; the last {LOG_BACKLOG_LINES} follow)"
     assert lines[1:] == [f"[{name}] line {i}" for i in range(50, LOG_BACKLOG_LINES + 50)]
 
 

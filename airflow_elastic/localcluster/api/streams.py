@@ -94,20 +94,43 @@ def _bookmark(store: Store, target: Target, initial_end: bool = False) -> dict[s
 _CRI = re.compile(r"^(\S+) (stdout|stderr) ([PF]) (.*)$", re.DOTALL)
 
 
-def _parse(raw: bytes, written: datetime) -> list[tuple[datetime, str]]:
-    """Lines with their timestamps: the CRI format's own, else ``written`` (when the plain text was written).
+#: Log file -> ``[(end offset, when the server first saw the bytes up to it)]``: a plain line's stable timestamp.
+_FIRST_SEEN: dict[Path, list[tuple[int, datetime]]] = {}
+
+
+def _first_seen(path: Path, size: int, now: datetime) -> list[tuple[int, datetime]]:
+    marks = _FIRST_SEEN.get(path) or []
+    if marks and marks[-1][0] > size:  # the file was replaced or truncated
+        marks = []
+    if not marks or marks[-1][0] < size:
+        marks.append((size, now))
+    _FIRST_SEEN[path] = marks
+    return marks
+
+
+def _parse(
+    raw: bytes, written: datetime, marks: list[tuple[int, datetime]] | None = None
+) -> list[tuple[datetime, str]]:
+    """Lines with their timestamps: the CRI format's own, else when the server first saw them (``marks``), else
+    ``written``.
 
     The process kubelet appends plain stdout/stderr, which carries no per-line time. A real kubelet stamps every
-    line, and clients depend on it (``timestamps=true`` to resume a followed log, ``sinceSeconds``), so plain
-    lines get the file's mtime, or the time a followed chunk was read: never earlier than the real write, so a
-    ``since`` filter may repeat a line but never drops one.
+    line, and clients depend on it (``timestamps=true`` with ``sinceTime`` to resume a log, ``sinceSeconds``), so
+    a plain line gets the time this server first read it (the same on every later read), or the time a followed
+    chunk was read: never earlier than the real write, so a ``since`` filter may repeat a line but never drops one.
     """
     lines: list[tuple[datetime, str]] = []
     partial = ""
-    for line in raw.decode(errors="replace").splitlines(keepends=True):
+    offset, mark = 0, 0
+    for line in re.findall(rb"[^\n]*\n|[^\n]+$", raw):
+        while marks and mark < len(marks) - 1 and marks[mark][0] <= offset:
+            mark += 1
+        stamp_plain = marks[mark][1] if marks else written
+        offset += len(line)
+        line = line.decode(errors="replace")
         m = _CRI.match(line.rstrip("\n"))
         if not m:
-            lines.append((written, line))
+            lines.append((stamp_plain, line))
             continue
         stamp = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", m.group(1)).replace("Z", "+00:00"))
         if m.group(3) == "P":
@@ -158,11 +181,8 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
     meta = pod["metadata"]
     path = log_path(state_dir, meta["namespace"], meta["name"], meta["uid"], container)
     timestamps = flag(request, "timestamps")
-    raw, written = b"", datetime.now(UTC)
-    if path.exists():
-        raw = path.read_bytes()
-        written = datetime.fromtimestamp(path.stat().st_mtime, UTC)  # after the read: not before any line in raw
-    lines = _parse(raw, written)
+    raw = path.read_bytes() if path.exists() else b""
+    lines = _parse(raw, datetime.now(UTC), _first_seen(path, len(raw), datetime.now(UTC)))
     if "tailLines" in query:
         tail = int(query["tailLines"])
         lines = lines[-tail:] if tail > 0 else []

@@ -1,0 +1,139 @@
+"""The trigger's log follower as real kubelets serve logs: a sidecar, rotation, read errors, a chatty leader."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from typing import Any
+
+import structlog.testing
+
+from airflow_elastic.hooks.errors import BadRequest
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from tests.triggers.fakes import FakeHook, condition, jobset, pod, stamped_log
+from tests.triggers.test_training_group_trigger import NS, events_of, run
+
+
+def leader(sidecar: bool = False) -> dict[str, Any]:
+    found = pod("train", "leader", phase="Running")
+    containers = [{"name": "istio-proxy"}] if sidecar else []
+    found["spec"] = {"containers": [*containers, {"name": "trainer"}]}
+    return found
+
+
+def follow(hook: FakeHook, finish_at: int, grow: dict[int, Any] | None = None, poll: float = 0.01) -> list[str]:
+    """Run a trigger with ``log_role="leader"`` until the JobSet completes at list ``finish_at``; the log lines."""
+    name = hook.pods[0]["metadata"]["name"]
+    hook.jobsets["train"] = jobset("train")
+
+    def progress(n: int) -> None:
+        if grow and n in grow:
+            grow[n]()
+        if n == finish_at:
+            hook.jobsets["train"] = jobset("train", conditions=[condition("Completed")])
+
+    hook.on_list = progress
+    trigger = TrainingGroupTrigger("train", NS, "elastic", poll_interval=poll, log_role="leader")
+    trigger.hook = hook  # type: ignore[misc]
+    with structlog.testing.capture_logs() as logs:
+        assert run(trigger)["status"] == "succeeded"
+    return [e["event"].split("] ", 1)[1] for e in logs if e["event"].startswith(f"[{name}] ")]
+
+
+def numbered(first: int, last: int) -> str:
+    return "".join(f"line {i}\n" for i in range(first, last))
+
+
+def test_a_sidecar_does_not_hide_the_trainers_log():
+    hook = FakeHook()
+    hook.pods = [leader(sidecar=True)]
+    hook.logs[hook.pods[0]["metadata"]["name"]] = numbered(0, 3)
+    assert follow(hook, finish_at=3) == ["line 0", "line 1", "line 2"]
+    assert {r["container"] for r in hook.log_requests} == {"trainer"}
+
+
+def test_kubelet_log_rotation_loses_no_line():
+    hook = FakeHook()
+    hook.pods = [leader()]
+    name = hook.pods[0]["metadata"]["name"]
+    hook.logs[name] = numbered(0, 10)
+
+    def rotate() -> None:  # the shown lines went to the rotated file; the served log starts over
+        hook.logs[name] = numbered(0, 30)
+        hook.rotated[name] = 10
+
+    assert follow(hook, finish_at=4, grow={3: rotate}) == [f"line {i}" for i in range(30)]
+
+
+def test_a_read_error_is_a_warning_once():
+    hook = FakeHook()
+    hook.pods = [leader()]
+    name = hook.pods[0]["metadata"]["name"]
+    hook.logs[name] = numbered(0, 3)
+    hook.log_errors[name] = BadRequest(400, "BadRequest", 'container "trainer" in pod is waiting to start')
+    hook.jobsets["train"] = jobset("train")
+    hook.on_list = lambda n: (
+        hook.jobsets.update(train=jobset("train", conditions=[condition("Completed")])) if n == 6 else None
+    )
+    trigger = TrainingGroupTrigger("train", NS, "elastic", poll_interval=0.01, log_role="leader")
+    trigger.hook = hook  # type: ignore[misc]
+    with structlog.testing.capture_logs() as logs:
+        run(trigger)
+    warnings = [e for e in logs if e["log_level"] == "warning" and "could not read the log" in e["event"]]
+    assert len(warnings) == 1 and "trainer" in warnings[0]["event"] and "waiting to start" in warnings[0]["event"]
+    assert hook.calls["read_pod_log_chunk"] >= 5  # it kept trying
+
+
+def test_a_leader_printing_20000_lines_does_not_block_the_event_loop():
+    """Every line reaches the task log, and the loop is never held for more than a small part of a poll."""
+    poll = 0.5
+    hook = FakeHook()
+    hook.pods = [leader()]
+    name = hook.pods[0]["metadata"]["name"]
+    hook.logs[name] = ""
+    burst = "".join(f"step {i} loss={1 / (i + 1):.6f} lr=0.0003 tokens/s=123456\n" for i in range(20_000))
+
+    stamped_log(burst)  # the fake kubelet's own work, done before the clock starts
+
+    def progress(n: int) -> None:  # the whole burst lands between two polls
+        if n == 2:
+            hook.logs[name] = burst
+        if n == 4:
+            hook.jobsets["train"] = jobset("train", conditions=[condition("Completed")])
+
+    stalls: list[float] = []
+
+    async def probe(done: asyncio.Event) -> None:
+        tick = 0.002
+        while not done.is_set():
+            before = time.monotonic()
+            await asyncio.sleep(tick)
+            stalls.append(time.monotonic() - before - tick)
+
+    async def main() -> list[dict[str, Any]]:
+        done = asyncio.Event()
+        lag = asyncio.create_task(probe(done))
+        hook.jobsets["train"] = jobset("train")
+        hook.on_list = progress
+        trigger = TrainingGroupTrigger("train", NS, "elastic", poll_interval=poll, log_role="leader")
+        trigger.hook = hook  # type: ignore[misc]
+        try:
+            return await events_of(trigger)
+        finally:
+            done.set()
+            await lag
+
+    # A full garbage collection of this test process's heap (Airflow imported, every captured record kept) can
+    # take longer than the follower's work: freeze what exists, so the probe measures the follower.
+    gc.collect()
+    gc.freeze()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            events = asyncio.run(main())
+    finally:
+        gc.unfreeze()
+    assert [e["status"] for e in events] == ["succeeded"]
+    lines = [e["event"] for e in logs if e["event"].startswith(f"[{name}] step ")]
+    assert len(lines) == 20_000 and lines[-1].startswith(f"[{name}] step 19999 ")
+    assert max(stalls) < poll / 10, f"the event loop was held for {max(stalls):.3f} s (poll interval {poll} s)"
