@@ -12,6 +12,9 @@ errors in a row are tolerated are decided here, nowhere else. The loops only do 
 
 A piece the loop could not fetch is passed as *unavailable*: the verdict then stands without it (no pod details,
 no evidence this time) instead of the wait failing.
+
+The evidence survives the waiter (:mod:`airflow_elastic.saved`): a step that recorded stops carries ``save``, a
+merge patch the loop applies to the JobSet, and a new watch restores what its first look at the JobSet shows.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from airflow_elastic import saved
 from airflow_elastic.evidence import Evidence, Stop, node_names
 from airflow_elastic.state import (
     BelowMin,
@@ -104,6 +108,8 @@ class Step:
         observation: the observation answered (with what was fetched for it).
         status: the group's status as judged from it (``None`` without a JobSet).
         records: evidence records made from this observation (one per pod that stopped), for the log.
+        save: a JSON merge patch for the JobSet that saves the evidence (``None``: nothing new); the loop applies
+            it, and a failed patch costs only that a restarted waiter would not know these stops.
     """
 
     verdict: GroupEvent | None = None
@@ -111,6 +117,7 @@ class Step:
     observation: Observation | None = None
     status: GroupStatus | None = None
     records: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    save: dict[str, Any] | None = None
 
 
 class Watch:
@@ -132,7 +139,8 @@ class Watch:
         below_min_timeout: seconds the elastic role may stay below ``min_replicas`` (once reached in the restart
             attempt) before ``elastic_below_min``.
         max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once).
-        evidence: the evidence gathered so far (e.g. restored after a restart); default: none yet.
+        evidence: the evidence gathered so far; default: what the JobSet's annotation saved
+            (:func:`airflow_elastic.saved.restore`), read on the first look at it, else none yet.
     """
 
     def __init__(
@@ -169,6 +177,7 @@ class Watch:
         )
         self.max_errors = max_errors
         self.evidence = evidence if evidence is not None else Evidence()
+        self._restored = evidence is not None or not capture_evidence
         self.errors = 0
         self.started = False
         self.suspended_since: float | None = None
@@ -210,6 +219,8 @@ class Watch:
         if jobset is None or not self._ours(jobset):
             self.errors = 0
             return self._missing(obs, jobset)
+        if not self._restored:
+            self.evidence, self._restored = saved.restore(jobset) or self.evidence, True
         status = group_status(jobset, self.minimum)
         need = self._need(obs, status)
         if need is not None:
@@ -219,7 +230,8 @@ class Watch:
             return Step(need=records, observation=obs, status=status)
         self.errors = 0
         self.last = (jobset, status)
-        return replace(self._decide(obs, jobset, status, timed_out), records=tuple(records))
+        save = saved.patch(self.evidence) if records else None
+        return replace(self._decide(obs, jobset, status, timed_out), records=tuple(records), save=save)
 
     def _decide(self, obs: Observation, jobset: Obj, status: GroupStatus, timed_out: bool) -> Step:
         pods = obs.pods

@@ -75,10 +75,16 @@ def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
 
 
 def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -> Step:
-    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first."""
+    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first, and saving the
+    evidence on the JobSet when it asks to (``Step.save``)."""
     step = watch.observe(obs)
     while step.need is not None:
         step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
+    if step.save is not None:
+        try:
+            hook.patch_jobset(watch.namespace, watch.name, step.save)
+        except KubernetesApiError as error:  # only a restarted waiter would miss these stops
+            log.warning("Could not save the evidence on %s: %s", watch.where, error)
     return step
 
 

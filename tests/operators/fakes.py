@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.hooks.errors import AlreadyExists, NotFound
+from airflow_elastic.localcluster.api.patch import merge_patch
 
 
 class FakeHook:
@@ -44,6 +45,13 @@ class FakeHook:
         self.calls.append(("get", name))
         if (namespace, name) not in self.jobsets:
             raise NotFound(404, "NotFound", f"jobsets {name} not found")
+        return copy.deepcopy(self.jobsets[(namespace, name)])
+
+    def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls.append(("patch", name))
+        if (namespace, name) not in self.jobsets:
+            raise NotFound(404, "NotFound", f"jobsets {name} not found")
+        self.jobsets[(namespace, name)] = merge_patch(self.jobsets[(namespace, name)], dict(patch))
         return copy.deepcopy(self.jobsets[(namespace, name)])
 
     def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:

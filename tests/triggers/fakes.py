@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_elastic.hooks.errors import BadRequest, NotFound
+from airflow_elastic.localcluster.api.patch import merge_patch
 from airflow_elastic.logcursor import LogRequest
 
 JSON = dict[str, Any]
@@ -129,7 +130,12 @@ class FakeHook:
         return [j for j in self.jobsets.values() if _matches(j["metadata"].get("labels") or {}, label_selector)]
 
     async def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON:
-        raise NotImplementedError("not used by the trigger")
+        """A JSON merge patch (the trigger saves its evidence in an annotation)."""
+        self.calls["patch_jobset"] += 1
+        if name not in self.jobsets:
+            raise NotFound(404, "NotFound", f'jobsets "{name}" not found')
+        self.jobsets[name] = merge_patch(self.jobsets[name], dict(patch))
+        return self.jobsets[name]
 
     async def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None:
         self.calls["delete_jobset"] += 1

@@ -124,6 +124,10 @@ class SyncSource(fakes.FakeHook):
     def get_node(self, name: str) -> dict | None:  # type: ignore[override]
         return None
 
+    def patch_jobset(self, namespace: str, name: str, patch: dict) -> dict:  # type: ignore[override]
+        self.calls["patch_jobset"] += 1  # the next poll shows the scenario's JobSet again
+        return {}
+
 
 def sync_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
     return wait_for_group(

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.saved import EVIDENCE_ANNOTATION
 from airflow_elastic.state import group_status
 from airflow_elastic.watch import Need, Observation, Watch
 from tests.unit.test_state import jobset
 
+FAILED_JOBSET = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs"}]}}
+FAILED_POD = {
+    "metadata": {"name": "g-worker-0-0-x", "uid": "p1", "labels": {}},
+    "spec": {"nodeName": "spot-1"},
+    "status": {"phase": "Failed"},
+}
 SHORT_HANDED = jobset(rjobs=(("leader", 1, 1), ("worker", 4, 2)))  # 2 of 4 elastic workers Ready
 
 
@@ -53,11 +61,7 @@ def test_pods_that_cannot_be_listed_leave_the_verdict_without_evidence():
 
 
 def test_stopped_pods_are_classified_with_their_nodes():
-    failed = {
-        "metadata": {"name": "g-worker-0-0-x", "uid": "p1", "labels": {}},
-        "spec": {"nodeName": "spot-1"},
-        "status": {"phase": "Failed"},
-    }
+    failed = FAILED_POD
     watch = Watch("g", "ml", capture_evidence=True)
     step = watch.observe(Observation(1.0, jobset()))
     step = watch.observe(step.observation.given(pods=[failed]))
@@ -65,3 +69,27 @@ def test_stopped_pods_are_classified_with_their_nodes():
     step = watch.observe(step.observation.given(nodes={"spot-1": None}))  # the node is gone
     assert step.verdict is None and [r["pod"] for r in step.records] == ["g-worker-0-0-x"]
     assert step.records[0]["node"] == "spot-1"
+
+
+def test_a_new_watch_resumes_with_the_evidence_saved_on_the_jobset():
+    failed = FAILED_POD
+    first = Watch("g", "ml", capture_evidence=True)
+    step = first.observe(Observation(1.0, jobset()).given(pods=[failed]))
+    step = first.observe(step.observation.given(nodes={"spot-1": None}))
+    assert step.save is not None and step.records
+    saved_on = merge_patch(jobset(), step.save)  # what the loop's PATCH leaves on the JobSet
+    assert first.observe(Observation(2.0, saved_on).given(pods=[failed])).save is None  # nothing new to save
+
+    second = Watch("g", "ml", capture_evidence=True)  # a restarted waiter
+    step = second.observe(Observation(3.0, saved_on).given(pods=[failed]))
+    assert step.need is None and step.records == () and step.save is None  # not classified twice
+    assert [r["pod"] for r in second.evidence.records] == ["g-worker-0-0-x"]
+    verdict = second.observe(Observation(4.0, merge_patch(saved_on, FAILED_JOBSET)).given(pods=[])).verdict
+    assert verdict is not None and [r["pod"] for r in verdict.evidence] == ["g-worker-0-0-x"]
+
+
+def test_an_unreadable_saved_evidence_is_ignored():
+    garbled = merge_patch(jobset(), {"metadata": {"annotations": {EVIDENCE_ANNOTATION: "{not json"}}})
+    watch = Watch("g", "ml", capture_evidence=True)
+    assert watch.observe(Observation(1.0, garbled).given(pods=[])).verdict is None
+    assert watch.evidence.records == []
