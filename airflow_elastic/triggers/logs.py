@@ -15,12 +15,12 @@ from the pod itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
 from airflow_elastic.logcursor import Chunk, LogCursor
-from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL
+from airflow_elastic.state import RESTART_LABEL, ROLE_LABEL
 from airflow_elastic.validation import TRAINER_CONTAINER
 
 if TYPE_CHECKING:
@@ -52,8 +52,11 @@ def training_container(pod: Mapping[str, Any]) -> str:
 class LogFollower:
     """Copies new log lines of ``trigger.log_role``'s first pod to the trigger's log (see the module docstring)."""
 
-    def __init__(self, trigger: TrainingGroupTrigger) -> None:
+    def __init__(
+        self, trigger: TrainingGroupTrigger, group_pods: Callable[[], Awaitable[list[dict[str, Any]] | None]]
+    ) -> None:
         self.trigger = trigger
+        self.group_pods = group_pods  # the trigger's (shared) pod list: no request of its own to find the pod
         self.pod: dict[str, Any] | None = None
         self.restarts = -1
         self.cursors: dict[str, LogCursor] = {}  # pod uid -> where its log was shown up to
@@ -109,10 +112,13 @@ class LogFollower:
         )
 
     async def _find_pod(self) -> dict[str, Any] | None:
-        trigger = self.trigger
-        selector = f"{JOBSET_NAME_LABEL}={trigger.name},{ROLE_LABEL}={trigger.log_role},{JOB_INDEX_LABEL}=0"
-        pods = await trigger.hook.list_pods(trigger.namespace, selector)
-        started = [p for p in pods if (p.get("status") or {}).get("phase") not in (None, "Pending")]
+        wanted = {ROLE_LABEL: self.trigger.log_role, JOB_INDEX_LABEL: "0"}
+        started = [
+            p
+            for p in await self.group_pods() or []
+            if (p.get("status") or {}).get("phase") not in (None, "Pending")
+            and all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())
+        ]
         if not started:
             return None
         return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, "0") or 0))

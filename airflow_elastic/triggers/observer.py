@@ -25,7 +25,12 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   the subscriber decides (the trigger gives up after a few consecutive failures). The poller itself never dies on
   an API error.
 
-Pods, events and logs are not part of the shared observation: only the trigger that needs them fetches them.
+Pods and events are shared too, by :class:`SharedRead`: a trigger that needs the pods (or events) of its namespace
+for an observation asks for a list *begun after* that observation's JobSet list; the first to ask on the loop starts
+it, every other trigger asking in the same poll awaits the same request, and each filters the result to its own
+group. So every poll costs one JobSet list, at most one pod list and (only when a trigger needs them: a startup
+diagnosis, the end's warnings) one event list per (event loop, connection, namespace, selector), however many
+triggers wait. Logs are read per trigger, and only while its log pod exists.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -214,3 +220,44 @@ class JobSetObserver:
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except TimeoutError:
                 return
+
+
+ReadKey = tuple[str, str, str, str, str]  # (connection id, extras digest, namespace, kind, selector)
+
+
+class SharedRead:
+    """One list request shared by every trigger on the loop that needs it at about the same time (see the module
+    docstring). Entries live with their event loop (a weak mapping), one per key."""
+
+    _loops: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ReadKey, SharedRead]]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self) -> None:
+        self.started = float("-inf")
+        self.requests = 0
+        self._task: asyncio.Future[list[dict[str, Any]]] | None = None
+
+    @classmethod
+    async def read(
+        cls,
+        key: ReadKey,
+        fresh_since: float,
+        send: Callable[[], Awaitable[list[dict[str, Any]]]],
+    ) -> list[dict[str, Any]]:
+        """The result of a ``send()`` begun at or after ``fresh_since`` (``time.monotonic()``) for ``key``: joins
+        the one in flight or just finished, else sends a new one. Its error is every joiner's error.
+
+        Args:
+            key: what is listed: :func:`connection_identity`, namespace, kind (``pods``, ``events``) and selector.
+            fresh_since: the list must have begun after this (the JobSet list the caller is judging).
+            send: the request (made at most once per key and poll).
+        """
+        entries = cls._loops.setdefault(asyncio.get_running_loop(), {})
+        entry = entries.setdefault(key, cls())
+        if entry._task is None or entry.started < fresh_since:
+            entry.started, entry.requests = time.monotonic(), entry.requests + 1
+            entry._task = asyncio.ensure_future(send())
+            entry._task.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved, always
+        # Shielded: a trigger cancelled while waiting must not cancel the request the others wait for.
+        return await asyncio.shield(entry._task)

@@ -19,20 +19,30 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
 from airflow_elastic.triggers.logs import LogFollower
-from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
+from airflow_elastic.triggers.observer import (
+    MANAGED_SELECTOR,
+    JobSetObserver,
+    SharedRead,
+    Snapshot,
+    Subscription,
+    connection_identity,
+)
 from airflow_elastic.watch import Need, Observation, Step, Watch
 
+#: Every JobSet's pods (the label's key alone): one list serves every group of the namespace.
+JOBSET_PODS = JOBSET_NAME_LABEL
 #: Warning events logged with a terminal event.
 MAX_WARNINGS = 20
 ON_KILL_ACTIONS = ("delete", "keep")
@@ -70,6 +80,8 @@ class TrainingGroupTrigger(BaseTrigger):
         below_min_timeout: seconds the role may stay below ``elastic_min_replicas`` Ready pods (once it reached
             them in the current restart attempt) before ``elastic_below_min`` fires (the operator then restarts
             the group from its checkpoint). The clock lives in the trigger instance: a triggerer restart resets it.
+        settle_seconds: how long a failure is held while a pod has not reported its end, to see whether its node
+            was lost (a node-loss cascade, :mod:`airflow_elastic.cascade`); 0: never held.
     """
 
     def __init__(
@@ -93,6 +105,7 @@ class TrainingGroupTrigger(BaseTrigger):
         elastic_role: str | None = None,
         elastic_min_replicas: int = 0,
         below_min_timeout: float | None = None,
+        settle_seconds: float = SETTLE_SECONDS,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -115,6 +128,7 @@ class TrainingGroupTrigger(BaseTrigger):
         self.elastic_role = elastic_role
         self.elastic_min_replicas = elastic_min_replicas
         self.below_min_timeout = below_min_timeout
+        self.settle_seconds = settle_seconds
         self._watch = Watch(
             name,
             namespace,
@@ -129,9 +143,11 @@ class TrainingGroupTrigger(BaseTrigger):
             elastic_role=elastic_role,
             elastic_min_replicas=elastic_min_replicas,
             below_min_timeout=below_min_timeout,
+            settle_seconds=settle_seconds,
         )
         self._fired = False
-        self._logs = LogFollower(self)
+        self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
+        self._logs = LogFollower(self, self._group_pods)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -156,6 +172,7 @@ class TrainingGroupTrigger(BaseTrigger):
                 "elastic_role": self.elastic_role,
                 "elastic_min_replicas": self.elastic_min_replicas,
                 "below_min_timeout": self.below_min_timeout,
+                "settle_seconds": self.settle_seconds,
             },
         )
 
@@ -206,6 +223,7 @@ class TrainingGroupTrigger(BaseTrigger):
         while True:
             wait = self._watch.until_deadline(time.time()) if looked else None
             snapshot: Snapshot | None = await subscription.next(wait)
+            self._looked_at = snapshot.started if snapshot is not None else float("inf")  # pods/events after it
             looked = True
             now = time.time()
             if snapshot is None:  # the deadline passed while no list arrived
@@ -279,19 +297,27 @@ class TrainingGroupTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------------------------ pods and events
 
+    def _shared(self, kind: str, selector: str | None, send: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Any:
+        """``send``'s list shared with every trigger on the loop that needs it after the same JobSet list."""
+        identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
+        return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
+
     async def _group_pods(self) -> list[dict[str, Any]] | None:
-        """The group's pods; ``None`` when they could not be listed (the verdict stands without them)."""
+        """The group's pods, out of the namespace's JobSet pods listed once for the loop (:class:`SharedRead`);
+        ``None`` when they could not be listed (the verdict stands without them)."""
         try:
-            return await self.hook.list_pods(self.namespace, f"{JOBSET_NAME_LABEL}={self.name}")
+            pods = await self._shared("pods", JOBSET_PODS, lambda: self.hook.list_pods(self.namespace, JOBSET_PODS))
         except KubernetesApiError as exc:
             self.log.warning("could not list the pods of JobSet %s/%s: %s", self.namespace, self.name, exc)
             return None
+        return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) == self.name]
 
     async def _group_events(self, kind: str | None) -> list[dict[str, Any]] | None:
-        """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``); ``None``
-        when they could not be listed."""
+        """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``), out of the
+        namespace's events listed once for the loop; ``None`` when they could not be listed."""
+        selector = f"type={kind}" if kind else None
         try:
-            events = await self.hook.list_events(self.namespace, f"type={kind}" if kind else None)
+            events = await self._shared("events", selector, lambda: self.hook.list_events(self.namespace, selector))
         except KubernetesApiError as exc:
             self.log.warning("could not list the events of JobSet %s/%s: %s", self.namespace, self.name, exc)
             return None

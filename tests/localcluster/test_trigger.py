@@ -121,4 +121,4 @@ def test_many_concurrent_triggers_make_one_list_per_poll(hook, connection, names
     assert len(lists) == polls[0] >= 1  # one list per poll for all eight triggers
     assert [r for r in requests if r["verb"] == "get"] == []  # no per-object GETs
     pod_lists = local_cluster.requests(since=mark, namespace=namespace, verb="list", resource="pods")
-    assert len(pod_lists) == len(names)  # pods fetched once per trigger, at its end
+    assert 1 <= len(pod_lists) <= polls[0]  # at most one pod list per poll, shared by the triggers that need it

@@ -66,8 +66,8 @@ def pod(
 
 def _matches(labels: Mapping[str, str], selector: str | None) -> bool:
     for term in filter(None, (selector or "").split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
+        key, equals, value = term.partition("=")
+        if (labels.get(key) != value) if equals else (key not in labels):  # "key": the label exists
             return False
     return True
 
