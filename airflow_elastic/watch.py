@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_elastic import saved
-from airflow_elastic.evidence import Evidence, Stop, node_names
+from airflow_elastic import cascade, saved
+from airflow_elastic.evidence import Evidence, Stop, decisive, node_names
 from airflow_elastic.state import (
     BelowMin,
     GroupEvent,
@@ -139,6 +139,9 @@ class Watch:
         below_min_timeout: seconds the elastic role may stay below ``min_replicas`` (once reached in the restart
             attempt) before ``elastic_below_min``.
         max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once).
+        settle_seconds: how long a failure charged to the failure budget is held while a pod of the attempt has
+            not reported its end, to see whether its node was lost (:mod:`airflow_elastic.cascade`; needs
+            ``capture_evidence``); 0: never held.
         evidence: the evidence gathered so far; default: what the JobSet's annotation saved
             (:func:`airflow_elastic.saved.restore`), read on the first look at it, else none yet.
     """
@@ -161,6 +164,7 @@ class Watch:
         elastic_min_replicas: int = 0,
         below_min_timeout: float | None = None,
         max_errors: int = MAX_CONSECUTIVE_ERRORS,
+        settle_seconds: float = cascade.SETTLE_SECONDS,
         evidence: Evidence | None = None,
     ) -> None:
         self.name, self.namespace, self.uid = name, namespace, uid
@@ -176,6 +180,8 @@ class Watch:
             else None
         )
         self.max_errors = max_errors
+        self.settle_seconds = settle_seconds
+        self.held_since: float | None = None
         self.evidence = evidence if evidence is not None else Evidence()
         self._restored = evidence is not None or not capture_evidence
         self.errors = 0
@@ -225,13 +231,15 @@ class Watch:
         need = self._need(obs, status)
         if need is not None:
             return Step(need=need, observation=obs, status=status)
-        records = self._capture(obs, jobset)
+        records = self._capture(obs, jobset, status)
         if isinstance(records, Need):
             return Step(need=records, observation=obs, status=status)
         self.errors = 0
         self.last = (jobset, status)
-        save = saved.patch(self.evidence) if records else None
-        return replace(self._decide(obs, jobset, status, timed_out), records=tuple(records), save=save)
+        hold, root = self._settle_failure(obs, status)
+        records += [root] if root else []
+        step = Step(observation=obs, status=status) if hold else self._decide(obs, jobset, status, timed_out)
+        return replace(step, records=tuple(records), save=saved.patch(self.evidence) if records else None)
 
     def _decide(self, obs: Observation, jobset: Obj, status: GroupStatus, timed_out: bool) -> Step:
         pods = obs.pods
@@ -287,18 +295,44 @@ class Watch:
         events = startup and obs.events is None and "events" not in obs.unavailable
         return Need(pods=True, events=events) if pods else Need(events=True) if events else None
 
-    def _capture(self, obs: Observation, jobset: Obj) -> list[dict[str, Any]] | Need:
-        """Classify the pods that stopped since the last observation, asking for their nodes first."""
+    def _capture(self, obs: Observation, jobset: Obj, status: GroupStatus) -> list[dict[str, Any]] | Need:
+        """Classify the pods that stopped since the last observation, asking for their nodes first (and, for a
+        failure that may be held, for the nodes of the pods that have not reported their end)."""
         if not self.capture_evidence or obs.pods is None:
             return []
         if obs.nodes is None:
             self._stops = self.evidence.observe(obs.pods)
-            if names := node_names(self._stops):
+            names = node_names(self._stops)
+            if self.settle_seconds > 0 and status.phase == "Failed":
+                pods = cascade.unaccounted(cascade.attempt_pods(obs.pods, status.restarts))
+                names |= {node for node in map(cascade.node_of, pods) if node}
+            if names:
                 return Need(nodes=frozenset(names))
         stops, self._stops = self._stops, []
         return self.evidence.record(
             stops, obs.nodes or {}, jobset=jobset, transient_exit_codes=self.transient_exit_codes
         )
+
+    def _settle_failure(self, obs: Observation, status: GroupStatus) -> tuple[bool, dict[str, Any] | None]:
+        """For a ``Failed`` group whose attempt is charged to the failure budget: whether to hold the verdict (a pod
+        has not reported its end, within ``settle_seconds``), and the root-cause record of a node-loss cascade
+        (put first among the attempt's records, so it is the attempt's decisive cause)."""
+        if status.phase != "Failed" or not self.capture_evidence or self.settle_seconds <= 0 or obs.pods is None:
+            return False, None
+        attempt = status.restarts
+        records = self.evidence.records
+        found = [r for r in records if int(r.get("attempt", 0)) == attempt]
+        if (decisive(found) or {}).get("budget", "failure") != "failure":
+            return False, None  # a disruption or a declared transient exit already explains it
+        pods = cascade.attempt_pods(obs.pods, attempt)
+        failed = [r["pod"] for r in found if r.get("budget") == "failure"]
+        root = cascade.root_cause(pods, obs.nodes or {}, attempt, failed)
+        if root is not None:
+            first = next((i for i, r in enumerate(records) if int(r.get("attempt", 0)) == attempt), len(records))
+            records.insert(first, root)
+            return False, root
+        self.held_since = self.held_since if self.held_since is not None else obs.now
+        return bool(cascade.unaccounted(pods)) and obs.now - self.held_since < self.settle_seconds, None
 
     def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
         if status.phase != "Suspended":

@@ -51,6 +51,9 @@ LEADER_FAILED = fakes.pod(NAME, "leader", phase="Failed", exit_code=3, message="
 PAST = -3600.0  # a startup deadline this far before the start: already passed
 ELASTIC = {"elastic_role": "worker", "elastic_min_replicas": 2}
 BUSY = ServerError(503, "ServiceUnavailable", "busy")
+# A worker's node vanished (the fake nodes are all gone): its pod never reported, its peer's collective failed.
+SURVIVOR = dict(fakes.pod(NAME, "worker", phase="Failed", exit_code=1, index=0), spec={"nodeName": "n1"})
+SILENT = dict(fakes.pod(NAME, "worker", phase="Running", index=1), spec={"nodeName": "n2"})
 
 
 @dataclass
@@ -95,6 +98,7 @@ SCENARIOS = {
     "permission error": Scenario([Forbidden(403, "Forbidden", "cannot get jobsets")]),
     "success": Scenario([(group(DONE), [LEADER_METRICS])]),
     "failure": Scenario([(group(FAILED, restarts=1, restartsCountTowardsMax=1), [LEADER_FAILED])]),
+    "node-loss cascade": Scenario([(group(FAILED), [SURVIVOR, SILENT])]),
 }
 
 
@@ -176,6 +180,7 @@ EXPECTED = {
     "permission error": "error",
     "success": "succeeded",
     "failure": "failed",
+    "node-loss cascade": "failed",  # with evidence: its root cause is the silent pod's lost node
 }
 
 
@@ -186,3 +191,5 @@ def test_sync_and_async_loops_give_the_same_verdict(name, capture):
     sync, deferred = sync_verdict(SCENARIOS[name], **extra), async_verdict(SCENARIOS[name], **extra)
     assert sync.status == EXPECTED[name]
     assert sync == deferred
+    if capture and name == "node-loss cascade":
+        assert (sync.evidence[0]["pod"], sync.evidence[0]["rule"]) == (SILENT["metadata"]["name"], "node-loss-cascade")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.operators import attempts
 from airflow_elastic.saved import EVIDENCE_ANNOTATION
 from airflow_elastic.state import group_status
 from airflow_elastic.watch import Need, Observation, Watch
@@ -93,3 +94,84 @@ def test_an_unreadable_saved_evidence_is_ignored():
     watch = Watch("g", "ml", capture_evidence=True)
     assert watch.observe(Observation(1.0, garbled).given(pods=[])).verdict is None
     assert watch.evidence.records == []
+
+
+# ------------------------------------------------------------------------------------------ node-loss cascades
+
+FAILED_GROUP = jobset([("Failed", "True", "FailedJobs", "jobset failed")])
+NODE_READY = {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+NODE_UNKNOWN = {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}}
+
+
+def group_pod(index: int, node: str, phase: str, exit_code: int | None = None) -> dict:
+    """Worker ``index`` of attempt 0 on ``node``; exit code: its container's own exit."""
+    labels = {"jobset.sigs.k8s.io/replicatedjob-name": "worker", "jobset.sigs.k8s.io/restart-attempt": "0"}
+    status: dict = {"phase": phase}
+    if exit_code is not None:
+        terminated = {"exitCode": exit_code, "reason": "Error", "finishedAt": "2026-03-01T10:00:00Z"}
+        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
+    meta = {"name": f"g-worker-{index}-0-x", "uid": f"w{index}", "labels": labels}
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
+
+
+SURVIVOR = group_pod(0, "n1", "Failed", exit_code=1)  # its collective failed when its peer vanished
+SILENT = group_pod(1, "n2", "Running")  # on the vanished node: its kubelet never reports again
+
+
+def look(watch: Watch, now: float, pods: list, nodes: dict):
+    """One observation of the failed group, fetching what the watch asks for (a node not in ``nodes`` is gone)."""
+    step = watch.observe(Observation(now, FAILED_GROUP))
+    while step.need is not None:
+        fetched = {n: nodes.get(n) for n in step.need.nodes} if step.need.nodes else None
+        step = watch.observe(step.observation.given(pods=pods if step.need.pods else None, nodes=fetched))
+    return step
+
+
+def charge(verdict) -> tuple[str, str, str]:
+    decision = attempts.decide(verdict, attempts.History(), max_preemptions=3, started=0.0, gpus=0)
+    return decision.outcome, decision.cause["cause"], decision.cause["pod"]
+
+
+def test_survivors_failing_after_a_peers_node_vanished_are_a_node_loss():
+    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=90.0)
+    held = look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY})  # n2 still looks Ready
+    assert held.verdict is None and [r["cause"] for r in held.records] == ["user_error"]
+    step = look(watch, 45.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_UNKNOWN})  # the grace period passed
+    assert step.verdict is not None and step.verdict.status == "failed"
+    (root,) = step.records  # what the log shows: the lost node and pod, not the survivors' exits
+    assert (root["pod"], root["node"], root["rule"]) == ("g-worker-1-0-x", "n2", "node-loss-cascade")
+    assert "Ready=Unknown" in root["evidence"][0] and "g-worker-0-0-x" in root["evidence"][0]
+    assert charge(step.verdict) == ("resubmit", "node_loss", "g-worker-1-0-x")
+    assert step.save is not None  # a restarted waiter knows it too
+
+
+def test_a_silent_pod_whose_node_is_gone_is_the_root_cause_at_once():
+    step = look(Watch("g", "ml", capture_evidence=True), 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY})
+    assert step.verdict is not None and charge(step.verdict) == ("resubmit", "node_loss", "g-worker-1-0-x")
+
+
+def test_a_genuine_failure_is_held_only_until_every_pod_reported():
+    watch = Watch("g", "ml", capture_evidence=True)
+    assert look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY}).verdict is None
+    stopped = group_pod(1, "n2", "Failed", exit_code=143)  # the JobSet stopped it; its kubelet reported
+    step = look(watch, 2.0, [SURVIVOR, stopped], {"n1": NODE_READY, "n2": NODE_READY})
+    assert step.verdict is not None and charge(step.verdict)[:2] == ("failed", "user_error")
+
+
+def test_the_hold_is_bounded_and_can_be_turned_off():
+    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=30.0)
+    nodes = {"n1": NODE_READY, "n2": NODE_READY}
+    assert look(watch, 0.0, [SURVIVOR, SILENT], nodes).verdict is None
+    assert look(watch, 29.0, [SURVIVOR, SILENT], nodes).verdict is None
+    assert look(watch, 30.0, [SURVIVOR, SILENT], nodes).verdict.status == "failed"
+    unheld = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    assert look(unheld, 0.0, [SURVIVOR, SILENT], nodes).verdict.status == "failed"
+
+
+def test_a_node_that_cannot_be_read_is_not_taken_as_lost():
+    watch = Watch("g", "ml", capture_evidence=True)
+    step = watch.observe(Observation(0.0, FAILED_GROUP))
+    step = watch.observe(step.observation.given(pods=[SURVIVOR, SILENT]))
+    assert step.need == Need(nodes=frozenset({"n1", "n2"}))
+    step = watch.observe(step.observation.given(nodes={"n1": NODE_READY}))  # n2 unreadable (an API error)
+    assert step.verdict is None and all(r["cause"] == "user_error" for r in step.records)
