@@ -1,0 +1,66 @@
+"""A node-loss cascade under ``airflow dags test`` on the local cluster (``dags/node_loss_dags.py``): the worker's
+node vanishes, the leader fails first (exit 1), and the task still succeeds in try 1, resubmitted from the checkpoint
+with the lost node, not the leader's exit, as the attempt's cause."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from airflow_elastic import checkpoints
+from airflow_elastic.localcluster import LocalCluster
+from tests.airflow.airflow_env import dags_test, tail, task_states
+from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
+
+DAG_ID = "training_group_node_loss"
+ROLE = "jobset.sigs.k8s.io/replicatedjob-name"
+#: Unreachable soon (the node-monitor grace period, shortened), then deleted and replaced (the pool stays whole).
+VANISH = {"style": "vanish", "unreachable_after": 3.0, "delete_after": 6.0, "replace_after": 0.5}
+
+
+def _vanish_worker_node(cluster: LocalCluster, k8s_client, namespace: str, base: Path, done: threading.Event) -> str:
+    """Make the worker's node vanish once the checkpoints reach step 2; the pod that was lost."""
+    while not done.is_set():
+        latest = checkpoints.latest_complete(None, str(base / "nl-cascade"))
+        workers = [
+            p
+            for js in jobsets(k8s_client, namespace)
+            for p in pods_of(k8s_client, namespace, js)
+            if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
+            and p.status.phase == "Running"
+        ]
+        if latest is not None and latest.step >= 2 and workers:
+            cluster.preempt_node(workers[0].spec.node_name, **VANISH)
+            return workers[0].metadata.name
+        time.sleep(0.2)
+    return ""
+
+
+def test_survivors_failing_after_a_vanished_node_are_resubmitted_in_try_1(
+    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+):
+    base, done = tmp_path / "ckpt", threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(dags_test, DAG_ID, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+        try:
+            lost = _vanish_worker_node(local_cluster, k8s_client, namespace, base, done)
+        finally:
+            done.set()
+            out = run.result().stdout
+    assert task_states(airflow_db, DAG_ID) == {"cascade": "success"}, tail(out, 200)
+    connection = sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True)
+    try:
+        (tries,) = connection.execute("SELECT try_number FROM task_instance WHERE dag_id = ?", (DAG_ID,)).fetchone()
+    finally:
+        connection.close()
+    assert tries == 1
+    result = xcom(airflow_db, DAG_ID, "cascade")
+    first, second = result["attempts"]
+    assert (first["outcome"], first["cause"], second["outcome"]) == ("resubmit", "node_loss", "succeeded"), result
+    assert result["metrics"]["resumed_from"] >= 2, result["metrics"]
+    # The log names the root cause, the lost pod, not the leader's exit that followed it.
+    assert f"pod {lost} (role worker" in out and "node-loss-cascade" in out, tail(out, 200)
+    assert "collective failed" in out or "exited 1" in out, tail(out, 200)
