@@ -1,24 +1,27 @@
-"""Fan-in of deferred waits: N concurrent ``TrainingGroupTrigger``s sharing one JobSet list per poll, against the
-cncf-style baseline of one GET per object per poll; every figure is a ratio measured in the same run.
+"""Fan-in of deferred waits: N concurrent ``TrainingGroupTrigger``s built as the operator builds them, against the
+cncf-style baseline of one GET per object per poll; every figure is measured in the same run.
 
-For each N (default 10, 100, 1000) and each design, the bench creates N JobSets in a fresh namespace of a
-``LocalCluster`` and starts N waits on one event loop. The JobSets are created **suspended** (so no pod processes
-run, which keeps N=1000 cheap), and a separate thread marks each one finished at a random time 1..``--max-delay`` s
-after the waits start, through the ``/status`` subresource (``CustomObjectsApi.patch_namespaced_custom_object_status``:
-a ``Completed`` or, for one JobSet in ten, a ``Failed`` condition plus ``terminalState``), as the JobSet controller
-would. Each wait must fire exactly once, with the right status.
+For each N (default 10, 100, 1000) the bench runs ``TrainingGroupOperator.execute()`` N times in a fresh namespace
+of a ``LocalCluster``: each creates its JobSet and raises ``TaskDeferred`` with its trigger (evidence capture and log
+following on, as always). The JobSets are **suspended** manifests (``jobset=``), so no pod processes run, which
+keeps N=1000 cheap. Then the N triggers run on one event loop ("shared"), and afterwards N per-object pollers on the
+same JobSets, re-created ("per-object"). A separate thread marks each JobSet finished at a random time
+1..``--max-delay`` s after the waits start, through the ``/status`` subresource (a ``Completed`` or, for one JobSet
+in ten, a ``Failed`` condition plus ``terminalState``), as the JobSet controller would. Each wait must fire exactly
+once, with the right status.
 
-Measured from the server's request log (``LocalCluster.requests(since=mark)``, the waits' own requests only: JobSet
-get/list, and the pods/events the trigger reads once at the end):
+Measured from the server's request log (``LocalCluster.requests(since=mark)``: the waits' own get/list requests,
+with the bytes of each reply):
 
-- API requests per minute while the waits run;
+- requests and bytes per poll interval while the waits run (JobSet lists or GETs, plus the pods, events and logs
+  the trigger reads);
 - detection latency: the time a wait fired minus the time its JobSet was marked finished (p50, p95, max).
 
 Usage: ``python bench/trigger_fanin.py [--sizes 10,100,1000] [--poll 2] [--max-delay 20] [--seed 1]``; the default
-run takes about 4 minutes on 2 cores (``--max-delay`` per design and size, plus creating 2 x 1000 JobSets);
-``--sizes 10,100 --max-delay 5`` takes about half a minute. Machines here are shared and noisy:
-compare ratios, not seconds. The baseline opens one HTTPS session per GET (as ``AsyncKubernetesHook.get_conn``
-does), so at N=1000 it also shows how a per-object design falls behind its poll interval.
+run takes several minutes on 2 cores (``--max-delay`` per design and size, plus 2 x 1000 JobSet creations);
+``--sizes 10,100 --max-delay 5`` takes about half a minute. Machines here are shared and noisy: compare ratios, not
+seconds. The baseline opens one HTTPS session per GET (as ``AsyncKubernetesHook.get_conn`` does), so at N=1000 it
+also shows how a per-object design falls behind its poll interval.
 """
 
 from __future__ import annotations
@@ -32,14 +35,17 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client, config
 
 from airflow_elastic.hooks import AsyncJobSetHook, JobSetHook, NotFound
 from airflow_elastic.localcluster import LocalCluster
+from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.state import GroupEvent, group_status
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
@@ -51,15 +57,49 @@ log = logging.getLogger("bench.trigger_fanin")
 
 
 def jobset(name: str) -> dict[str, Any]:
-    """A suspended one-pod JobSet with the provider's label (it never starts a process)."""
-    container = {"name": "c", "image": "busybox", "command": ["true"]}
+    """A suspended one-pod JobSet manifest (it never starts a process); the operator adds its labels."""
+    container = {"name": "trainer", "image": "busybox", "command": ["true"]}
     job = {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "JobSet",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "airflow-elastic"}},
+        "metadata": {"name": name},
         "spec": {"suspend": True, "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job}}]},
     }
+
+
+@dataclass
+class TaskInstance:
+    """What ``execute()`` reads of its task instance."""
+
+    task_id: str
+    dag_id: str = "bench_fanin"
+    run_id: str = "manual__bench"
+    map_index: int = -1
+    try_number: int = 1
+    start_date: Any = None
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        pass
+
+
+class StateStore(dict):
+    """``task_state_store``: where the operator reserves its JobSet name."""
+
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        self[key] = value
+
+
+def deferred(namespace: str, index: int, poll: float) -> TrainingGroupTrigger:
+    """``TrainingGroupOperator.execute()`` creates the JobSet and defers: its trigger, as the triggerer gets it."""
+    op = TrainingGroupOperator(
+        task_id=f"g{index:04d}", jobset=jobset("g"), namespace=namespace, kubernetes_conn_id=CONN_ID, poll_interval=poll
+    )
+    try:
+        op.execute({"ti": TaskInstance(op.task_id), "task_state_store": StateStore()})  # type: ignore[arg-type]
+    except TaskDeferred as defer:
+        return defer.trigger  # type: ignore[return-value]
+    raise SystemExit(f"{op.task_id}: execute() did not defer")
 
 
 class PerObjectPollTrigger:
@@ -86,17 +126,16 @@ class Result:
     design: str
     size: int
     observations: int  # JobSet get/list requests
-    requests: int  # all get/list requests of the waits (the trigger also reads pods and events once, at the end)
+    requests: int  # all get/list requests of the waits (JobSets, pods, events, logs)
+    status_bytes: int  # bytes of the JobSet replies
+    all_bytes: int  # bytes of every reply
     seconds: float
+    poll: float
     latencies: list[float]
+    by_kind: dict[str, int] = field(default_factory=dict)  # "verb resource[/subresource]" -> requests
 
-    @property
-    def per_minute(self) -> float:
-        return self.requests / self.seconds * 60
-
-    @property
-    def observations_per_minute(self) -> float:
-        return self.observations / self.seconds * 60
+    def per_poll(self, count: float) -> float:
+        return count / (self.seconds / self.poll)
 
     def quantile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -123,20 +162,21 @@ def measure(
     size: int,
     make_wait: Callable[[str, str], Any],
     max_delay: float,
+    poll: float,
     rng: random.Random,
 ) -> Result:
+    """Create ``size`` JobSets through the operator, run ``make_wait(trigger, namespace)`` for each, measure."""
     namespace = f"fanin-{design[:6]}-{size}-{uuid.uuid4().hex[:4]}"
     client.CoreV1Api(custom.api_client).create_namespace({"metadata": {"name": namespace}})
-    names = [f"g{i:04d}" for i in range(size)]
-    for name in names:
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, jobset(name))
+    triggers = {t.name: t for t in (deferred(namespace, i, poll) for i in range(size))}
+    names = sorted(triggers)
     plan = {n: (rng.uniform(1.0, max_delay), "Failed" if rng.random() < 0.1 else "Completed") for n in names}
     fired: dict[str, float] = {}
     finished: dict[str, float] = {}
 
     async def waits() -> dict[str, dict[str, Any]]:
         async def one(name: str) -> tuple[str, dict[str, Any]]:
-            payload = await make_wait(name, namespace)
+            payload = await make_wait(triggers[name], namespace)
             fired[name] = time.time()
             return name, payload
 
@@ -155,8 +195,24 @@ def measure(
         raise SystemExit(f"{design} N={size}: wrong verdicts for {wrong[:5]} ({len(wrong)} in all)")
     requests = [r for r in cluster.requests(since=mark, namespace=namespace) if r["verb"] in WAIT_VERBS]
     client.CoreV1Api(custom.api_client).delete_namespace(namespace)
-    observations = sum(r["resource"] == JOBSETS for r in requests)
-    return Result(design, size, observations, len(requests), seconds, [fired[n] - finished[n] for n in names])
+    status = [r for r in requests if r["resource"] == JOBSETS]
+    return Result(
+        design,
+        size,
+        len(status),
+        len(requests),
+        sum(r.get("bytes", 0) for r in status),
+        sum(r.get("bytes", 0) for r in requests),
+        seconds,
+        poll,
+        [fired[n] - finished[n] for n in names],
+        dict(
+            Counter(
+                f"{r['verb']} {r['resource'].split('.')[0]}{'/' if r['subresource'] else ''}{r['subresource']}"
+                for r in requests
+            )
+        ),
+    )
 
 
 def main() -> None:
@@ -175,22 +231,24 @@ def main() -> None:
         extras = JobSetHook(CONN_ID).get_connection_extras()
         custom = client.CustomObjectsApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
 
-        async def shared(name: str, namespace: str) -> dict[str, Any]:
-            trigger = TrainingGroupTrigger(name, namespace, CONN_ID, poll_interval=args.poll, connection_extras=extras)
+        async def shared(trigger: TrainingGroupTrigger, namespace: str) -> dict[str, Any]:
             (payload,) = [event.payload async for event in trigger.run()]
             return payload
 
-        async def per_object(name: str, namespace: str) -> dict[str, Any]:
+        async def per_object(trigger: TrainingGroupTrigger, namespace: str) -> dict[str, Any]:
             hook = AsyncJobSetHook(CONN_ID, connection_extras=extras)
-            return await PerObjectPollTrigger(hook, name, namespace, args.poll).run()
+            return await PerObjectPollTrigger(hook, trigger.name, namespace, args.poll).run()
 
         rows = []
         for size in (int(s) for s in args.sizes.split(",")):
-            ours = measure(cluster, custom, "shared", size, shared, args.max_delay, rng)
-            base = measure(cluster, custom, "per-object", size, per_object, args.max_delay, rng)
+            ours = measure(cluster, custom, "shared", size, shared, args.max_delay, args.poll, rng)
+            base = measure(cluster, custom, "per-object", size, per_object, args.max_delay, args.poll, rng)
             rows.append((size, ours, base))
             log.warning(
-                "N=%d done: shared %.0f req/min, per-object %.0f req/min", size, ours.per_minute, base.per_minute
+                "N=%d done: shared %.1f req/poll, per-object %.1f req/poll",
+                size,
+                ours.per_poll(ours.requests),
+                base.per_poll(base.requests),
             )
 
     log.warning("\n".join(table(rows, args.poll, args.max_delay)))
@@ -199,28 +257,36 @@ def main() -> None:
 def table(rows: list[tuple[int, Result, Result]], poll: float, max_delay: float) -> list[str]:
     """The report: per size, both designs and the per-object / shared ratios."""
     lines = [
-        f"poll={poll}s, JobSets finish 1..{max_delay}s after the start (10% Failed); all waits on one event loop",
-        f"{'N':>5} {'design':>10} {'JobSet req/min':>15} {'all req/min':>12} {'lat p50':>8} {'lat p95':>8} "
-        f"{'lat max':>8}",
+        f"poll={poll}s, JobSets finish 1..{max_delay}s after the start (10% Failed); all waits on one event loop; "
+        "triggers built by TrainingGroupOperator.execute()",
+        f"{'N':>5} {'design':>10} {'req/poll':>9} {'JobSet req':>11} {'KiB/poll':>9} {'JobSet KiB':>11} "
+        f"{'lat p50':>8} {'lat p95':>8} {'lat max':>8}",
     ]
     for size, ours, base in rows:
         for r in (ours, base):
             lines.append(
-                f"{size:>5} {r.design:>10} {r.observations_per_minute:>15.0f} {r.per_minute:>12.0f} "
+                f"{size:>5} {r.design:>10} {r.per_poll(r.requests):>9.1f} {r.per_poll(r.observations):>11.1f} "
+                f"{r.per_poll(r.all_bytes) / 1024:>9.1f} {r.per_poll(r.status_bytes) / 1024:>11.1f} "
                 f"{r.quantile(0.5):>7.2f}s {r.quantile(0.95):>7.2f}s {max(r.latencies):>7.2f}s"
             )
         ratios = (
-            base.observations_per_minute / ours.observations_per_minute,
-            base.per_minute / ours.per_minute,
-            base.quantile(0.5) / ours.quantile(0.5),
-            base.quantile(0.95) / ours.quantile(0.95),
-            max(base.latencies) / max(ours.latencies),
+            base.per_poll(base.requests) / ours.per_poll(ours.requests),
+            base.per_poll(base.observations) / ours.per_poll(ours.observations),
+            base.per_poll(base.all_bytes) / ours.per_poll(ours.all_bytes),
+            base.per_poll(base.status_bytes) / ours.per_poll(ours.status_bytes),
         )
-        cells = [f"x{ratio:.1f}" for ratio in ratios[:2]] + [f"x{ratio:.2f}" for ratio in ratios[2:]]
-        lines.append(f"{size:>5} {'ratio':>10} {cells[0]:>15} {cells[1]:>12} {cells[2]:>8} {cells[3]:>8} {cells[4]:>8}")
+        cells = [f"x{ratio:.1f}" for ratio in ratios]
+        lines.append(f"{size:>5} {'ratio':>10} {cells[0]:>9} {cells[1]:>11} {cells[2]:>9} {cells[3]:>11}")
+        kept_up = size / ours.per_poll(ours.requests)
+        lines.append(
+            f"{'':>5} {'':>10} per-object polling that kept up would send {size} requests per poll: x{kept_up:.0f}"
+        )
+        kinds = ", ".join(f"{kind} {ours.per_poll(count):.2f}" for kind, count in sorted(ours.by_kind.items()))
+        lines.append(f"{'':>5} {'shared':>10} requests per poll by kind: {kinds}")
     lines.append(
-        "ratio = per-object / shared (>1: the shared design makes fewer requests / detects sooner). 'all' adds the "
-        "pods and events the trigger reads once per group at the end, which the baseline does not read at all."
+        "per poll = per poll interval of wall time; ratio = per-object / shared (>1: the shared design sends fewer "
+        "requests / bytes). The shared design also reads the pods (for evidence) and, at the end, events, which the "
+        "baseline never reads."
     )
     return lines
 

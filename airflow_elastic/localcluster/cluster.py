@@ -233,7 +233,8 @@ class LocalCluster(FaultInjection):
     ) -> list[dict[str, Any]]:
         """Requests the server answered after mark ``since``: dicts with ``verb`` (get, list, watch, create,
         update, patch, delete, deletecollection), ``resource`` (e.g. ``jobsets.jobset.x-k8s.io``),
-        ``subresource``, ``namespace``, ``name``, ``code``, ``user_agent``, ``method``, ``path``, ``query``.
+        ``subresource``, ``namespace``, ``name``, ``code``, ``bytes`` (of the reply body), ``user_agent``, ``method``,
+        ``path``, ``query``.
         Filters match exactly, except ``user_agent`` (a substring)."""
         items = self.get("/debug/requests?" + urllib.parse.urlencode({"since": since}))["items"]
         return [

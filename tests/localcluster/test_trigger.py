@@ -119,6 +119,7 @@ def test_many_concurrent_triggers_make_one_list_per_poll(hook, connection, names
     requests = [r for r in local_cluster.requests(since=mark, namespace=namespace) if r["resource"] == JOBSETS]
     lists = [r for r in requests if r["verb"] == "list"]
     assert len(lists) == polls[0] >= 1  # one list per poll for all eight triggers
+    assert all(r["bytes"] > 0 for r in lists)  # the request log records each reply's size (the fan-in bench reads it)
     assert [r for r in requests if r["verb"] == "get"] == []  # no per-object GETs
     pod_lists = local_cluster.requests(since=mark, namespace=namespace, verb="list", resource="pods")
     assert 1 <= len(pod_lists) <= polls[0]  # at most one pod list per poll, shared by the triggers that need it

@@ -153,6 +153,8 @@ class ApiServer:
             "method": request.method,
             "query": request.query_string,
             "code": response.status,
+            # A plain reply's body, or what a stream (watch, followed log) wrote so far.
+            "bytes": len(response.body) if isinstance(getattr(response, "body", None), bytes) else response.body_length,
             "user_agent": request.headers.get("User-Agent", ""),
             "seconds": round(time.monotonic() - start, 6),
         }
