@@ -196,8 +196,9 @@ class Watch:
         return f"JobSet {self.namespace}/{self.name}"
 
     def until_deadline(self, now: float) -> float | None:
-        """Seconds left to ``deadline`` (0 once passed), ``None`` without one."""
-        return None if self.deadline is None else max(0.0, self.deadline - now)
+        """Seconds left to ``deadline`` (0 once passed), ``None`` without one, or while a failure is held (the
+        next look decides: a group seen finished reports its real outcome, and the hold is bounded)."""
+        return None if self.deadline is None or self.held_since is not None else max(0.0, self.deadline - now)
 
     def sleep_for(self, now: float, poll_interval: float) -> float:
         """How long a polling loop sleeps: a poll interval, or less when a deadline that matters comes first."""

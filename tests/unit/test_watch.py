@@ -168,6 +168,14 @@ def test_the_hold_is_bounded_and_can_be_turned_off():
     assert look(unheld, 0.0, [SURVIVOR, SILENT], nodes).verdict.status == "failed"
 
 
+def test_a_deadline_passing_during_the_hold_does_not_hide_the_outcome():
+    watch = Watch("g", "ml", capture_evidence=True, deadline=5.0)
+    assert look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY}).verdict is None
+    assert watch.until_deadline(6.0) is None  # a trigger waits for its next look instead of a deadline tick
+    step = look(watch, 7.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_UNKNOWN})
+    assert step.verdict is not None and step.verdict.status == "failed"
+
+
 def test_a_node_that_cannot_be_read_is_not_taken_as_lost():
     watch = Watch("g", "ml", capture_evidence=True)
     step = watch.observe(Observation(0.0, FAILED_GROUP))
