@@ -20,8 +20,8 @@ with the bytes of each reply):
 Usage: ``python bench/trigger_fanin.py [--sizes 10,100,1000] [--poll 2] [--max-delay 20] [--seed 1]``; the default
 run takes several minutes on 2 cores (``--max-delay`` per design and size, plus 2 x 1000 JobSet creations);
 ``--sizes 10,100 --max-delay 5`` takes about half a minute. Machines here are shared and noisy: compare ratios, not
-seconds. The baseline opens one HTTPS session per GET (as ``AsyncKubernetesHook.get_conn`` does), so at N=1000 it
-also shows how a per-object design falls behind its poll interval.
+seconds. Each baseline poller has its own hook (its own kept-alive session, as each trigger has); at N=1000 it shows
+how a per-object design falls behind its poll interval.
 """
 
 from __future__ import annotations

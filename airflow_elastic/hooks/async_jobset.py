@@ -6,15 +6,18 @@ subclassed), so connection handling is the provider's: the same connection extra
 exec-plugin credentials reloaded on every request. A connection that is missing or names no cluster is refused
 before the first request, as in the sync hook (:mod:`airflow_elastic.hooks.connection`).
 
-Each request opens its own ``ApiClient`` (an aiohttp session) and closes it: a session is bound to the event
-loop it was made on, and ``airflow dags test`` runs each trigger on a fresh loop, so a cached client would fail
-on the next run. For a trigger that polls every few seconds the cost (one TLS handshake per poll) is small.
+A hook reuses one ``ApiClient`` (an aiohttp session: pooled, kept-alive HTTP/TLS connections) for its requests
+on one event loop, instead of a handshake per request; a session is bound to its loop, so a request on another
+loop (``airflow dags test`` runs each trigger on a fresh one) opens a new one. :meth:`AsyncJobSetHook.close` closes
+it once no request is using it (the trigger does at its end); a 401 rebuilds it with fresh credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientError
@@ -33,6 +36,22 @@ from airflow_elastic.logcursor import LogRequest
 
 #: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ClientError, TimeoutError, OSError)
+
+
+@dataclass
+class _Session:
+    """An open ``get_conn()`` on one loop, and how many requests are using it."""
+
+    loop: asyncio.AbstractEventLoop
+    opener: contextlib.AbstractAsyncContextManager[Any]
+    client: Any
+    users: int = 0
+    closing: bool = False
+
+    async def release(self) -> None:
+        self.users -= 1
+        if self.closing and self.users == 0:
+            await self.opener.__aexit__(None, None, None)
 
 
 class AsyncJobSetHook(BaseHook):
@@ -74,6 +93,7 @@ class AsyncJobSetHook(BaseHook):
         self.retry = retry or RetryPolicy()
         self._checked = False
         self.kubernetes_hook = self._new_kubernetes_hook()
+        self._session: _Session | None = None
 
     def _new_kubernetes_hook(self) -> AsyncKubernetesHook:
         return AsyncKubernetesHook(
@@ -161,9 +181,30 @@ class AsyncJobSetHook(BaseHook):
 
     # ------------------------------------------------------------------------------------------- plumbing
 
+    async def close(self) -> None:
+        """Close the session this hook reuses, as soon as no request is using it (the next request opens one)."""
+        session, self._session = self._session, None
+        if session is None or session.loop is not asyncio.get_running_loop():
+            return  # another loop's session cannot be closed from here (that loop has ended)
+        session.closing, session.users = True, session.users + 1
+        await session.release()
+
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[Any]:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.loop is not loop:
+            opener = self.kubernetes_hook.get_conn()
+            self._session = _Session(loop, opener, await opener.__aenter__())
+        session = self._session
+        session.users += 1
+        try:
+            yield session.client
+        finally:
+            await session.release()
+
     async def _send(self, op: ops.Operation) -> bytes:
         await self._checked_extras()
-        async with self.kubernetes_hook.get_conn() as api_client:
+        async with self._client() as api_client:
             api = getattr(k8s, op.api)(api_client)
             try:
                 if op.path:
@@ -190,5 +231,6 @@ class AsyncJobSetHook(BaseHook):
                     return None
                 step = attempts.after(error)
                 if step.refresh:
+                    await self.close()
                     self.kubernetes_hook = self._new_kubernetes_hook()
                 await asyncio.sleep(step.delay)

@@ -198,6 +198,14 @@ class JobSetObserver:
             self._task.cancel()
 
     async def _poll(self) -> None:
+        try:
+            await self._poll_while_subscribed()
+        finally:  # the session the lists reused on the first subscriber's hook (it may have closed it already)
+            close = getattr(self.hook, "close", None)
+            if close is not None:
+                await close()
+
+    async def _poll_while_subscribed(self) -> None:
         while self.subscribers:
             started = time.monotonic()
             try:

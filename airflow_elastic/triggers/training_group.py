@@ -192,6 +192,8 @@ class TrainingGroupTrigger(BaseTrigger):
         except Exception as exc:  # the contract: an event, never an exception
             self.log.exception("waiting for JobSet %s/%s failed", self.namespace, self.name)
             event = self._watch.error(f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
+        finally:  # also when cancelled: the hook's reused HTTP session is closed, not left to the garbage collector
+            await self._close_hook()
         self._fired = True
         yield TriggerEvent(event.to_payload())
 
@@ -349,3 +351,9 @@ class TrainingGroupTrigger(BaseTrigger):
             return
         self.log.info("deleting JobSet %s/%s (task killed)", self.namespace, self.name)
         await self.hook.delete_jobset(self.namespace, self.name, propagation="Foreground")
+        await self._close_hook()
+
+    async def _close_hook(self) -> None:
+        close = getattr(self.__dict__.get("hook"), "close", None)  # a hook that keeps no session has none
+        if close is not None:
+            await close()

@@ -217,3 +217,44 @@ def test_log_chunks_carry_stable_timestamps_and_honour_since_time_and_limit_byte
         return await ahook.read_pod_log_chunk(namespace, pod, "trainer", LogRequest(since_time="2000-01-01T00:00:00Z"))
 
     assert asyncio.run(from_the_trigger_side()) == whole
+
+
+def test_the_async_hook_reuses_one_session_and_closes_it(hook, connection, namespace):
+    """One aiohttp session (kept-alive HTTP/TLS connections) for every request of a hook on a loop, not one each."""
+
+    async def scenario() -> tuple[int, bool, bool]:
+        ahook = AsyncJobSetHook(connection, connection_extras=hook.get_connection_extras())
+        sessions = set()
+        for _ in range(3):
+            await ahook.list_jobsets(namespace)
+            await ahook.list_pods(namespace)
+            sessions.add(id(ahook._session.client.rest_client.pool_manager))
+        pool = ahook._session.client.rest_client.pool_manager
+        # Six sequential requests left exactly one idle keep-alive connection: they all went over it.
+        connector_reused = [len(idle) for idle in pool.connector._conns.values()] == [1]
+        await ahook.close()
+        return len(sessions), connector_reused, pool.closed
+
+    assert asyncio.run(scenario()) == (1, True, True)
+
+
+def test_a_reused_session_whose_token_expired_is_rebuilt_with_fresh_credentials(tmp_path):
+    """The session is reused, so a rotated token shows as a 401 on it: the hook rebuilds it and the request succeeds."""
+    from airflow_elastic.localcluster import LocalCluster, NodePool
+
+    with LocalCluster(tmp_path / "cluster", nodes=[NodePool("cpu", count=1)]) as cluster:
+
+        async def scenario() -> list[str]:
+            ahook = AsyncJobSetHook("unused", connection_extras={"kube_config_path": str(cluster.kubeconfig)})
+            await ahook.list_pods("default")
+            first = ahook._session
+            marks.append(cluster.request_count())
+            cluster.expire_token()  # the kubeconfig now holds the new token; the open session the old one
+            nodes = await ahook.get_node("cpu-0")
+            assert ahook._session is not first
+            await ahook.close()
+            return [nodes["metadata"]["name"]]
+
+        marks: list[int] = []
+        assert asyncio.run(scenario()) == ["cpu-0"]
+        assert [r["code"] for r in cluster.requests(since=marks[0])] == [401, 200]  # refused once, then rebuilt
