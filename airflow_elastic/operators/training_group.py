@@ -85,6 +85,11 @@ class TrainingGroupOperator(BaseOperator):
             lifetime); past them the group is deleted and the task fails.
         checkpoint_seconds: how long one checkpoint takes to write, for the Young/Daly advice logged at the end
             (a ``write_seconds`` field in the checkpoint marker wins).
+        settle_seconds: seconds (or a ``timedelta``) a failure is held while a pod of the attempt has not reported
+            its end, to see whether its node was lost: the survivors' errors are then a node-loss cascade, charged
+            to the preemption budget and resumed from the checkpoint, not a failure. ``None``: 90 s
+            (``cascade.SETTLE_SECONDS``: the node-monitor grace period plus a few polls); 0: never held. The
+            trigger and the sync waiter both use it.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
@@ -126,6 +131,7 @@ class TrainingGroupOperator(BaseOperator):
         max_wall_clock: float | datetime.timedelta | None = None,
         max_gpu_hours: float | None = None,
         checkpoint_seconds: float | None = None,
+        settle_seconds: float | datetime.timedelta | None = None,
         on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
         **kwargs: Any,
@@ -142,6 +148,11 @@ class TrainingGroupOperator(BaseOperator):
             problems.append(
                 ("on_finish_action", f"must be 'keep', 'delete' or 'delete_succeeded', got {on_finish_action!r}")
             )
+        settle = _seconds(settle_seconds)
+        if settle is not None and (
+            isinstance(settle, bool) or not isinstance(settle, int | float) or not 0 <= settle < 1e9
+        ):
+            problems.append(("settle_seconds", f"must be finite seconds >= 0 or a timedelta, got {settle_seconds!r}"))
         roles = [r.name for r in group.roles] if group is not None else None
         for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
             if role is not None and roles is not None and role not in roles:
@@ -170,6 +181,7 @@ class TrainingGroupOperator(BaseOperator):
         self.max_wall_clock = _seconds(max_wall_clock)
         self.max_gpu_hours = max_gpu_hours
         self.checkpoint_seconds = checkpoint_seconds
+        self.settle_seconds = settle
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
         self.rendered_jobset = ""
@@ -368,6 +380,8 @@ class TrainingGroupOperator(BaseOperator):
 
     def _watch_args(self, context: Context, submission: ident.Submission, history: attempts.History) -> dict[str, Any]:
         """What decides this attempt's wait (``watch.Watch``), the same for the trigger and the sync waiter."""
+        from airflow_elastic import cascade
+
         return {
             "uid": submission.uid,
             "deadline": self._attempts.wait_deadline(self._deadline(context), history, submission),
@@ -377,6 +391,7 @@ class TrainingGroupOperator(BaseOperator):
             "max_preemptions": self._attempts.preemptions_left(history),
             "suspend_timeout": self.suspend_timeout,
             "transient_exit_codes": list(self._attempts.policy.transient_exit_codes),
+            "settle_seconds": cascade.SETTLE_SECONDS if self.settle_seconds is None else float(self.settle_seconds),
             **self._attempts.elastic_watch,
         }
 
