@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from aiohttp import ClientError
@@ -163,6 +165,66 @@ class AsyncJobSetHook(BaseHook):
     async def get_node(self, name: str) -> dict[str, Any] | None:
         """A node, or ``None`` when it does not exist."""
         return await self._run(ops.get_node(name))
+
+    # --------------------------------------------------------------------------------- list, then watch
+
+    async def list_jobsets_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The JobSets of a namespace and the list's ``resourceVersion`` (where :meth:`watch_jobsets` starts)."""
+        return await self._run(ops.list_versioned("jobsets", namespace, label_selector))
+
+    async def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[Any], str]:
+        """The pods of a namespace and the list's ``resourceVersion`` (where :meth:`watch_pods` starts)."""
+        return await self._run(ops.list_versioned("pods", namespace, label_selector))
+
+    def watch_jobsets(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The JobSet changes after ``resource_version``, as ``{"type", "object"}`` events (``BOOKMARK`` included),
+        until the server ends the stream (at ``timeout_seconds``, or dropped). Not retried: the caller re-lists.
+
+        Raises:
+            Gone: ``resource_version`` is too old (410, as an HTTP status or an ``ERROR`` event); re-list.
+            KubernetesApiError: any other refusal, or the transport failed.
+        """
+        return self._watch(ops.watch("jobsets", namespace, label_selector, resource_version, timeout_seconds))
+
+    def watch_pods(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The pod changes after ``resource_version``; see :meth:`watch_jobsets`."""
+        return self._watch(ops.watch("pods", namespace, label_selector, resource_version, timeout_seconds))
+
+    async def _watch(self, op: ops.Operation) -> AsyncIterator[dict[str, Any]]:
+        await self._checked_extras()
+        async with self._client() as api_client:
+            api = getattr(k8s, op.api)(api_client)
+            seconds = int(op.kwargs["timeout_seconds"])
+            try:
+                # The client's own timeout must outlast the server's, or every stream would end as an error.
+                response = await getattr(api, op.method)(
+                    **op.kwargs, _preload_content=False, _request_timeout=seconds + 30
+                )
+                try:
+                    if not 200 <= response.status <= 299:
+                        refused = k8s.ApiException(http_resp=RESTResponse(response, await response.read()))
+                        raise from_api_exception(refused, op.description)
+                    while line := await response.content.readline():
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":  # e.g. 410 Expired, in-stream
+                            status = event.get("object") or {}
+                            error = SimpleNamespace(status=status.get("code"), reason="", body=json.dumps(status))
+                            raise from_api_exception(error, op.description)
+                        yield event
+                finally:  # also when the reader stops early (a cancelled informer): the connection is released
+                    response.close()
+            except k8s.ApiException as exc:
+                raise from_api_exception(exc, op.description) from exc
+            except TRANSPORT_ERRORS as exc:
+                raise unreachable(exc, op.description) from exc
 
     async def read_pod_log(
         self,

@@ -23,7 +23,7 @@ JOBSET_GROUP, JOBSET_VERSION = API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
 _JOBSETS = {"group": JOBSET_GROUP, "version": JOBSET_VERSION, "plural": JOBSET_PLURAL}
 
-Result = Literal["object", "items", "text"]
+Result = Literal["object", "items", "text", "list"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class Operation:
         method: its method (``get_namespaced_custom_object``).
         kwargs: the method's arguments.
         repeatable: whether sending it twice is harmless (see :mod:`airflow_elastic.hooks.retry`).
-        result: ``object`` (the decoded JSON), ``items`` (a list's ``items``) or ``text`` (UTF-8, bad bytes replaced).
+        result: ``object`` (the decoded JSON), ``items`` (a list's ``items``), ``list`` (``(items,
+            resourceVersion)``: where a watch of that list starts) or ``text`` (UTF-8, bad bytes replaced).
         none_if_missing: answer ``None`` instead of raising ``NotFound`` on 404.
         path: when set, a raw ``GET`` of this path (``{name}`` filled from ``kwargs``) with ``query``, for a query
             parameter the generated method lacks (``sinceTime`` of a pod log); ``api``/``method`` only name it.
@@ -73,6 +74,8 @@ class Operation:
         decoded = json.loads(data) if data else {}
         if self.result == "items":
             return list(decoded.get("items") or [])
+        if self.result == "list":
+            return list(decoded.get("items") or []), (decoded.get("metadata") or {}).get("resourceVersion") or ""
         return decoded
 
 
@@ -202,6 +205,44 @@ def read_pod_log_chunk(namespace: str, pod: str, container: str, request: LogReq
             ("timestamps", "true"),
             *((k, str(v)) for k, v in optional.items() if v is not None),
         ),
+    )
+
+
+#: The kinds :func:`list_versioned` and :func:`watch` serve: (API class, method, fixed arguments).
+WATCHABLE: dict[str, tuple[str, str, dict[str, str]]] = {
+    "jobsets": ("CustomObjectsApi", "list_namespaced_custom_object", _JOBSETS),
+    "pods": ("CoreV1Api", "list_namespaced_pod", {}),
+}
+
+
+def list_versioned(kind: str, namespace: str, label_selector: str | None) -> Operation:
+    """A list of ``kind`` (``jobsets``, ``pods``) that keeps its ``resourceVersion``: ``(items, resourceVersion)``."""
+    api, method, fixed = WATCHABLE[kind]
+    return Operation(
+        f"list {kind} in {namespace}",
+        api,
+        method,
+        {**fixed, "namespace": namespace, **_selector("label_selector", label_selector)},
+        result="list",
+    )
+
+
+def watch(kind: str, namespace: str, label_selector: str | None, resource_version: str, seconds: int) -> Operation:
+    """A watch of ``kind`` from ``resource_version``, with bookmarks, that the server ends after ``seconds``."""
+    api, method, fixed = WATCHABLE[kind]
+    return Operation(
+        f"watch {kind} in {namespace}",
+        api,
+        method,
+        {
+            **fixed,
+            "namespace": namespace,
+            **_selector("label_selector", label_selector),
+            "watch": True,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": seconds,
+        },
     )
 
 

@@ -7,7 +7,7 @@ contract: return dicts shaped like the API's, raise ``NotFound``/``AlreadyExists
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from airflow_elastic.logcursor import LogRequest
@@ -87,3 +87,25 @@ class AsyncJobSetHookProtocol(Protocol):
     ) -> str: ...
 
     async def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str: ...
+
+
+@runtime_checkable
+class WatchingHookProtocol(AsyncJobSetHookProtocol, Protocol):
+    """An async hook that can also list with a ``resourceVersion`` and watch from it (``AsyncJobSetHook`` can):
+    the shared observer then keeps its JobSets and pods by list-then-watch instead of re-listing every poll."""
+
+    async def list_jobsets_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
+    async def list_pods_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
+    def watch_jobsets(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...
+
+    def watch_pods(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...

@@ -9,11 +9,17 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   fresh loop (``asyncio.run``), and each loop gets its own poller (an aiohttp session, an ``asyncio.Event`` and a
   task all belong to one loop). The entry also remembers its loop object, so a recycled ``id`` never resurrects a
   stale entry.
-- **Polling.** One task lists the namespace's JobSets every ``min(poll_interval)`` of the current subscribers (a
-  subscriber with a shorter interval wakes it up) and publishes a :class:`Snapshot` (name → JobSet dict, or the
-  error of that list). The default selector is ``app.kubernetes.io/managed-by=airflow-elastic`` (every JobSet the
-  provider renders carries it), so a namespace full of foreign JobSets is not transferred each poll; a trigger
-  watching a foreign, unlabelled JobSet subscribes with no selector (see the trigger).
+- **Observation.** With a hook that can watch (:class:`~airflow_elastic.hooks.protocol.WatchingHookProtocol`, as
+  ``AsyncJobSetHook`` can), one :class:`~airflow_elastic.triggers.informer.Informer` keeps the namespace's JobSets by
+  list-then-watch: one LIST, then a WATCH stream that updates a local cache, a re-list on 410 Gone, on a watch
+  error or a dropped stream, and a full resync every ``RESYNC_SECONDS``. Every ``min(poll_interval)`` of the current
+  subscribers (a subscriber with a shorter interval wakes it up) a :class:`Snapshot` of that cache is published to
+  every subscriber, without a request; a change of a JobSet is published at once to the subscribers waiting for it,
+  so a finished group is seen within one stream delay, not one poll. A hook without watch methods (small test
+  fakes) is polled instead: one LIST per interval. The default selector is
+  ``app.kubernetes.io/managed-by=airflow-elastic`` (every JobSet the provider renders carries it), so a namespace
+  full of foreign JobSets is not transferred; a trigger watching a foreign, unlabelled JobSet subscribes with no
+  selector (see the trigger).
 - **Delivery.** Each subscriber keeps only the newest snapshot (latest wins; a slow consumer never queues up
   history) and an ``asyncio.Event``. :meth:`Subscription.next` returns only snapshots whose list *started after*
   the subscription: a list that began before an operator created its JobSet must not report it missing.
@@ -21,16 +27,17 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   starts the poller for the first one), leaving removes it — also when the trigger is cancelled (the triggerer
   cancels triggers whose task was cleared or moved) — and the last one out cancels the poller and drops the
   registry entry.
-- **Errors.** A failed list is delivered as a snapshot with ``error`` set; the hook already retried 429/5xx, so
-  the subscriber decides (the trigger gives up after a few consecutive failures). The poller itself never dies on
-  an API error.
+- **Errors.** A failed list is delivered as a snapshot with ``error`` set (once per interval while the cache cannot
+  be rebuilt); the hook already retried 429/5xx, so the subscriber decides (the trigger gives up after a few
+  consecutive failures). A failed or dropped watch is not an error: the cache is re-listed at once, and no snapshot
+  is published while it is stale. The observer itself never dies on an API error.
 
-Pods and events are shared too, by :class:`SharedRead`: a trigger that needs the pods (or events) of its namespace
-for an observation asks for a list *begun after* that observation's JobSet list; the first to ask on the loop starts
-it, every other trigger asking in the same poll awaits the same request, and each filters the result to its own
-group. So every poll costs one JobSet list, at most one pod list and (only when a trigger needs them: a startup
-diagnosis, the end's warnings) one event list per (event loop, connection, namespace, selector), however many
-triggers wait. Logs are read per trigger, and only while its log pod exists.
+Pods are cached the same way (:meth:`JobSetObserver.pods`: one informer per selector, started by the first trigger
+that needs them), so with a watching hook a poll costs no request at all for JobSets and pods, and the bytes it
+moves are the changes, not the finished JobSets and pods the cluster keeps until their TTL. Events are read rarely
+(a startup diagnosis, the end's warnings) and shared by :class:`SharedRead`: a trigger asks for a list *begun after*
+the observation it judges; the first to ask on the loop starts it, every other trigger asking at about the same time
+awaits the same request. Logs are read per trigger, and only while its log pod exists.
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
+from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol, WatchingHookProtocol
+from airflow_elastic.triggers.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,8 @@ log = logging.getLogger(__name__)
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=airflow-elastic"
 
 ObserverKey = tuple[int, str, str, str, str]
+#: The longest a pod read waits for the pod stream to pass the JobSet change it is read for (seconds).
+CATCH_UP_SECONDS = 0.25
 
 
 def connection_identity(conn_id: str, connection_extras: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -66,12 +77,22 @@ def connection_identity(conn_id: str, connection_extras: Mapping[str, Any] | Non
     return conn_id, hashlib.sha256(blob).hexdigest()[:16]
 
 
+def selects(label_selector: str | None, obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj``'s labels match an equality selector (``k=v,k2`` terms; ``None`` matches everything)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (label_selector or "").split(",")):
+        key, equals, value = term.partition("=")
+        if (labels.get(key) != value) if equals else (key not in labels):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """One list of the namespace's JobSets.
+    """The namespace's JobSets: one list, or the watched cache as it was when published.
 
     Attributes:
-        started: ``time.monotonic()`` when the list request was sent.
+        started: ``time.monotonic()`` when the list request was sent, or when the cache was published.
         jobsets: JobSet name → JobSet dict (empty when ``error`` is set).
         error: why the list failed (after the hook's own retries), else ``None``.
     """
@@ -84,9 +105,10 @@ class Snapshot:
 class Subscription:
     """A trigger's view of a shared poller: the newest snapshot, and a wake-up when a newer one arrives."""
 
-    def __init__(self, observer: JobSetObserver, poll_interval: float) -> None:
+    def __init__(self, observer: JobSetObserver, poll_interval: float, name: str | None = None) -> None:
         self.observer = observer
         self.poll_interval = poll_interval
+        self.name = name
         self.since = time.monotonic()
         self._latest: Snapshot | None = None
         self._ready = asyncio.Event()
@@ -134,6 +156,10 @@ class JobSetObserver:
         self.label_selector = label_selector
         self.subscribers: set[Subscription] = set()
         self.polls = 0
+        self.watching = isinstance(hook, WatchingHookProtocol)
+        self.jobsets: Informer | None = None
+        self._pods: dict[str, Informer] = {}
+        self._informers: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -148,6 +174,7 @@ class JobSetObserver:
         namespace: str,
         label_selector: str | None = MANAGED_SELECTOR,
         poll_interval: float = 10.0,
+        name: str | None = None,
     ) -> AsyncIterator[Subscription]:
         """Share the JobSet list of ``namespace`` with every other waiter on this loop and cluster.
 
@@ -158,6 +185,8 @@ class JobSetObserver:
             namespace: the namespace to list.
             label_selector: which JobSets to list; ``None`` lists all of them.
             poll_interval: seconds between lists this subscriber wants; the poller uses the smallest.
+            name: the JobSet this subscriber waits for: a watched change of it is delivered at once (``None``: only
+                the periodic snapshots).
 
         Yields:
             The subscription; leaving the block (normally, by an exception or by cancellation) unsubscribes.
@@ -168,7 +197,7 @@ class JobSetObserver:
         if observer is None or observer.loop is not loop or observer.loop.is_closed():
             observer = cls(key, loop, hook, namespace, label_selector)
             cls.registry[key] = observer
-        subscription = Subscription(observer, max(poll_interval, 0.01))
+        subscription = Subscription(observer, max(poll_interval, 0.01), name)
         observer._add(subscription)
         try:
             yield subscription
@@ -199,11 +228,75 @@ class JobSetObserver:
 
     async def _poll(self) -> None:
         try:
-            await self._poll_while_subscribed()
+            await (self._watch_while_subscribed() if self.watching else self._poll_while_subscribed())
         finally:  # the session the lists reused on the first subscriber's hook (it may have closed it already)
+            for task in self._informers:
+                task.cancel()
+            await asyncio.gather(*self._informers, return_exceptions=True)
             close = getattr(self.hook, "close", None)
             if close is not None:
                 await close()
+
+    def _informer(self, kind: str, selector: str | None, on_change: Callable[[str | None], None]) -> Informer:
+        hook: Any = self.hook  # a WatchingHookProtocol (self.watching)
+        informer = Informer(
+            kind,
+            lambda: getattr(hook, f"list_{kind}_versioned")(self.namespace, selector),
+            lambda version, seconds: getattr(hook, f"watch_{kind}")(self.namespace, selector, version, seconds),
+            on_change,
+            lambda: self.interval,
+        )
+        self._informers.add(self.loop.create_task(informer.run(), name=f"{kind} informer {self.namespace}"))
+        return informer
+
+    async def _watch_while_subscribed(self) -> None:
+        self.jobsets = jobsets = self._informer("jobsets", self.label_selector, self._jobset_changed)
+        while self.subscribers:
+            await jobsets.settled.wait()
+            started = time.monotonic()
+            if (snapshot := self._cached()) is not None:
+                self.polls += 1
+                for subscription in list(self.subscribers):
+                    subscription._deliver(snapshot)
+            await self._sleep_until_next(started)
+
+    def _cached(self) -> Snapshot | None:
+        """The JobSet cache as a snapshot now (its error if it could not be listed; ``None`` while it is stale)."""
+        jobsets = self.jobsets
+        if jobsets is None or not jobsets.settled.is_set():
+            return None
+        if jobsets.error is not None:
+            return Snapshot(time.monotonic(), error=jobsets.error)
+        return Snapshot(time.monotonic(), MappingProxyType(jobsets.items))
+
+    def _jobset_changed(self, name: str | None) -> None:
+        if name is None or (snapshot := self._cached()) is None:
+            return  # a (re-)list: the next periodic snapshot carries it
+        for subscription in list(self.subscribers):
+            if subscription.name == name:
+                subscription._deliver(snapshot)
+
+    async def pods(self, label_selector: str | None, after: str = "") -> list[dict[str, Any]]:
+        """The namespace's pods matching ``label_selector`` from a watched cache (no request once it is listed).
+
+        Args:
+            label_selector: which pods.
+            after: the resourceVersion of the JobSet being judged: the cache is first given up to
+                :data:`CATCH_UP_SECONDS` (at most half the interval) to pass it (:meth:`Informer.caught_up`), so a
+                JobSet that just finished is judged with its pods' last states.
+
+        Raises:
+            KubernetesApiError: the pods could not be listed (after the hook's retries).
+        """
+        informer = self._pods.get(label_selector or "")
+        if informer is None:
+            informer = self._pods[label_selector or ""] = self._informer("pods", label_selector, lambda name: None)
+        await informer.settled.wait()
+        if informer.error is not None:
+            raise informer.error
+        if after:
+            await informer.caught_up(after, min(CATCH_UP_SECONDS, self.interval / 2))
+        return list(informer.items.values())
 
     async def _poll_while_subscribed(self) -> None:
         while self.subscribers:

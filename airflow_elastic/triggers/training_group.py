@@ -38,6 +38,7 @@ from airflow_elastic.triggers.observer import (
     Snapshot,
     Subscription,
     connection_identity,
+    selects,
 )
 from airflow_elastic.watch import Need, Observation, Step, Watch
 
@@ -147,6 +148,8 @@ class TrainingGroupTrigger(BaseTrigger):
         )
         self._fired = False
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
+        self._observer: JobSetObserver | None = None
+        self._version = ""  # the resourceVersion of the JobSet being judged
         self._logs = LogFollower(self, self._group_pods)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -192,7 +195,8 @@ class TrainingGroupTrigger(BaseTrigger):
         except Exception as exc:  # the contract: an event, never an exception
             self.log.exception("waiting for JobSet %s/%s failed", self.namespace, self.name)
             event = self._watch.error(f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
-        finally:  # also when cancelled: the hook's reused HTTP session is closed, not left to the garbage collector
+        finally:  # also when cancelled: the log stream and the hook's reused HTTP session are closed, not left behind
+            pass
             await self._close_hook()
         self._fired = True
         yield TriggerEvent(event.to_payload())
@@ -211,7 +215,9 @@ class TrainingGroupTrigger(BaseTrigger):
                 namespace=self.namespace,
                 label_selector=selector,
                 poll_interval=self.poll_interval,
+                name=self.name,
             ) as subscription:
+                self._observer = subscription.observer
                 outcome = await self._follow(subscription, unlabelled=selector is None)
             if isinstance(outcome, GroupEvent):
                 return outcome
@@ -236,8 +242,10 @@ class TrainingGroupTrigger(BaseTrigger):
                 jobset = snapshot.jobsets.get(self.name)
                 if jobset is None and not unlabelled:
                     jobset = await self._get()  # absent from the labelled list: gone, or not ours to list
-                    if jobset is not None and self._uid_matches(jobset):
-                        return None
+                    labelled = jobset is not None and selects(subscription.observer.label_selector, jobset)
+                    if jobset is not None and self._uid_matches(jobset) and not labelled:
+                        return None  # (a labelled one is just not in the watched cache yet)
+                self._version = ((jobset or {}).get("metadata") or {}).get("resourceVersion") or ""
                 obs = Observation(now, jobset)
             step = await self._settle(obs)
             for record in step.records:
@@ -301,6 +309,8 @@ class TrainingGroupTrigger(BaseTrigger):
 
     def _shared(self, kind: str, selector: str | None, send: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Any:
         """``send``'s list shared with every trigger on the loop that needs it after the same JobSet list."""
+        if kind == "pods" and self._observer is not None and self._observer.watching:
+            return self._observer.pods(selector, self._version)  # a watched cache: no request per poll
         identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
         return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow_elastic.triggers.observer import JobSetObserver
@@ -14,6 +16,15 @@ from tests.triggers.test_training_group_trigger import NS, events_of
 
 WAITS = 20
 POLLS = 6
+
+
+def wait(hook: FakeHook, name: str) -> Any:
+    """A wait as the operator configures it (evidence capture and log following on), on ``hook``."""
+    trigger = TrainingGroupTrigger(
+        name, NS, "elastic", poll_interval=0.01, capture_evidence=True, log_role="leader", max_preemptions=2
+    )
+    trigger.hook = hook  # type: ignore[misc]
+    return events_of(trigger)
 
 
 def test_waits_with_evidence_and_logs_share_one_pod_list_per_poll():
@@ -33,15 +44,8 @@ def test_waits_with_evidence_and_logs_share_one_pod_list_per_poll():
 
     hook.on_list = poll
 
-    def wait(name: str) -> Any:
-        trigger = TrainingGroupTrigger(
-            name, NS, "elastic", poll_interval=0.01, capture_evidence=True, log_role="leader", max_preemptions=2
-        )
-        trigger.hook = hook  # type: ignore[misc]
-        return events_of(trigger)
-
     async def all_of_them() -> list[list[dict[str, Any]]]:
-        return await asyncio.gather(*(wait(name) for name in names))
+        return await asyncio.gather(*(wait(hook, name) for name in names))
 
     results = asyncio.run(asyncio.wait_for(all_of_them(), 20))
     assert [[e["status"] for e in events] for events in results] == [["succeeded"]] * WAITS
@@ -49,4 +53,108 @@ def test_waits_with_evidence_and_logs_share_one_pod_list_per_poll():
     assert per_poll and max(per_poll) == 1, per_poll  # one shared pod list per poll, whatever the number of waits
     assert hook.calls["list_jobsets"] == POLLS
     assert hook.calls["read_pod_log_chunk"] >= WAITS  # each wait still reads its own leader's log
+    assert JobSetObserver.registry == {}
+
+
+class WatchingHook(FakeHook):
+    """A :class:`FakeHook` that can also list with a version and watch (as ``AsyncJobSetHook``); counts the bytes of
+    every JobSet and pod it serves, listed or streamed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = 0
+        self.bytes = 0
+        self.streams: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {"jobsets": [], "pods": []}
+
+    def _count(self, data: Any) -> Any:
+        self.bytes += len(json.dumps(data))
+        return data
+
+    async def list_jobsets(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self._count(await super().list_jobsets(namespace, label_selector))
+
+    async def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self._count(await super().list_pods(namespace, label_selector))
+
+    async def list_jobsets_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
+        return await self.list_jobsets(namespace, label_selector), str(self.version)
+
+    async def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
+        return await self.list_pods(namespace, label_selector), str(self.version)
+
+    def watch_jobsets(self, namespace: str, selector: str | None, version: str, seconds: int) -> AsyncIterator[Any]:
+        self.calls["watch_jobsets"] += 1
+        return self._stream("jobsets", seconds)
+
+    def watch_pods(self, namespace: str, selector: str | None, version: str, seconds: int) -> AsyncIterator[Any]:
+        self.calls["watch_pods"] += 1
+        return self._stream("pods", seconds)
+
+    async def _stream(self, kind: str, seconds: int) -> AsyncIterator[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.streams[kind].append(queue)
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), seconds)
+                except TimeoutError:
+                    return
+                yield self._count(event)
+        finally:
+            self.streams[kind].remove(queue)
+
+    def update_jobset(self, obj: dict[str, Any]) -> None:
+        """Store a JobSet change and send it to the open JobSet watches."""
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.jobsets[obj["metadata"]["name"]] = obj
+        for queue in self.streams["jobsets"]:
+            queue.put_nowait({"type": "MODIFIED", "object": obj})
+
+
+async def until(condition: Any) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
+def steady_bytes_per_poll(finished: int) -> tuple[float, WatchingHook, list[list[dict[str, Any]]]]:
+    """Run WAITS waits (as the operator configures them) in a namespace that also keeps ``finished`` finished JobSets
+    with their pods; the bytes of JobSets and pods served per poll once every wait observes, and the hook."""
+    hook = WatchingHook()
+    names = [f"g{i:02d}" for i in range(WAITS)]
+    for name in names:
+        hook.jobsets[name] = jobset(name)
+        hook.pods.append(pod(name, "leader", phase="Running"))
+        hook.logs[hook.pods[-1]["metadata"]["name"]] = "step 1\n"
+    for i in range(finished):  # kept by TTL: nobody waits for them
+        hook.jobsets[f"done{i:03d}"] = jobset(f"done{i:03d}", conditions=[condition("Completed")])
+        hook.pods.append(pod(f"done{i:03d}", "leader", phase="Succeeded", exit_code=0))
+    measured: list[float] = []
+
+    async def scenario() -> list[list[dict[str, Any]]]:
+        waits = asyncio.gather(*(wait(hook, name) for name in names))
+        await until(lambda: JobSetObserver.registry)
+        (observer,) = JobSetObserver.registry.values()
+        await until(lambda: observer.polls >= 3)
+        start, polls = hook.bytes, observer.polls
+        await until(lambda: observer.polls >= polls + POLLS)
+        measured.append((hook.bytes - start) / (observer.polls - polls))
+        for name in names:
+            hook.update_jobset(jobset(name, conditions=[condition("Completed")]))
+        return await waits
+
+    results = asyncio.run(asyncio.wait_for(scenario(), 20))
+    return measured[0], hook, results
+
+
+def test_a_watching_hook_is_listed_once_and_finished_jobsets_add_no_bytes_per_poll():
+    empty, hook, results = steady_bytes_per_poll(finished=0)
+    crowded, crowded_hook, crowded_results = steady_bytes_per_poll(finished=50)
+    for outcome in (results, crowded_results):
+        assert [[e["status"] for e in events] for events in outcome] == [["succeeded"]] * WAITS
+    for watched in (hook, crowded_hook):
+        # One list per kind, then the watch streams: no list per poll.
+        assert (watched.calls["list_jobsets"], watched.calls["list_pods"]) == (1, 1), watched.calls
+        assert watched.calls["watch_jobsets"] >= 1 and watched.calls["watch_pods"] >= 1
+    assert empty == crowded == 0  # nothing changed: nothing moved, however many finished JobSets are kept
     assert JobSetObserver.registry == {}

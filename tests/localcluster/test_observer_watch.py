@@ -1,0 +1,81 @@
+"""The shared observer against the local cluster: JobSets and pods listed once, then watched (no list per poll); a
+dropped stream and a 410 Gone are recovered by a re-list, and the waits still get their verdicts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from airflow_elastic.triggers.observer import JobSetObserver
+from tests.localcluster.test_trigger import first_event, submit, trigger
+
+JOBSETS = "jobsets.jobset.x-k8s.io"
+SLEEP = "import time; time.sleep({})"
+
+
+async def until(condition: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
+    """Poll ``condition`` on the loop until it is true (the triggers keep running meanwhile)."""
+    for _ in range(int(limit / 0.05)):
+        if value := condition():
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def observer_of(namespace: str) -> JobSetObserver | None:
+    return next((o for o in JobSetObserver.registry.values() if o.namespace == namespace), None)
+
+
+def test_waits_list_once_then_watch_instead_of_listing_every_poll(hook, connection, namespace, local_cluster):
+    names = [f"watched-{i}" for i in range(3)]
+    uids = {name: submit(hook, namespace, name, SLEEP.format(3)) for name in names}
+    mark = local_cluster.request_count()
+    polls: list[int] = []
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [
+            asyncio.create_task(first_event(trigger(connection, namespace, n, uids[n], capture_evidence=True)))
+            for n in names
+        ]
+        observer = await until(lambda: observer_of(namespace), "the observer")
+        results = await asyncio.gather(*tasks)
+        polls.append(observer.polls)
+        return results
+
+    events = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert [e["status"] for e in events] == ["succeeded"] * len(names)
+    requests = local_cluster.requests(since=mark, namespace=namespace)
+    jobset_lists = [r for r in requests if r["resource"] == JOBSETS and r["verb"] == "list"]
+    pod_lists = [r for r in requests if r["resource"] == "pods" and r["verb"] == "list"]
+    assert polls[0] >= 3  # several observations of every wait...
+    assert len(jobset_lists) == 1 and len(pod_lists) == 1  # ...from one list per kind, then the watch streams
+    assert [r for r in requests if r["resource"] == JOBSETS and r["verb"] == "get"] == []
+
+
+def test_a_dropped_watch_and_a_410_are_recovered_by_a_relist(hook, connection, namespace, local_cluster):
+    uid = submit(hook, namespace, "resilient", SLEEP.format(8))
+
+    async def scenario() -> tuple[dict[str, Any], list[int]]:
+        task = asyncio.create_task(first_event(trigger(connection, namespace, "resilient", uid)))
+        observer = await until(lambda: observer_of(namespace), "the observer")
+        jobsets = await until(lambda: observer.jobsets, "the JobSet informer")
+        await until(lambda: jobsets.lists == 1 and jobsets.settled.is_set(), "the first list and its watch")
+        lists = [jobsets.lists]
+        await asyncio.sleep(0.3)  # the watch stream is open
+        await asyncio.to_thread(local_cluster.drop_watches, JOBSETS, namespace)
+        await until(lambda: jobsets.lists == 2, "a re-list after the dropped stream")
+        lists.append(jobsets.lists)
+        # The next watch is answered 410 Gone in-stream: the informer re-lists once more and watches again.
+        await asyncio.to_thread(
+            local_cluster.inject_api_fault, "gone", verb="watch", resource=JOBSETS, namespace=namespace, count=1
+        )
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(local_cluster.drop_watches, JOBSETS, namespace)
+        await until(lambda: jobsets.lists == 4, "re-lists after the drop and the 410")
+        lists.append(jobsets.lists)
+        return await task, lists
+
+    event, lists = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert lists == [1, 2, 4]
+    assert event["status"] == "succeeded"  # the verdict survives both, from the rebuilt cache
