@@ -6,6 +6,9 @@ Each poll asks for the log with ``timestamps=true``, from ``sinceTime`` = the wh
 timestamp as were shown there) and an unfinished last line, and moves the cursor past the rest. A line count or a
 byte offset breaks when the kubelet rotates the file (the log it serves starts over); timestamps do not.
 
+A followed stream (``follow=true``) goes through :meth:`LogCursor.take_streamed` instead, whole lines at a time: a
+stream reopened with ``sinceTime`` after a drop repeats the lines of that second, which the cursor skips the same way.
+
 A reply cut at the limit that brought nothing new (more than the limit logged within one second) doubles the limit
 for the next request, up to :data:`MAX_CHUNK_BYTES`; past that, the cut line is shown as it is, so the cursor always
 moves on.
@@ -42,11 +45,14 @@ class LogRequest:
         since_time: ``sinceTime`` (RFC 3339): only lines from then on.
         limit_bytes: ``limitBytes``: at most this many bytes (the last line may be cut).
         tail_lines: ``tailLines``: only the last lines.
+        follow: ``follow=true``: a stream that stays open, sending lines as they are logged, until the container
+            stops.
     """
 
     since_time: str | None = None
     limit_bytes: int | None = None
     tail_lines: int | None = None
+    follow: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,16 @@ class LogCursor:
         """The next request: from :meth:`since_time` at most :attr:`limit` bytes; the last ``backlog`` lines on the
         first look (a long log seen for the first time is not repeated whole)."""
         return LogRequest(self.since_time(), self.limit, None if self.started else backlog)
+
+    def stream_request(self, backlog: int) -> LogRequest:
+        """A followed stream from :meth:`since_time` (the last ``backlog`` lines on the first look), no byte limit."""
+        return LogRequest(self.since_time(), None, None if self.started else backlog, follow=True)
+
+    def take_streamed(self, text: str) -> list[str]:
+        """The new lines of whole lines a stream from :meth:`stream_request` sent (``text`` ends with a newline, or
+        is the stream's unfinished last line); moves the cursor."""
+        self.started = True
+        return self._advance(text.removesuffix("\n").split("\n")) if text else []
 
     def take(self, text: str, *, final: bool = False) -> Chunk:
         """The new complete lines of a reply asked for with :meth:`since_time` and :attr:`limit`; moves the cursor.

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from aiohttp import ClientError
+from aiohttp import ClientError, ClientTimeout
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.providers.common.compat.connection import get_async_connection
 from airflow.sdk import BaseHook
@@ -38,6 +38,9 @@ from airflow_elastic.logcursor import LogRequest
 
 #: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ClientError, TimeoutError, OSError)
+#: The most a followed log's read hands over at once, and how long it may stay silent before it is reopened.
+LOG_STREAM_READ_BYTES = 64 * 1024
+LOG_STREAM_IDLE_SECONDS = 300
 
 
 @dataclass
@@ -54,6 +57,17 @@ class _Session:
         self.users -= 1
         if self.closing and self.users == 0:
             await self.opener.__aexit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _translated(description: str) -> Iterator[None]:
+    """The client's and the transport's exceptions as :mod:`~airflow_elastic.hooks.errors` ones."""
+    try:
+        yield
+    except k8s.ApiException as exc:
+        raise from_api_exception(exc, description) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise unreachable(exc, description) from exc
 
 
 class AsyncJobSetHook(BaseHook):
@@ -240,6 +254,34 @@ class AsyncJobSetHook(BaseHook):
     async def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
         """A container's log with a timestamp on every line; see ``JobSetHook.read_pod_log_chunk``."""
         return await self._run(ops.read_pod_log_chunk(namespace, pod, container, request))
+
+    async def stream_pod_log(
+        self, namespace: str, pod: str, container: str, request: LogRequest
+    ) -> AsyncIterator[bytes]:
+        """A followed container log (``request.follow``, ``timestamps=true``) as raw chunks of at most
+        :data:`LOG_STREAM_READ_BYTES`, until the container stops or the stream drops; one long-lived request on the
+        hook's session. Not retried: the follower reopens it from ``sinceTime``. Close it with ``aclose()``.
+
+        Raises:
+            NotFound, BadRequest: no such pod or container; it has not started. KubernetesApiError: any other refusal,
+                or the transport failed (also mid-stream).
+        """
+        op = ops.read_pod_log_chunk(namespace, pod, container, request)
+        # No overall timeout (the stream lasts as long as the container); a silent one is reopened.
+        timeout = ClientTimeout(sock_connect=30, sock_read=LOG_STREAM_IDLE_SECONDS)
+        await self._checked_extras()
+        async with self._client() as api_client:
+            with _translated(op.description):
+                response = await api_client.call_api(**op.raw_request(), _request_timeout=timeout)
+            try:
+                if not 200 <= response.status <= 299:
+                    refused = k8s.ApiException(http_resp=RESTResponse(response, await response.read()))
+                    raise from_api_exception(refused, op.description)
+                with _translated(op.description):
+                    while data := await response.content.read(LOG_STREAM_READ_BYTES):
+                        yield data
+            finally:
+                response.close()
 
     # ------------------------------------------------------------------------------------------- plumbing
 

@@ -191,8 +191,10 @@ def read_pod_log(
 
 
 def read_pod_log_chunk(namespace: str, pod: str, container: str, request: LogRequest) -> Operation:
-    """A container's log with ``timestamps=true``, the part ``request`` names."""
+    """A container's log with ``timestamps=true``, the part ``request`` names (a stream with ``request.follow``)."""
     optional = {"sinceTime": request.since_time, "limitBytes": request.limit_bytes, "tailLines": request.tail_lines}
+    if request.follow:
+        optional["follow"] = "true"
     return Operation(
         f"read log of pods {namespace}/{pod} container {container}",
         "CoreV1Api",

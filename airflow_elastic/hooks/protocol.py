@@ -77,6 +77,10 @@ class AsyncJobSetHookProtocol(Protocol):
 
     async def get_node(self, name: str) -> JSON | None: ...
 
+    def stream_pod_log(self, namespace: str, pod: str, container: str, request: LogRequest) -> AsyncIterator[bytes]:
+        """A followed log (``request.follow``) as raw chunks: an async generator, closed with ``aclose()``."""
+        ...
+
     async def read_pod_log(
         self,
         namespace: str,

@@ -14,10 +14,9 @@ from typing import Any
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
-from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL, GroupEvent
+from airflow_elastic.logfollow import LogFollow
+from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent
 from airflow_elastic.watch import Need, Observation, Step, Watch
-
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 
 def group_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -33,34 +32,32 @@ def group_events(hook: JobSetHookProtocol, namespace: str, name: str) -> list[di
     return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
-class LogFollower:
-    """Copies the log of the first pod of ``role`` into the task log, a poll at a time, across restarts."""
+class LogReader:
+    """Copies new lines of the ``role``'s first pod's training container into the task log, a bounded read a poll:
+    the sync flavour of the trigger's follower, on the same :class:`~airflow_elastic.logfollow.LogFollow`."""
 
     def __init__(self, hook: JobSetHookProtocol, namespace: str, role: str, log: Any) -> None:
-        self.hook, self.namespace, self.role, self.log = hook, namespace, role, log
-        self._offsets: dict[str, int] = {}
+        self.hook, self.namespace, self.log = hook, namespace, log
+        self.follow = LogFollow(role)
 
-    def follow(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Print what the role's first pod(s) wrote since the last call; read errors are logged, not raised."""
-        for pod in pods:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            phase = (pod.get("status") or {}).get("phase")
-            if labels.get(ROLE_LABEL) != self.role or labels.get(JOB_INDEX_LABEL, "0") != "0":
-                continue
-            if phase not in ("Running", "Succeeded", "Failed"):
-                continue
-            name = pod["metadata"]["name"]
+    def read(self, pods: Iterable[Mapping[str, Any]], *, final: bool = False) -> None:
+        """Log what the pod wrote since the last call (only whole lines unless ``final``); never raises an API
+        error: a missing pod is looked up again next time, other errors are a warning once per pod."""
+        target = self.follow.target(pods)
+        if target is None:
+            return
+        reading = self.follow.reading(target, final=final)
+        while (request := reading.next()) is not None:
             try:
-                text = self.hook.read_pod_log(self.namespace, name)
+                text = self.hook.read_pod_log_chunk(self.namespace, target.pod, target.container, request)
+            except NotFound:
+                return  # replaced (restart) or not started: the next observation's pods tell
             except KubernetesApiError as error:
-                self.log.warning("Could not read the log of pod %s: %s", name, error)
-                continue
-            if name not in self._offsets:
-                self._offsets[name] = 0
-                self.log.info("--- log of pod %s (attempt %s) ---", name, labels.get(RESTART_LABEL, "0"))
-            for line in text[self._offsets[name] :].splitlines():
-                self.log.info("[%s] %s", name, line)
-            self._offsets[name] = len(text)
+                level, message = self.follow.read_failed(target, error)
+                getattr(self.log, level)("%s", message)
+                return
+            for line in reading.take(text):
+                self.log.info("%s", line)
 
 
 def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
@@ -131,14 +128,14 @@ def wait_for_group(
     Returns:
         The verdict, as the trigger would have yielded it.
     """
-    follower = LogFollower(hook, namespace, log_role, log) if log_role else None
-    judge = Watch(name, namespace, list_pods=follower is not None, **watch)
+    reader = LogReader(hook, namespace, log_role, log) if log_role else None
+    judge = Watch(name, namespace, list_pods=reader is not None, **watch)
     while True:
         step = settle(judge, hook, observe(hook, namespace, name), log)
         for record in step.records:
             log.info("%s: %s", judge.where, describe(record))
-        if follower is not None and step.observation is not None and step.observation.pods is not None:
-            follower.follow(step.observation.pods)
+        if reader is not None and step.observation is not None and step.observation.pods is not None:
+            reader.read(step.observation.pods, final=step.verdict is not None)
         if step.verdict is not None:
             return step.verdict
         time.sleep(max(0.0, judge.sleep_for(time.time(), poll_interval)))

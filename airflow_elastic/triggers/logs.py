@@ -1,52 +1,102 @@
-"""The trigger's log follower: new lines of the ``log_role``'s first pod into the task log, a bounded chunk a poll.
+"""The trigger's log follower: new lines of the ``log_role``'s first pod into the task log, one stream per pod.
 
-It follows the pod (rank 0 of the newest restart attempt) by timestamp (:class:`~airflow_elastic.logcursor.LogCursor`):
-each poll reads only what is new (``sinceTime``, at most ``limitBytes``), so kubelet log rotation loses nothing and a
-leader printing a lot costs the same per poll as one printing little. It always names the training container (with
-a sidecar the API refuses a log request without one). The event loop, shared with every other trigger, is never
-held for long: a big reply is parsed in a thread, and lines are written :data:`LINES_PER_SLICE` at a time with a
-yield in between. A read error is a warning once per pod, then debug.
+Which pod and container, and how far the task log got, is :class:`~airflow_elastic.logfollow.LogFollow`'s (shared
+with the sync waiter): rank 0 of the newest restart attempt, the training container always named (with a sidecar
+the API refuses a log request without one), followed by timestamp so kubelet log rotation loses nothing.
 
-The cursor lives in the trigger instance: after a triggerer restart the new instance first shows the last
-:data:`LOG_BACKLOG_LINES` lines of the pod, under a note, so some lines may repeat in the task log and none is lost
-from the pod itself.
+**One request per pod, not one per poll.** The follower opens ONE followed stream per pod (``follow=true``,
+``timestamps=true``; the last :data:`~airflow_elastic.logfollow.LOG_BACKLOG_LINES` lines on the first look), read by
+a task of its own while the wait goes on, and closed when the wait ends. A stream that drops (or a container that
+restarts in place) is reopened on the next poll from ``sinceTime`` = the last line shown, whose repeated second
+the cursor skips: no line lost, none twice. This is what ``kubectl logs -f`` does for each pod: 1,000 waits in one
+triggerer hold 1,000 idle long-lived connections (about one file descriptor and a few kB each, one in each trigger's
+hook session) instead of sending 1,000 log requests every poll. Where a stream cannot be opened (a proxy refusing
+it, any refusal other than "no such pod" or "not started"), that pod's log is read per poll instead, a bounded
+chunk at a time (``sinceTime``/``limitBytes``), after one warning.
+
+The event loop, shared with every other trigger, is never held for long: the stream is read in chunks of at most
+64 KiB, a big reply is parsed in a thread, and lines are written :data:`LINES_PER_SLICE` at a time with a yield
+in between. A read error is a warning once per pod, then debug.
+
+The cursor lives in the trigger instance: after a triggerer restart the new instance first shows the last lines
+of the pod, under a note, so some lines may repeat in the task log and none is lost from the pod itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
-from airflow_elastic.logcursor import Chunk, LogCursor
-from airflow_elastic.state import RESTART_LABEL, ROLE_LABEL
-from airflow_elastic.validation import TRAINER_CONTAINER
+from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, KubernetesApiError, NotFound
+from airflow_elastic.logcursor import MAX_CHUNK_BYTES
+from airflow_elastic.logfollow import LOG_BACKLOG_LINES, LogFollow, LogTarget, shown
 
 if TYPE_CHECKING:
     from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
-#: Lines shown at most when the follower first sees a pod that already logged (e.g. after a triggerer restart).
-LOG_BACKLOG_LINES = 100
-#: Requests per poll while the group runs (each at most ``LogCursor.limit`` bytes), and once it has finished.
-CHUNKS_PER_POLL = 4
-CHUNKS_AT_THE_END = 64
 #: Lines written between two yields to the event loop.
 LINES_PER_SLICE = 100
 #: Replies at least this long are parsed in a thread.
 PARSE_IN_THREAD_CHARS = 64 * 1024
+#: How long the end of the wait waits for a stopped container's stream to deliver its last lines by itself.
+STREAM_DRAIN_SECONDS = 2.0
 
 
-def training_container(pod: Mapping[str, Any]) -> str:
-    """The container whose log is the training's: the pod's ``kubectl.kubernetes.io/default-container``, else
-    ``trainer`` (every rendered pod has it), else the first container."""
-    names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
-    default = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
-    if default in names:
-        return str(default)
-    return TRAINER_CONTAINER if TRAINER_CONTAINER in names or not names else names[0]
+class LogStream:
+    """One followed stream of one pod's log, read by a task of its own until it ends or :meth:`stop` is called."""
+
+    def __init__(self, follower: LogFollower, target: LogTarget, chunks: Any) -> None:
+        self.follower, self.target, self.chunks = follower, target, chunks
+        self.reading = False  # awaiting the next chunk: the only point where stopping cancels the task
+        self.stopped = False
+        self.received = False  # some of the log arrived (an error after that is a dropped stream)
+        self.error: BaseException | None = None
+        self.task = asyncio.create_task(self._run(), name=f"log stream of {target.pod}")
+
+    @property
+    def alive(self) -> bool:
+        return not self.task.done()
+
+    @property
+    def ended(self) -> bool:
+        """The server ended the stream (the container stopped) after everything was taken."""
+        return self.task.done() and self.error is None and not self.stopped
+
+    async def stop(self, *, drain: float = 0.0) -> None:
+        """End the stream: after at most ``drain`` seconds of its own; lines already received are written first."""
+        if drain and self.alive:
+            await asyncio.wait([self.task], timeout=drain)
+        if self.alive:
+            self.stopped = True
+            if self.reading:
+                self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        buffer = b""
+        try:
+            while not self.stopped:
+                self.reading = True
+                try:
+                    data = await anext(self.chunks, b"")
+                finally:
+                    self.reading = False
+                if not data:
+                    if buffer:  # the stream ended: its unfinished last line is complete
+                        await self.follower.take_streamed(self.target, buffer.decode(errors="replace"))
+                    return
+                buffer, self.received = buffer + data, True
+                cut = buffer.rfind(b"\n") + 1 or (len(buffer) if len(buffer) >= MAX_CHUNK_BYTES else 0)
+                if cut:
+                    text, buffer = buffer[:cut].decode(errors="replace"), buffer[cut:]
+                    await self.follower.take_streamed(self.target, text)
+                await asyncio.sleep(0)  # a stream that has more at once still lets the other triggers run
+        except KubernetesApiError as exc:  # dropped: the next poll reopens it from sinceTime
+            self.error = exc
+        finally:
+            await self.chunks.aclose()
 
 
 class LogFollower:
@@ -57,74 +107,97 @@ class LogFollower:
     ) -> None:
         self.trigger = trigger
         self.group_pods = group_pods  # the trigger's (shared) pod list: no request of its own to find the pod
-        self.pod: dict[str, Any] | None = None
+        self.logs = LogFollow(trigger.log_role or "")
+        self.target: LogTarget | None = None
         self.restarts = -1
-        self.cursors: dict[str, LogCursor] = {}  # pod uid -> where its log was shown up to
-        self.warned: set[str] = set()  # pod uids whose read errors were already a warning
+        self.stream: LogStream | None = None
+        self.per_poll: set[str] = set()  # pod uids whose log could not be streamed: read per poll
+        self.pending: deque[str] = deque()  # lines taken but not yet written
 
     async def follow(self, restarts: int, *, final: bool = False) -> None:
-        """Write the lines the pod logged since the last call; only whole lines unless ``final``. Never raises an
-        API error: a missing pod is looked up again next time, other errors are logged."""
-        trigger = self.trigger
+        """Keep the pod's log followed (open or reopen its stream, or read a chunk per poll); with ``final``, write
+        everything up to the container's end and close the stream. Never raises an API error: a missing pod is
+        looked up again next time, other errors are logged."""
         try:
-            if self.pod is None or restarts != self.restarts:
-                self.pod, self.restarts = await self._find_pod(), restarts
-            if self.pod is None:
-                return
-            meta = self.pod["metadata"]
-            name, uid, container = meta["name"], meta.get("uid", ""), training_container(self.pod)
-            cursor = self.cursors.setdefault(uid, LogCursor())
-            for _ in range(CHUNKS_AT_THE_END if final else CHUNKS_PER_POLL):
-                first_look = not cursor.started
-                request = cursor.request(LOG_BACKLOG_LINES)
-                text = await trigger.hook.read_pod_log_chunk(trigger.namespace, name, container, request)
-                chunk = await _take(cursor, text, final)
-                if first_look and len(chunk.lines) >= LOG_BACKLOG_LINES:
-                    note = "[%s] (earlier log lines not repeated; the last %d follow)"
-                    trigger.log.info(note, name, len(chunk.lines))
-                await self._write(name, chunk.lines)
-                if not chunk.more:
-                    break
+            await self._follow(restarts, final)
         except NotFound:
-            self.pod = None  # replaced (restart) or not started: look again next time
+            self.target = None  # replaced (restart) or not started: look again next time
         except KubernetesApiError as exc:
-            self._warn_once(exc)
+            level, message = self.logs.read_failed(self.target or LogTarget("", "", ""), exc)
+            getattr(self.trigger.log, level)("%s", message)
 
-    async def _write(self, name: str, lines: list[str]) -> None:
-        for start in range(0, len(lines), LINES_PER_SLICE):
-            if start:
-                await asyncio.sleep(0)  # let the other triggers on this loop run
-            for line in lines[start : start + LINES_PER_SLICE]:
-                self.trigger.log.info("[%s] %s", name, line)
+    async def close(self) -> None:
+        """Stop the stream (the wait ended) and write the lines it already took."""
+        if self.stream is not None:
+            await self.stream.stop()
+        await self._write()
 
-    def _warn_once(self, exc: KubernetesApiError) -> None:
-        trigger, uid = self.trigger, ((self.pod or {}).get("metadata") or {}).get("uid", "")
-        if uid in self.warned:
-            trigger.log.debug("could not read the log of the %s pod: %s", trigger.log_role, exc)
+    async def _follow(self, restarts: int, final: bool) -> None:
+        stream = self.stream
+        if stream is not None and stream.alive and not final:
+            return  # the stream delivers: no request this poll
+        if stream is not None or final or self.target is None or restarts != self.restarts:
+            self.target, self.restarts = self.logs.target(await self.group_pods() or []), restarts
+        target = self.target
+        if stream is not None:
+            self.stream = None
+            same = target is not None and stream.target.uid == target.uid
+            if final and same and not target.running:  # type: ignore[union-attr]
+                await stream.stop(drain=STREAM_DRAIN_SECONDS)  # the container stopped: its stream ends by itself
+            await stream.stop()
+            await self._write()
+            if same and stream.ended and not target.running:  # type: ignore[union-attr]
+                return  # the stream saw the container's end: nothing is left to read
+            if same:
+                self._after(stream)
+        if target is None:
             return
-        self.warned.add(uid)
-        trigger.log.warning(
-            "could not read the log of the %s pod (container %s): %s; the task log will miss its lines until it can "
-            "(further errors at debug level)",
-            trigger.log_role,
-            training_container(self.pod or {}),
-            exc,
+        if final or target.uid in self.per_poll:
+            await self._poll(target, final=final)
+            return
+        request = self.logs.cursor(target).stream_request(LOG_BACKLOG_LINES)
+        chunks = self.trigger.hook.stream_pod_log(self.trigger.namespace, target.pod, target.container, request)
+        self.stream = LogStream(self, target, chunks)
+
+    def _after(self, stream: LogStream) -> None:
+        """What a stream's end means: dropped (reopen it), no pod or not started (raised), or refused (read the
+        pod's log per poll from now on)."""
+        error = stream.error
+        if error is None or stream.received or isinstance(error, ApiUnreachable):
+            return  # ended or dropped (a silent stream times out too): reopened from sinceTime
+        if isinstance(error, NotFound | BadRequest):
+            raise error
+        self.per_poll.add(stream.target.uid)
+        self.trigger.log.warning(
+            "could not open a log stream of the %s pod %s (%s); reading its log once per poll instead",
+            self.logs.role,
+            stream.target.pod,
+            error,
         )
 
-    async def _find_pod(self) -> dict[str, Any] | None:
-        wanted = {ROLE_LABEL: self.trigger.log_role, JOB_INDEX_LABEL: "0"}
-        started = [
-            p
-            for p in await self.group_pods() or []
-            if (p.get("status") or {}).get("phase") not in (None, "Pending")
-            and all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())
-        ]
-        if not started:
-            return None
-        return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, "0") or 0))
+    async def _poll(self, target: LogTarget, *, final: bool = False) -> None:
+        """Read what is new, a bounded chunk per request (``sinceTime``, ``limitBytes``)."""
+        reading = self.logs.reading(target, final=final)
+        while (request := reading.next()) is not None:
+            text = await self.trigger.hook.read_pod_log_chunk(
+                self.trigger.namespace, target.pod, target.container, request
+            )
+            await self._written(reading.take, text)
 
+    async def take_streamed(self, target: LogTarget, text: str) -> None:
+        """Write the new lines among whole lines a stream of ``target`` sent."""
+        cursor = self.logs.cursor(target)
+        first_look = not cursor.started
+        await self._written(lambda t: shown(target, cursor.take_streamed(t), first_look), text)
 
-async def _take(cursor: LogCursor, text: str, final: bool) -> Chunk:
-    if len(text) < PARSE_IN_THREAD_CHARS:
-        return cursor.take(text, final=final)
-    return await asyncio.to_thread(cursor.take, text, final=final)
+    async def _written(self, take: Callable[[str], Iterable[str]], text: str) -> None:
+        lines = take(text) if len(text) < PARSE_IN_THREAD_CHARS else await asyncio.to_thread(take, text)
+        self.pending.extend(lines)
+        await self._write()
+
+    async def _write(self) -> None:
+        while self.pending:
+            for _ in range(min(LINES_PER_SLICE, len(self.pending))):
+                self.trigger.log.info("%s", self.pending.popleft())
+            if self.pending:
+                await asyncio.sleep(0)  # let the other triggers on this loop run

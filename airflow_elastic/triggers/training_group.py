@@ -10,8 +10,8 @@ trigger raises, skipping its retries).
 
 **Logs.** With ``log_role`` set, new lines of that role's first pod (rank 0, newest restart attempt) are written to
 the task log while waiting, each prefixed with the pod name, by :class:`~airflow_elastic.triggers.logs.LogFollower`:
-only new bytes of the training container each poll, following the log by timestamp (rotation loses nothing), never
-holding the event loop for long.
+the training container's log through one followed stream per pod (reopened from the last timestamp shown after a
+drop; read per poll where a stream cannot be opened), never holding the event loop for long.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class TrainingGroupTrigger(BaseTrigger):
             self.log.exception("waiting for JobSet %s/%s failed", self.namespace, self.name)
             event = self._watch.error(f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
         finally:  # also when cancelled: the log stream and the hook's reused HTTP session are closed, not left behind
-            pass
+            await self._logs.close()
             await self._close_hook()
         self._fired = True
         yield TriggerEvent(event.to_payload())

@@ -60,12 +60,14 @@ def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
 
 
 def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
-    """The async hook's list-then-watch methods (the triggers' shared observer); each watch ends after 1 s."""
+    """The async hook's streams: list-then-watch (the triggers' shared observer; each watch ends after 1 s), and the
+    followed log (404 is fine: the request was authorised)."""
     return {
         "list_jobsets_versioned": (namespace,),
         "list_pods_versioned": (namespace,),
         "watch_jobsets": (namespace, None, "", 1),
         "watch_pods": (namespace, None, "", 1),
+        "stream_pod_log": (namespace, "rbac-leader-0-0-xxxxx", "trainer", LogRequest(follow=True)),
     }
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow_elastic.hooks.errors import BadRequest, NotFound
+from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, NotFound
 from airflow_elastic.localcluster.api.patch import merge_patch
 from airflow_elastic.logcursor import LogRequest
 
@@ -81,7 +81,10 @@ class FakeHook:
         logs: pod name -> log text; line ``i`` was written at :data:`LOG_START` plus ``i`` milliseconds.
         rotated: pod name -> lines the kubelet rotated away (no longer served).
         log_errors: pod name -> the exception its log reads raise.
-        log_requests: the arguments of each ``read_pod_log_chunk``.
+        log_requests: the arguments of each ``read_pod_log_chunk`` and ``stream_pod_log``.
+        stream_error: what opening a log stream raises (e.g. a proxy refusing it).
+        drops: for each next log stream, the lines it sends before it drops mid-line.
+        streams_open: log streams not yet closed.
         list_errors: exceptions the next JobSet lists raise, in order.
         on_list: called with the list number (1-based) before each JobSet list answers.
         calls: method name -> number of calls.
@@ -95,6 +98,9 @@ class FakeHook:
         self.rotated: dict[str, int] = {}
         self.log_errors: dict[str, BaseException] = {}
         self.log_requests: list[JSON] = []
+        self.stream_error: BaseException | None = None
+        self.drops: list[int] = []
+        self.streams_open = 0
         self.list_errors: list[BaseException] = []
         self.get_error: BaseException | None = None
         self.on_list: Callable[[int], None] | None = None
@@ -172,6 +178,9 @@ class FakeHook:
         """As the kubelet answers ``timestamps=true``: ``sinceTime`` in whole seconds, ``tailLines``, ``limitBytes``."""
         self.calls["read_pod_log_chunk"] += 1
         self.log_requests.append({"pod": pod, "container": container, "request": request})
+        return self._chunk(pod, container, request)
+
+    def _chunk(self, pod: str, container: str, request: LogRequest) -> str:
         since_time, limit_bytes, tail_lines = request.since_time, request.limit_bytes, request.tail_lines
         served = self._served(pod, container)
         if since_time is not None:  # the stamps sort as text once both have microseconds
@@ -181,6 +190,41 @@ class FakeHook:
             served = served[-tail_lines:] if tail_lines else []
         body = "".join(f"{stamp} {text}" for stamp, text in served).encode()
         return body[:limit_bytes].decode(errors="replace") if limit_bytes else body.decode()
+
+    async def stream_pod_log(self, namespace: str, pod: str, container: str, request: LogRequest) -> Any:
+        """A followed log: what :meth:`read_pod_log_chunk` answers, then each line as it is logged, until the pod is
+        no longer ``Running``; a stream refused with ``stream_error`` (if set), or dropped mid-line after the number
+        of lines ``drops`` pops (if any) with a transport error."""
+        self.calls["stream_pod_log"] += 1
+        self.log_requests.append({"pod": pod, "container": container, "request": request})
+        if self.stream_error is not None:
+            raise self.stream_error
+        text = self._chunk(pod, container, request)
+        budget = self.drops.pop(0) if self.drops else None
+        self.streams_open += 1
+        try:
+            async for data in self._streamed(pod, container, text, budget):
+                yield data
+        finally:
+            self.streams_open -= 1
+
+    async def _streamed(self, pod: str, container: str, text: str, budget: int | None) -> Any:
+        last = ""
+        while True:
+            running = any(p["metadata"]["name"] == pod and p["status"]["phase"] == "Running" for p in self.pods)
+            lines = text[: text.rfind("\n") + 1 if running else len(text)].splitlines(keepends=True)  # whole lines
+            last = lines[-1].split(" ", 1)[0] if lines else last
+            if budget is not None and budget < len(lines):
+                yield "".join(lines[:budget]).encode() + lines[budget][: len(lines[budget]) // 2].encode()
+                raise ApiUnreachable(0, "", "the stream was dropped")
+            budget = budget - len(lines) if budget is not None else None
+            data = "".join(lines).encode()
+            for start in range(0, len(data), 64 * 1024):  # as a real stream hands it over: bounded chunks
+                yield data[start : start + 64 * 1024]
+            if not running:
+                return  # the container stopped: the stream ends
+            await asyncio.sleep(0.001)
+            text = "".join(f"{stamp} {t}" for stamp, t in self._served(pod, container) if not last or stamp > last)
 
     def _served(self, pod: str, container: str | None) -> list[tuple[str, str]]:
         if pod not in self.logs:

@@ -49,3 +49,14 @@ def test_a_line_longer_than_the_largest_request_is_shown_cut():
     text = f"{A} " + "x" * MAX_CHUNK_BYTES
     chunk = cursor.take(text[:MAX_CHUNK_BYTES])
     assert chunk.lines[0].endswith(CUT_NOTE) and cursor.stamp == parse_stamp(A)
+
+
+def test_a_resumed_stream_skips_what_the_dropped_one_showed():
+    cursor = LogCursor()
+    assert cursor.stream_request(100).tail_lines == 100 and cursor.stream_request(100).follow
+    assert cursor.take_streamed(f"{A} one\n{A} two\n") == ["one", "two"]
+    request = cursor.stream_request(100)
+    assert (request.since_time, request.tail_lines, request.limit_bytes) == ("2026-03-01T10:00:00Z", None, None)
+    # The reopened stream starts at that second again: what was shown is skipped, the rest follows once.
+    assert cursor.take_streamed(f"{A} one\n{A} two\n{B} three\n") == ["three"]
+    assert cursor.take_streamed(f"{C} last line, unfinished") == ["last line, unfinished"]

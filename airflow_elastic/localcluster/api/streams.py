@@ -98,9 +98,11 @@ _CRI = re.compile(r"^(\S+) (stdout|stderr) ([PF]) (.*)$", re.DOTALL)
 _FIRST_SEEN: dict[Path, list[tuple[int, datetime]]] = {}
 
 
-def _first_seen(path: Path, size: int, now: datetime) -> list[tuple[int, datetime]]:
+def _first_seen(path: Path, size: int, now: datetime, *, whole: bool = True) -> list[tuple[int, datetime]]:
+    """The marks of ``path`` once its first ``size`` bytes were seen (``whole``: all of it, so a shorter file was
+    replaced or truncated; else a followed part of it)."""
     marks = _FIRST_SEEN.get(path) or []
-    if marks and marks[-1][0] > size:  # the file was replaced or truncated
+    if whole and marks and marks[-1][0] > size:  # the file was replaced or truncated
         marks = []
     if not marks or marks[-1][0] < size:
         marks.append((size, now))
@@ -109,7 +111,7 @@ def _first_seen(path: Path, size: int, now: datetime) -> list[tuple[int, datetim
 
 
 def _parse(
-    raw: bytes, written: datetime, marks: list[tuple[int, datetime]] | None = None
+    raw: bytes, written: datetime, marks: list[tuple[int, datetime]] | None = None, base: int = 0
 ) -> list[tuple[datetime, str]]:
     """Lines with their timestamps: the CRI format's own, else when the server first saw them (``marks``), else
     ``written``.
@@ -118,10 +120,11 @@ def _parse(
     line, and clients depend on it (``timestamps=true`` with ``sinceTime`` to resume a log, ``sinceSeconds``), so
     a plain line gets the time this server first read it (the same on every later read), or the time a followed
     chunk was read: never earlier than the real write, so a ``since`` filter may repeat a line but never drops one.
+    ``base`` is where ``raw`` starts in the file (a followed chunk), for ``marks``.
     """
     lines: list[tuple[datetime, str]] = []
     partial = ""
-    offset, mark = 0, 0
+    offset, mark = base, 0
     for line in re.findall(rb"[^\n]*\n|[^\n]+$", raw):
         while marks and mark < len(marks) - 1 and marks[mark][0] <= offset:
             mark += 1
@@ -206,8 +209,10 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
                 f.seek(offset)
                 chunk = f.read(size - offset)
             cut = chunk.rfind(b"\n") + 1 if running else len(chunk)  # only whole lines while still writing
-            if cut:
-                await response.write(_render(_parse(chunk[:cut], datetime.now(UTC)), timestamps, since))
+            if cut:  # stamped as a later read of the file stamps them: a stream resumed by sinceTime agrees
+                marks = _first_seen(path, offset + cut, datetime.now(UTC), whole=False)
+                lines = _parse(chunk[:cut], datetime.now(UTC), marks, base=offset)
+                await response.write(_render(lines, timestamps, since))
                 offset += cut
         elif not running:
             break

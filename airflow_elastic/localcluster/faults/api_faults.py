@@ -10,9 +10,9 @@ A rule matches requests by ``verb`` (get, list, watch, create, update, patch, de
 * ``gone`` — a matching watch gets an in-stream ``ERROR`` event with a 410 ``Expired`` Status (a compacted
   resourceVersion), so clients must relist.
 
-Besides rules: :meth:`ApiFaults.drop_watches` breaks open watch connections (TCP abort, as a load balancer
-dropping them), and :meth:`ApiFaults.expire_token` replaces the cluster's token (old one → 401, the new one is in
-the ``token`` file and the kubeconfig), so clients must reload their credentials.
+Besides rules: :meth:`ApiFaults.drop_watches` breaks open watch (and followed log) connections (TCP abort, as a
+load balancer dropping them), and :meth:`ApiFaults.expire_token` replaces the cluster's token (old one → 401, the
+new one is in the ``token`` file and the kubeconfig), so clients must reload their credentials.
 """
 
 from __future__ import annotations
@@ -137,7 +137,11 @@ class ApiFaults:
             await asyncio.sleep(self._random.uniform(low, high))
         if rule is not None and rule.kind == "gone":
             return await _gone(request)
-        if verb != "watch" or request.transport is None:
+        if audit.get("subresource") == "log" and request.query.get("follow") in ("true", "1"):
+            resource = f"{resource}/log"  # a followed log streams like a watch, and drops like one
+        elif verb != "watch":
+            return await handler()
+        if request.transport is None:
             return await handler()
         entry = (resource, namespace, request.transport)
         self._watches.add(entry)
@@ -147,7 +151,8 @@ class ApiFaults:
             self._watches.discard(entry)
 
     def drop_watches(self, resource: str | None = None, namespace: str | None = None) -> int:
-        """Abort the connections of open watches (matching ``resource``/``namespace``); returns how many."""
+        """Abort the connections of open watches and followed logs (``resource="pods/log"``), matching
+        ``resource``/``namespace``; returns how many."""
         dropped = 0
         for res, ns, transport in list(self._watches):
             if (resource and resource not in (res, res.split(".", 1)[0])) or (namespace and namespace != ns):
