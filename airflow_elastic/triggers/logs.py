@@ -93,7 +93,7 @@ class LogStream:
                     text, buffer = buffer[:cut].decode(errors="replace"), buffer[cut:]
                     await self.follower.take_streamed(self.target, text)
                 await asyncio.sleep(0)  # a stream that has more at once still lets the other triggers run
-        except KubernetesApiError as exc:  # dropped: the next poll reopens it from sinceTime
+        except Exception as exc:  # dropped (whatever broke it): the next poll reopens it from sinceTime
             self.error = exc
         finally:
             await self.chunks.aclose()

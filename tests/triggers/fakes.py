@@ -83,7 +83,7 @@ class FakeHook:
         log_errors: pod name -> the exception its log reads raise.
         log_requests: the arguments of each ``read_pod_log_chunk`` and ``stream_pod_log``.
         stream_error: what opening a log stream raises (e.g. a proxy refusing it).
-        drops: for each next log stream, the lines it sends before it drops mid-line.
+        drops: for each next log stream, the lines it sends before it drops mid-line, raising ``drop_error``.
         streams_open: log streams not yet closed.
         list_errors: exceptions the next JobSet lists raise, in order.
         on_list: called with the list number (1-based) before each JobSet list answers.
@@ -100,6 +100,7 @@ class FakeHook:
         self.log_requests: list[JSON] = []
         self.stream_error: BaseException | None = None
         self.drops: list[int] = []
+        self.drop_error: BaseException = ApiUnreachable(0, "", "the stream was dropped")
         self.streams_open = 0
         self.list_errors: list[BaseException] = []
         self.get_error: BaseException | None = None
@@ -216,7 +217,7 @@ class FakeHook:
             last = lines[-1].split(" ", 1)[0] if lines else last
             if budget is not None and budget < len(lines):
                 yield "".join(lines[:budget]).encode() + lines[budget][: len(lines[budget]) // 2].encode()
-                raise ApiUnreachable(0, "", "the stream was dropped")
+                raise self.drop_error
             budget = budget - len(lines) if budget is not None else None
             data = "".join(lines).encode()
             for start in range(0, len(data), 64 * 1024):  # as a real stream hands it over: bounded chunks

@@ -44,6 +44,15 @@ def test_a_dropped_stream_resumes_without_loss_or_duplication():
     assert hook.streams_open == 0
 
 
+def test_a_stream_broken_by_anything_else_is_resumed_too():
+    hook = FakeHook()
+    hook.pods = [leader()]
+    hook.drops, hook.drop_error = [7], RuntimeError("the chunked decoder broke")
+    lines = follow(hook, finish_at=12, grow=growing(hook, polls=10))
+    assert lines == [f"line {i}" for i in range(30)]
+    assert hook.calls["stream_pod_log"] == 2
+
+
 def test_a_refused_stream_is_read_per_poll_after_one_warning():
     hook = FakeHook()
     hook.pods = [leader()]
