@@ -134,8 +134,8 @@ class LogFollower:
 
     async def _follow(self, restarts: int, final: bool) -> None:
         stream = self.stream
-        if stream is not None and stream.alive and not final:
-            return  # the stream delivers: no request this poll
+        if stream is not None and stream.alive and not final and restarts == self.restarts:
+            return  # the stream delivers: no request this poll (a restart's new pod is looked for at once)
         if stream is not None or final or self.target is None or restarts != self.restarts:
             self.target, self.restarts = self.logs.target(await self.group_pods() or []), restarts
         target = self.target

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_elastic.hooks.errors import Forbidden
-from tests.triggers.fakes import FakeHook
+from tests.triggers.fakes import FakeHook, jobset, pod
 from tests.triggers.test_log_follower import follow, leader, numbered
 
 
@@ -71,3 +71,24 @@ def test_the_stream_is_closed_when_the_wait_ends_while_the_pod_still_runs():
     lines = follow(hook, finish_at=6, grow=growing(hook, polls=5, finish=False))
     assert lines == [f"line {i}" for i in range(15)]
     assert hook.calls["stream_pod_log"] == 1 and hook.streams_open == 0
+
+
+def test_a_restarts_new_pod_is_followed_at_once_while_the_old_one_lingers():
+    hook = FakeHook()
+    old = leader()
+    new = pod("train", "leader", phase="Running", attempt=1)
+    new["metadata"]["name"] = "train-leader-0-0-fghij"
+    new["spec"] = old["spec"]
+    hook.pods = [old]
+    hook.logs[old["metadata"]["name"]] = numbered(0, 3)
+
+    def restart() -> None:  # the old pod still terminates (Running) when the new one starts
+        hook.pods.append(new)
+        hook.logs[new["metadata"]["name"]] = numbered(100, 103)
+        hook.jobsets["train"] = jobset("train", restarts=1)
+
+    follow(hook, finish_at=8, grow={4: restart, 5: lambda: hook.jobsets.update(train=jobset("train", restarts=1))})
+    assert [(r["pod"], r["request"].follow) for r in hook.log_requests][:2] == [
+        (old["metadata"]["name"], True),
+        (new["metadata"]["name"], True),
+    ]
