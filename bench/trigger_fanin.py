@@ -13,11 +13,17 @@ once, with the right status.
 Measured from the server's request log (``LocalCluster.requests(since=mark)``: the waits' own get/list requests,
 with the bytes of each reply):
 
-- requests and bytes per poll interval while the waits run (JobSet lists or GETs, plus the pods, events and logs
-  the trigger reads);
+- requests and bytes per poll interval while the waits run (JobSet lists, watches or GETs, plus the pods, events and
+  logs the trigger reads; each watch stream the shared design opens counts as one request, its bytes counted by
+  the client, event by event: the server logs a stream only when it ends on its own, and these end when the
+  observer closes them);
+- the same bytes without the first LIST of each kind (the shared design's one-time cost, which carries whatever the
+  namespace holds), run once with no finished JobSets kept and once with ``--kept`` of them (finished, labelled as
+  the provider labels them, nobody waiting): the steady bytes per poll must not grow with them;
 - detection latency: the time a wait fired minus the time its JobSet was marked finished (p50, p95, max).
 
-Usage: ``python bench/trigger_fanin.py [--sizes 10,100,1000] [--poll 2] [--max-delay 20] [--seed 1]``; the default
+Usage: ``python bench/trigger_fanin.py [--sizes 10,100,1000] [--poll 2] [--max-delay 20] [--kept 200] [--seed 1]``;
+the default
 run takes several minutes on 2 cores (``--max-delay`` per design and size, plus 2 x 1000 JobSet creations);
 ``--sizes 10,100 --max-delay 5`` takes about half a minute. Machines here are shared and noisy: compare ratios, not
 seconds. Each baseline poller has its own hook (its own kept-alive session, as each trigger has); at N=1000 it shows
@@ -54,6 +60,41 @@ CONN_ID = "bench_fanin"
 WAIT_VERBS = ("get", "list")
 JOBSETS = f"{PLURAL}.{GROUP}"
 log = logging.getLogger("bench.trigger_fanin")
+
+
+#: One record per watch stream the waits opened (``count_watches``), shaped like the server's request log entries.
+STREAMS: list[dict[str, Any]] = []
+
+
+def count_watches() -> None:
+    """Wrap ``AsyncJobSetHook``'s watch methods so each stream's requests and bytes land in :data:`STREAMS`."""
+    for kind, resource in (("jobsets", JOBSETS), ("pods", "pods")):
+        method = getattr(AsyncJobSetHook, f"watch_{kind}")
+
+        def counted(self: AsyncJobSetHook, namespace: str, *args: Any, _method: Any = method, _res: str = resource):
+            record = {"verb": "watch", "resource": _res, "subresource": "", "namespace": namespace, "bytes": 0}
+            STREAMS.append(record)
+
+            async def stream() -> Any:
+                async for event in _method(self, namespace, *args):
+                    record["bytes"] += len(json.dumps(event)) + 1  # one JSON line, as the server writes it
+                    yield event
+
+            return stream()
+
+        setattr(AsyncJobSetHook, f"watch_{kind}", counted)
+
+
+def kept_finished(custom: client.CustomObjectsApi, namespace: str, count: int) -> None:
+    """``count`` finished JobSets nobody waits for, as a TTL keeps them, labelled as the provider labels its own."""
+    for i in range(count):
+        name = f"kept-{i:04d}"
+        body = jobset(name)
+        body["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "airflow-elastic"}
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        condition = {"type": "Completed", "status": "True", "reason": "Bench", "message": "bench"}
+        status = {"status": {"conditions": [condition], "terminalState": "Completed"}}
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, status)
 
 
 def jobset(name: str) -> dict[str, Any]:
@@ -125,10 +166,12 @@ class PerObjectPollTrigger:
 class Result:
     design: str
     size: int
-    observations: int  # JobSet get/list requests
+    kept: int  # finished JobSets kept in the namespace
+    observations: int  # JobSet get/list/watch requests
     requests: int  # all get/list requests of the waits (JobSets, pods, events, logs)
     status_bytes: int  # bytes of the JobSet replies
     all_bytes: int  # bytes of every reply
+    steady_bytes: int  # bytes of every reply but the first LIST of each kind
     seconds: float
     poll: float
     latencies: list[float]
@@ -164,10 +207,13 @@ def measure(
     max_delay: float,
     poll: float,
     rng: random.Random,
+    kept: int = 0,
 ) -> Result:
-    """Create ``size`` JobSets through the operator, run ``make_wait(trigger, namespace)`` for each, measure."""
-    namespace = f"fanin-{design[:6]}-{size}-{uuid.uuid4().hex[:4]}"
+    """Create ``size`` JobSets through the operator (and ``kept`` finished ones nobody waits for), run
+    ``make_wait(trigger, namespace)`` for each, measure."""
+    namespace = f"fanin-{design[:6]}-{size}-{kept}-{uuid.uuid4().hex[:4]}"
     client.CoreV1Api(custom.api_client).create_namespace({"metadata": {"name": namespace}})
+    kept_finished(custom, namespace, kept)
     triggers = {t.name: t for t in (deferred(namespace, i, poll) for i in range(size))}
     names = sorted(triggers)
     plan = {n: (rng.uniform(1.0, max_delay), "Failed" if rng.random() < 0.1 else "Completed") for n in names}
@@ -194,15 +240,19 @@ def measure(
     if wrong:
         raise SystemExit(f"{design} N={size}: wrong verdicts for {wrong[:5]} ({len(wrong)} in all)")
     requests = [r for r in cluster.requests(since=mark, namespace=namespace) if r["verb"] in WAIT_VERBS]
+    requests += [r for r in STREAMS if r["namespace"] == namespace]
     client.CoreV1Api(custom.api_client).delete_namespace(namespace)
     status = [r for r in requests if r["resource"] == JOBSETS]
+    first_lists = {r["resource"]: r for r in reversed(requests) if r["verb"] == "list"}.values()
     return Result(
         design,
         size,
+        kept,
         len(status),
         len(requests),
         sum(r.get("bytes", 0) for r in status),
         sum(r.get("bytes", 0) for r in requests),
+        sum(r.get("bytes", 0) for r in requests) - sum(r.get("bytes", 0) for r in first_lists),
         seconds,
         poll,
         [fired[n] - finished[n] for n in names],
@@ -220,11 +270,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000", help="comma-separated numbers of concurrent waits")
     parser.add_argument("--poll", type=float, default=2.0, help="poll interval of every wait, seconds")
     parser.add_argument("--max-delay", type=float, default=20.0, help="JobSets finish 1..max-delay s after start")
+    parser.add_argument("--kept", type=int, default=200, help="finished JobSets kept in the second shared run")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     rng = random.Random(args.seed)
 
+    count_watches()
     with LocalCluster() as cluster:
         extras = {"kube_config_path": str(cluster.kubeconfig)}
         os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps({"conn_type": "kubernetes", "extra": extras})
@@ -242,8 +294,9 @@ def main() -> None:
         rows = []
         for size in (int(s) for s in args.sizes.split(",")):
             ours = measure(cluster, custom, "shared", size, shared, args.max_delay, args.poll, rng)
+            crowded = measure(cluster, custom, "shared", size, shared, args.max_delay, args.poll, rng, args.kept)
             base = measure(cluster, custom, "per-object", size, per_object, args.max_delay, args.poll, rng)
-            rows.append((size, ours, base))
+            rows.append((size, ours, crowded, base))
             log.warning(
                 "N=%d done: shared %.1f req/poll, per-object %.1f req/poll",
                 size,
@@ -254,19 +307,21 @@ def main() -> None:
     log.warning("\n".join(table(rows, args.poll, args.max_delay)))
 
 
-def table(rows: list[tuple[int, Result, Result]], poll: float, max_delay: float) -> list[str]:
-    """The report: per size, both designs and the per-object / shared ratios."""
+def table(rows: list[tuple[int, Result, Result, Result]], poll: float, max_delay: float) -> list[str]:
+    """The report: per size, both designs (the shared one without and with finished JobSets kept) and the
+    per-object / shared ratios."""
     lines = [
         f"poll={poll}s, JobSets finish 1..{max_delay}s after the start (10% Failed); all waits on one event loop; "
         "triggers built by TrainingGroupOperator.execute()",
-        f"{'N':>5} {'design':>10} {'req/poll':>9} {'JobSet req':>11} {'KiB/poll':>9} {'JobSet KiB':>11} "
-        f"{'lat p50':>8} {'lat p95':>8} {'lat max':>8}",
+        f"{'N':>5} {'design':>10} {'kept':>5} {'req/poll':>9} {'JobSet req':>11} {'KiB/poll':>9} {'JobSet KiB':>11} "
+        f"{'steady KiB':>11} {'lat p50':>8} {'lat p95':>8} {'lat max':>8}",
     ]
-    for size, ours, base in rows:
-        for r in (ours, base):
+    for size, ours, crowded, base in rows:
+        for r in (ours, crowded, base):
             lines.append(
-                f"{size:>5} {r.design:>10} {r.per_poll(r.requests):>9.1f} {r.per_poll(r.observations):>11.1f} "
-                f"{r.per_poll(r.all_bytes) / 1024:>9.1f} {r.per_poll(r.status_bytes) / 1024:>11.1f} "
+                f"{size:>5} {r.design:>10} {r.kept:>5} {r.per_poll(r.requests):>9.1f} "
+                f"{r.per_poll(r.observations):>11.1f} {r.per_poll(r.all_bytes) / 1024:>9.1f} "
+                f"{r.per_poll(r.status_bytes) / 1024:>11.1f} {r.per_poll(r.steady_bytes) / 1024:>11.2f} "
                 f"{r.quantile(0.5):>7.2f}s {r.quantile(0.95):>7.2f}s {max(r.latencies):>7.2f}s"
             )
         ratios = (
@@ -276,7 +331,7 @@ def table(rows: list[tuple[int, Result, Result]], poll: float, max_delay: float)
             base.per_poll(base.status_bytes) / ours.per_poll(ours.status_bytes),
         )
         cells = [f"x{ratio:.1f}" for ratio in ratios]
-        lines.append(f"{size:>5} {'ratio':>10} {cells[0]:>9} {cells[1]:>11} {cells[2]:>9} {cells[3]:>11}")
+        lines.append(f"{size:>5} {'ratio':>10} {'':>5} {cells[0]:>9} {cells[1]:>11} {cells[2]:>9} {cells[3]:>11}")
         kept_up = size / ours.per_poll(ours.requests)
         lines.append(
             f"{'':>5} {'':>10} per-object polling that kept up would send {size} requests per poll: x{kept_up:.0f}"
@@ -285,7 +340,8 @@ def table(rows: list[tuple[int, Result, Result]], poll: float, max_delay: float)
         lines.append(f"{'':>5} {'shared':>10} requests per poll by kind: {kinds}")
     lines.append(
         "per poll = per poll interval of wall time; ratio = per-object / shared (>1: the shared design sends fewer "
-        "requests / bytes). The shared design also reads the pods (for evidence) and, at the end, events, which the "
+        "requests / bytes); steady KiB = bytes per poll without the first LIST of each kind (the shared design's "
+        "one-time cost). The shared design also reads the pods (for evidence) and, at the end, events, which the "
         "baseline never reads."
     )
     return lines
