@@ -49,6 +49,7 @@ import json
 import logging
 import time
 import weakref
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -160,6 +161,8 @@ class JobSetObserver:
         self.jobsets: Informer | None = None
         self._pods: dict[str, Informer] = {}
         self._informers: set[asyncio.Task[None]] = set()
+        self._intervals: Counter[float] = Counter()  # poll interval -> subscribers asking for it
+        self._by_name: dict[str | None, set[Subscription]] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -207,17 +210,28 @@ class JobSetObserver:
     @property
     def interval(self) -> float:
         """Seconds between two list requests: the shortest interval any subscriber asked for."""
-        return min((s.poll_interval for s in self.subscribers), default=10.0)
+        # Kept per distinct interval: every pod read asks, and a scan of a thousand subscribers each time adds up.
+        return min(self._intervals, default=10.0)
 
     def _add(self, subscription: Subscription) -> None:
         self.subscribers.add(subscription)
+        self._intervals[subscription.poll_interval] += 1
+        self._by_name.setdefault(subscription.name, set()).add(subscription)
         if self._task is None or self._task.done():
             self._task = self.loop.create_task(self._poll(), name=f"jobset-observer {self.namespace}")
         else:
             self._changed.set()  # the interval may have shrunk
 
     def _remove(self, subscription: Subscription) -> None:
-        self.subscribers.discard(subscription)
+        if subscription in self.subscribers:
+            self.subscribers.discard(subscription)
+            self._intervals[subscription.poll_interval] -= 1
+            if not self._intervals[subscription.poll_interval]:
+                del self._intervals[subscription.poll_interval]
+            named = self._by_name.get(subscription.name, set())
+            named.discard(subscription)
+            if not named:
+                self._by_name.pop(subscription.name, None)
         if self.subscribers:
             return
         if self.registry.get(self.key) is self:
@@ -272,9 +286,8 @@ class JobSetObserver:
     def _jobset_changed(self, name: str | None) -> None:
         if name is None or (snapshot := self._cached()) is None:
             return  # a (re-)list: the next periodic snapshot carries it
-        for subscription in list(self.subscribers):
-            if subscription.name == name:
-                subscription._deliver(snapshot)
+        for subscription in list(self._by_name.get(name, ())):
+            subscription._deliver(snapshot)
 
     async def pods(self, label_selector: str | None, after: str = "") -> list[dict[str, Any]]:
         """The namespace's pods matching ``label_selector`` from a watched cache (no request once it is listed).
