@@ -43,9 +43,9 @@ lock:
 		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/' > constraints.txt
 	rm -rf .lock-venv
 
-# Regenerate airflow_elastic/schemas from the upstream copies in ../shared.
+# Regenerate airflow_elastic/schemas from upstream CRD/OpenAPI files: make schemas CRDS=<folder> (see tools/gen_schemas.py).
 schemas: $(STAMP)
-	$(BIN)/python tools/gen_schemas.py
+	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

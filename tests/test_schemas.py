@@ -29,7 +29,7 @@ def test_regeneration_matches(tmp_path: Path):
     (copy / "tools").mkdir()
     (copy / "tools" / "gen_schemas.py").write_text((ROOT / "tools" / "gen_schemas.py").read_text())
     subprocess.run(
-        [sys.executable, str(copy / "tools" / "gen_schemas.py"), "--shared", str(SHARED)],
+        [sys.executable, str(copy / "tools" / "gen_schemas.py"), "--crds", str(SHARED / "k8s" / "crds")],
         check=True,
         capture_output=True,
     )

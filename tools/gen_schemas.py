@@ -1,15 +1,18 @@
 """Regenerate the JSON schemas that ``airflow_elastic`` carries as package data.
 
-Inputs are the upstream copies in ``../shared/k8s/crds`` (the JobSet CRD and the Kubernetes 1.35 core/v1
-OpenAPI document). Outputs drop every ``description`` (upstream prose) and keep only what validation needs:
+Inputs, in one folder (``--crds DIR``), are two upstream files: the JobSet CRD
+``jobset.x-k8s.io_jobsets.yaml`` (kubernetes-sigs/jobset, ``config/components/crd/bases/``) and the Kubernetes 1.35
+core/v1 OpenAPI document ``k8s-1.35_api__v1_openapi.json`` (kubernetes/kubernetes,
+``api/openapi-spec/v3/api__v1_openapi.json``, renamed). Outputs drop every ``description`` (upstream prose) and
+keep only what validation needs:
 
 * ``jobset.x-k8s.io_v1alpha2.json`` - the CRD's ``openAPIV3Schema`` (structural schema, incl. the embedded
   batch/v1 Job and core/v1 Pod templates);
 * ``core_v1_podtemplatespec.json`` - ``io.k8s.api.core.v1.PodTemplateSpec`` with the transitive closure of the
   component schemas it references, under ``components.schemas`` so the ``$ref``s resolve unchanged.
 
-Usage: ``python tools/gen_schemas.py [--shared ../shared]``. The run is deterministic (sorted keys), so a
-diff after regeneration means upstream changed.
+Usage: ``python tools/gen_schemas.py --crds DIR`` (``make schemas CRDS=DIR``). The run is deterministic (sorted
+keys), so a diff after regeneration means upstream changed.
 """
 
 from __future__ import annotations
@@ -59,14 +62,18 @@ def closure(schemas: dict[str, Any], root: str) -> dict[str, Any]:
     return seen
 
 
-def jobset_schema(shared: Path) -> dict[str, Any]:
-    crd = yaml.safe_load((shared / "k8s/crds/jobset.x-k8s.io_jobsets.yaml").read_text())
+JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
+CORE_OPENAPI = "k8s-1.35_api__v1_openapi.json"
+
+
+def jobset_schema(crds: Path) -> dict[str, Any]:
+    crd = yaml.safe_load((crds / JOBSET_CRD).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
     return strip_prose(version["schema"]["openAPIV3Schema"])
 
 
-def pod_template_schema(shared: Path) -> dict[str, Any]:
-    doc = json.loads((shared / "k8s/crds/k8s-1.35_api__v1_openapi.json").read_text())
+def pod_template_schema(crds: Path) -> dict[str, Any]:
+    doc = json.loads((crds / CORE_OPENAPI).read_text())
     root = "io.k8s.api.core.v1.PodTemplateSpec"
     return {
         "$ref": REF_PREFIX + root,
@@ -76,12 +83,15 @@ def pod_template_schema(shared: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    parser.add_argument("--crds", type=Path, required=True, help=f"folder holding {JOBSET_CRD} and {CORE_OPENAPI}")
     args = parser.parse_args()
+    missing = [name for name in (JOBSET_CRD, CORE_OPENAPI) if not (args.crds / name).is_file()]
+    if missing:
+        parser.error(f"{args.crds} lacks {', '.join(missing)} (see this script's docstring for the upstream files)")
     OUT.mkdir(parents=True, exist_ok=True)
     for name, schema in (
-        ("jobset.x-k8s.io_v1alpha2.json", jobset_schema(args.shared)),
-        ("core_v1_podtemplatespec.json", pod_template_schema(args.shared)),
+        ("jobset.x-k8s.io_v1alpha2.json", jobset_schema(args.crds)),
+        ("core_v1_podtemplatespec.json", pod_template_schema(args.crds)),
     ):
         path = OUT / name
         path.write_text(json.dumps(schema, sort_keys=True, separators=(",", ":")) + "\n")
