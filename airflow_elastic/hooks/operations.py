@@ -214,22 +214,26 @@ def read_pod_log_chunk(namespace: str, pod: str, container: str, request: LogReq
 WATCHABLE: dict[str, tuple[str, str, dict[str, str]]] = {
     "jobsets": ("CustomObjectsApi", "list_namespaced_custom_object", _JOBSETS),
     "pods": ("CoreV1Api", "list_namespaced_pod", {}),
+    "events": ("CoreV1Api", "list_namespaced_event", {}),
 }
+#: The selector each watchable kind is narrowed by: events by fields (``type=Warning``), the others by labels.
+SELECTOR_OF = {"events": "field_selector"}
 
 
-def list_versioned(kind: str, namespace: str, label_selector: str | None) -> Operation:
-    """A list of ``kind`` (``jobsets``, ``pods``) that keeps its ``resourceVersion``: ``(items, resourceVersion)``."""
+def list_versioned(kind: str, namespace: str, selector: str | None) -> Operation:
+    """A list of ``kind`` (``jobsets``, ``pods``, ``events``) that keeps its ``resourceVersion``: ``(items,
+    resourceVersion)``; ``selector`` is a field selector for events (:data:`SELECTOR_OF`), else a label selector."""
     api, method, fixed = WATCHABLE[kind]
     return Operation(
         f"list {kind} in {namespace}",
         api,
         method,
-        {**fixed, "namespace": namespace, **_selector("label_selector", label_selector)},
+        {**fixed, "namespace": namespace, **_selector(SELECTOR_OF.get(kind, "label_selector"), selector)},
         result="list",
     )
 
 
-def watch(kind: str, namespace: str, label_selector: str | None, resource_version: str, seconds: int) -> Operation:
+def watch(kind: str, namespace: str, selector: str | None, resource_version: str, seconds: int) -> Operation:
     """A watch of ``kind`` from ``resource_version``, with bookmarks, that the server ends after ``seconds``."""
     api, method, fixed = WATCHABLE[kind]
     return Operation(
@@ -239,7 +243,7 @@ def watch(kind: str, namespace: str, label_selector: str | None, resource_versio
         {
             **fixed,
             "namespace": namespace,
-            **_selector("label_selector", label_selector),
+            **_selector(SELECTOR_OF.get(kind, "label_selector"), selector),
             "watch": True,
             "resource_version": resource_version,
             "allow_watch_bookmarks": True,

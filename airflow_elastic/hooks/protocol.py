@@ -96,7 +96,7 @@ class AsyncJobSetHookProtocol(Protocol):
 @runtime_checkable
 class WatchingHookProtocol(AsyncJobSetHookProtocol, Protocol):
     """An async hook that can also list with a ``resourceVersion`` and watch from it (``AsyncJobSetHook`` can):
-    the shared observer then keeps its JobSets and pods by list-then-watch instead of re-listing every poll."""
+    the shared observer then keeps its JobSets, pods and Warning events by list-then-watch instead of re-listing."""
 
     async def list_jobsets_versioned(
         self, namespace: str, label_selector: str | None = None
@@ -106,8 +106,16 @@ class WatchingHookProtocol(AsyncJobSetHookProtocol, Protocol):
         self, namespace: str, label_selector: str | None = None
     ) -> tuple[list[JSON], str]: ...
 
+    async def list_events_versioned(
+        self, namespace: str, field_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
     def watch_jobsets(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...
+
+    def watch_events(
+        self, namespace: str, field_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]: ...
 
     def watch_pods(

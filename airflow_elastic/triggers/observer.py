@@ -32,12 +32,13 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   consecutive failures). A failed or dropped watch is not an error: the cache is re-listed at once, and no snapshot
   is published while it is stale. The observer itself never dies on an API error.
 
-Pods are cached the same way (:meth:`JobSetObserver.pods`: one informer per selector, started by the first trigger
-that needs them), so with a watching hook a poll costs no request at all for JobSets and pods, and the bytes it
-moves are the changes, not the finished JobSets and pods the cluster keeps until their TTL. Events are read rarely
-(a startup diagnosis, the end's warnings) and shared by :class:`SharedRead`: a trigger asks for a list *begun after*
-the observation it judges; the first to ask on the loop starts it, every other trigger asking at about the same time
-awaits the same request. Logs are read per trigger, and only while its log pod exists.
+Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started
+by the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods,
+the end's Warning events cost none per wait, and the bytes moved are the changes, not the finished JobSets, pods and
+events the cluster keeps until their TTL. A hook that cannot watch a kind shares its lists by :class:`SharedRead`: a
+trigger asks for a list *begun after* the observation it judges; the first to ask on the loop starts it, every other
+trigger asking at about the same time awaits the same request. Logs are read per trigger, and only while its log pod
+exists.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class JobSetObserver:
         self.polls = 0
         self.watching = isinstance(hook, WatchingHookProtocol)
         self.jobsets: Informer | None = None
-        self._pods: dict[str, Informer] = {}
+        self._caches: dict[tuple[str, str], Informer] = {}  # (kind, selector) -> its watched cache
         self._informers: set[asyncio.Task[None]] = set()
         self._intervals: Counter[float] = Counter()  # poll interval -> subscribers asking for it
         self._by_name: dict[str | None, set[Subscription]] = {}
@@ -289,21 +290,23 @@ class JobSetObserver:
         for subscription in list(self._by_name.get(name, ())):
             subscription._deliver(snapshot)
 
-    async def pods(self, label_selector: str | None, after: str = "") -> list[dict[str, Any]]:
-        """The namespace's pods matching ``label_selector`` from a watched cache (no request once it is listed).
+    async def cached(self, kind: str, selector: str | None, after: str = "") -> list[dict[str, Any]]:
+        """The namespace's ``kind`` matching ``selector`` (a field selector for events) from a watched cache, one per
+        (kind, selector), started by the first trigger that asks: no request once it is listed.
 
         Args:
-            label_selector: which pods.
+            kind: ``pods`` or ``events``.
+            selector: which of them.
             after: the resourceVersion of the JobSet being judged: the cache is first given up to
                 :data:`CATCH_UP_SECONDS` (at most half the interval) to pass it (:meth:`Informer.caught_up`), so a
                 JobSet that just finished is judged with its pods' last states.
 
         Raises:
-            KubernetesApiError: the pods could not be listed (after the hook's retries).
+            KubernetesApiError: they could not be listed (after the hook's retries).
         """
-        informer = self._pods.get(label_selector or "")
+        informer = self._caches.get((kind, selector or ""))
         if informer is None:
-            informer = self._pods[label_selector or ""] = self._informer("pods", label_selector, lambda name: None)
+            informer = self._caches[kind, selector or ""] = self._informer(kind, selector, lambda name: None)
         await informer.settled.wait()
         if informer.error is not None:
             raise informer.error

@@ -309,8 +309,8 @@ class TrainingGroupTrigger(BaseTrigger):
 
     def _shared(self, kind: str, selector: str | None, send: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Any:
         """``send``'s list shared with every trigger on the loop that needs it after the same JobSet list."""
-        if kind == "pods" and self._observer is not None and self._observer.watching:
-            return self._observer.pods(selector, self._version)  # a watched cache: no request per poll
+        if self._observer is not None and self._observer.watching:  # a watched cache: no request per poll
+            return self._observer.cached(kind, selector, self._version if kind == "pods" else "")
         identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
         return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
 
@@ -326,7 +326,7 @@ class TrainingGroupTrigger(BaseTrigger):
 
     async def _group_events(self, kind: str | None) -> list[dict[str, Any]] | None:
         """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``), out of the
-        namespace's events listed once for the loop; ``None`` when they could not be listed."""
+        namespace's events watched (or listed) once for the loop; ``None`` when they could not be listed."""
         selector = f"type={kind}" if kind else None
         try:
             events = await self._shared("events", selector, lambda: self.hook.list_events(self.namespace, selector))

@@ -32,6 +32,7 @@ def test_waits_list_once_then_watch_instead_of_listing_every_poll(hook, connecti
     uids = {name: submit(hook, namespace, name, SLEEP.format(3)) for name in names}
     mark = local_cluster.request_count()
     polls: list[int] = []
+    warnings: list[Any] = []  # the Warning events' informer
 
     async def scenario() -> list[dict[str, Any]]:
         tasks = [
@@ -41,6 +42,7 @@ def test_waits_list_once_then_watch_instead_of_listing_every_poll(hook, connecti
         observer = await until(lambda: observer_of(namespace), "the observer")
         results = await asyncio.gather(*tasks)
         polls.append(observer.polls)
+        warnings.extend(i for (kind, _), i in observer._caches.items() if kind == "events")
         return results
 
     events = asyncio.run(asyncio.wait_for(scenario(), 120))
@@ -51,6 +53,9 @@ def test_waits_list_once_then_watch_instead_of_listing_every_poll(hook, connecti
     assert polls[0] >= 3  # several observations of every wait...
     assert len(jobset_lists) == 1 and len(pod_lists) == 1  # ...from one list per kind, then the watch streams
     assert [r for r in requests if r["resource"] == JOBSETS and r["verb"] == "get"] == []
+    # The end's Warning events: one list for the loop, then a watch stream of them (no namespace list per wait).
+    assert len([r for r in requests if r["resource"] == "events" and r["verb"] == "list"]) == 1
+    assert warnings and warnings[0].lists == 1 and warnings[0].watches >= 1 and warnings[0].error is None
 
 
 def test_a_dropped_watch_and_a_410_are_recovered_by_a_relist(hook, connection, namespace, local_cluster):

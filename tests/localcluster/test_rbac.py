@@ -65,8 +65,10 @@ def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
     return {
         "list_jobsets_versioned": (namespace,),
         "list_pods_versioned": (namespace,),
+        "list_events_versioned": (namespace, "type=Warning"),
         "watch_jobsets": (namespace, None, "", 1),
         "watch_pods": (namespace, None, "", 1),
+        "watch_events": (namespace, "type=Warning", "", 1),
         "stream_pod_log": (namespace, "rbac-leader-0-0-xxxxx", "trainer", LogRequest(follow=True)),
     }
 

@@ -58,13 +58,14 @@ def test_waits_with_evidence_and_logs_share_one_pod_list_per_poll():
 
 class WatchingHook(FakeHook):
     """A :class:`FakeHook` that can also list with a version and watch (as ``AsyncJobSetHook``); counts the bytes of
-    every JobSet and pod it serves, listed or streamed."""
+    every JobSet and pod it serves, listed or streamed, and apart (``event_bytes``) every event it lists."""
 
     def __init__(self) -> None:
         super().__init__()
         self.version = 0
         self.bytes = 0
-        self.streams: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {"jobsets": [], "pods": []}
+        self.event_bytes = 0
+        self.streams: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {"jobsets": [], "pods": [], "events": []}
 
     def _count(self, data: Any) -> Any:
         self.bytes += len(json.dumps(data))
@@ -81,6 +82,18 @@ class WatchingHook(FakeHook):
 
     async def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list, str]:
         return await self.list_pods(namespace, label_selector), str(self.version)
+
+    async def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        events = await super().list_events(namespace, field_selector)
+        self.event_bytes += len(json.dumps(events))
+        return events
+
+    async def list_events_versioned(self, namespace: str, field_selector: str | None = None) -> tuple[list, str]:
+        self.calls["list_events_versioned"] += 1
+        return await self.list_events(namespace, field_selector), str(self.version)
+
+    def watch_events(self, namespace: str, selector: str | None, version: str, seconds: int) -> AsyncIterator[Any]:
+        return self._stream("events", seconds)
 
     def watch_jobsets(self, namespace: str, selector: str | None, version: str, seconds: int) -> AsyncIterator[Any]:
         self.calls["watch_jobsets"] += 1
@@ -157,4 +170,49 @@ def test_a_watching_hook_is_listed_once_and_finished_jobsets_add_no_bytes_per_po
         assert (watched.calls["list_jobsets"], watched.calls["list_pods"]) == (1, 1), watched.calls
         assert watched.calls["watch_jobsets"] >= 1 and watched.calls["watch_pods"] >= 1
     assert empty == crowded == 0  # nothing changed: nothing moved, however many finished JobSets are kept
+    assert JobSetObserver.registry == {}
+
+
+def warning(i: int, about: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"ev{i:04d}"},
+        "type": "Warning",
+        "involvedObject": {"kind": "Pod", "name": about},
+        "reason": "BackOff",
+        "message": f"warning {i}",
+        "lastTimestamp": f"2026-01-01T00:00:{i % 60:02d}Z",
+    }
+
+
+def test_the_end_warnings_come_from_one_watched_event_cache_not_a_namespace_list_per_wait(capsys):
+    hook = WatchingHook()
+    names = [f"g{i:02d}" for i in range(WAITS)]
+    for name in names:
+        hook.jobsets[name] = jobset(name)
+    kept = [warning(i, f"old{i:03d}-leader-0-0") for i in range(200)]  # kept by the namespace: nobody's business
+    hook.events = [*kept, *(warning(1000 + i, f"{name}-leader-0-0") for i, name in enumerate(names))]
+
+    async def scenario() -> list[list[dict[str, Any]]]:
+        waits = asyncio.gather(*(wait(hook, name) for name in names))
+        await until(lambda: JobSetObserver.registry)
+        (observer,) = JobSetObserver.registry.values()
+        await until(lambda: observer.polls >= 2)
+        for batch in range(0, WAITS, 5):  # the waits end at different times, each batch after a few polls
+            for name in names[batch : batch + 5]:
+                hook.update_jobset(jobset(name, conditions=[condition("Completed")]))
+            if batch + 5 < WAITS:
+                polls = observer.polls
+                await until(lambda: observer.polls >= polls + 3)  # noqa: B023 (awaited before the next batch)
+        return await waits
+
+    results = asyncio.run(asyncio.wait_for(scenario(), 20))
+    logged = "".join(capsys.readouterr())
+    assert [[e["status"] for e in events] for events in results] == [["succeeded"]] * WAITS
+    # One versioned list of the Warning events for the loop, then the stream: no namespace list per ending wait, so
+    # the namespace's kept events are transferred once, not once per batch of waits ending together.
+    assert (hook.calls["list_events_versioned"], hook.calls["list_events"]) == (1, 1), hook.calls
+    assert hook.event_bytes == len(json.dumps(hook.events))
+    for i, name in enumerate(names):  # each wait still logs its own warning, and none of the others'
+        mine = [line for line in logged.splitlines() if f"JobSet {NS}/{name} warning" in line]
+        assert len(mine) == 1 and f"Pod {name}-leader-0-0: BackOff: warning {1000 + i} " in mine[0], mine
     assert JobSetObserver.registry == {}
