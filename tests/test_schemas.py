@@ -13,11 +13,13 @@ from tests.conftest import ROOT, SHARED
 
 
 def test_packaged_schemas_have_no_upstream_prose():
-    for name in (schemas.JOBSET, schemas.POD_TEMPLATE):
+    for name in (schemas.JOBSET, schemas.POD_TEMPLATE, schemas.BATCH):
         text = (ROOT / "airflow_elastic" / "schemas" / name).read_text()
         assert '"description"' not in text
     assert "replicatedJobs" in schemas.load(schemas.JOBSET)["properties"]["spec"]["properties"]
     assert {"containers", "volumes"} <= schemas.core_v1_fields("PodSpec")
+    cronjob = schemas.batch_v1("CronJob")
+    assert "jobTemplate" in cronjob["components"]["schemas"]["io.k8s.api.batch.v1.CronJobSpec"]["properties"]
 
 
 @pytest.mark.skipif(
@@ -33,6 +35,6 @@ def test_regeneration_matches(tmp_path: Path):
         check=True,
         capture_output=True,
     )
-    for name in (schemas.JOBSET, schemas.POD_TEMPLATE):
+    for name in (schemas.JOBSET, schemas.POD_TEMPLATE, schemas.BATCH):
         fresh = (copy / "airflow_elastic" / "schemas" / name).read_text()
         assert fresh == (ROOT / "airflow_elastic" / "schemas" / name).read_text(), f"{name} is stale: make schemas"

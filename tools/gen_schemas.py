@@ -1,15 +1,18 @@
 """Regenerate the JSON schemas that ``airflow_elastic`` carries as package data.
 
-Inputs, in one folder (``--crds DIR``), are two upstream files: the JobSet CRD
+Inputs, in one folder (``--crds DIR``), are three upstream files: the JobSet CRD
 ``jobset.x-k8s.io_jobsets.yaml`` (kubernetes-sigs/jobset, ``config/components/crd/bases/``) and the Kubernetes 1.35
-core/v1 OpenAPI document ``k8s-1.35_api__v1_openapi.json`` (kubernetes/kubernetes,
-``api/openapi-spec/v3/api__v1_openapi.json``, renamed). Outputs drop every ``description`` (upstream prose) and
-keep only what validation needs:
+core/v1 and batch/v1 OpenAPI documents ``k8s-1.35_api__v1_openapi.json`` and
+``k8s-1.35_apis__batch__v1_openapi.json`` (kubernetes/kubernetes, ``api/openapi-spec/v3/api__v1_openapi.json`` and
+``apis__batch__v1_openapi.json``, renamed). Outputs drop every ``description`` (upstream prose) and keep only what
+validation needs:
 
 * ``jobset.x-k8s.io_v1alpha2.json`` - the CRD's ``openAPIV3Schema`` (structural schema, incl. the embedded
   batch/v1 Job and core/v1 Pod templates);
 * ``core_v1_podtemplatespec.json`` - ``io.k8s.api.core.v1.PodTemplateSpec`` with the transitive closure of the
-  component schemas it references, under ``components.schemas`` so the ``$ref``s resolve unchanged.
+  component schemas it references, under ``components.schemas`` so the ``$ref``s resolve unchanged;
+* ``batch_v1.json`` - ``io.k8s.api.batch.v1.Job`` and ``io.k8s.api.batch.v1.CronJob`` with the closure of what they
+  reference (incl. core/v1 and meta/v1), under ``components.schemas`` (no root: ``schemas.batch_v1(kind)`` adds one).
 
 Usage: ``python tools/gen_schemas.py --crds DIR`` (``make schemas CRDS=DIR``). The run is deterministic (sorted
 keys), so a diff after regeneration means upstream changed.
@@ -64,6 +67,7 @@ def closure(schemas: dict[str, Any], root: str) -> dict[str, Any]:
 
 JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
 CORE_OPENAPI = "k8s-1.35_api__v1_openapi.json"
+BATCH_OPENAPI = "k8s-1.35_apis__batch__v1_openapi.json"
 
 
 def jobset_schema(crds: Path) -> dict[str, Any]:
@@ -81,17 +85,27 @@ def pod_template_schema(crds: Path) -> dict[str, Any]:
     }
 
 
+def batch_schema(crds: Path) -> dict[str, Any]:
+    components = json.loads((crds / BATCH_OPENAPI).read_text())["components"]["schemas"]
+    found: dict[str, Any] = {}
+    for root in ("io.k8s.api.batch.v1.Job", "io.k8s.api.batch.v1.CronJob"):
+        found |= closure(components, root)
+    return {"components": {"schemas": strip_prose(found)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--crds", type=Path, required=True, help=f"folder holding {JOBSET_CRD} and {CORE_OPENAPI}")
+    files = f"{JOBSET_CRD}, {CORE_OPENAPI}, {BATCH_OPENAPI}"
+    parser.add_argument("--crds", type=Path, required=True, help=f"folder holding {files}")
     args = parser.parse_args()
-    missing = [name for name in (JOBSET_CRD, CORE_OPENAPI) if not (args.crds / name).is_file()]
+    missing = [name for name in (JOBSET_CRD, CORE_OPENAPI, BATCH_OPENAPI) if not (args.crds / name).is_file()]
     if missing:
         parser.error(f"{args.crds} lacks {', '.join(missing)} (see this script's docstring for the upstream files)")
     OUT.mkdir(parents=True, exist_ok=True)
     for name, schema in (
         ("jobset.x-k8s.io_v1alpha2.json", jobset_schema(args.crds)),
         ("core_v1_podtemplatespec.json", pod_template_schema(args.crds)),
+        ("batch_v1.json", batch_schema(args.crds)),
     ):
         path = OUT / name
         path.write_text(json.dumps(schema, sort_keys=True, separators=(",", ":")) + "\n")
