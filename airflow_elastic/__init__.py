@@ -17,10 +17,12 @@ from airflow_elastic.spec import (
     SuccessPolicy,
     TrainingGroup,
 )
+from airflow_elastic.stage import BatchStage
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchStage",
     "Checkpointing",
     "Elastic",
     "FailurePolicy",

@@ -1,6 +1,7 @@
-"""Pure rendering of training groups into Kubernetes manifests (no Airflow, no kubernetes imports)."""
+"""Pure rendering of training groups and batch stages into Kubernetes manifests (no Airflow, no kubernetes imports)."""
 
+from airflow_elastic.render.job import render_job
 from airflow_elastic.render.jobset import render_jobset
 from airflow_elastic.render.schema import schema_errors
 
-__all__ = ["render_jobset", "schema_errors"]
+__all__ = ["render_job", "render_jobset", "schema_errors"]

@@ -91,6 +91,16 @@ def _check_call(
             ("name", f"JobSet name {jobset!r} is too long: {p}")
             for p in names.budget_problems(len(jobset), roles, group.leader.name)
         ]
+    problems += call_problems(namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL))
+    if problems:
+        raise SpecError(problems)
+
+
+def call_problems(
+    namespace: str, labels: Mapping[str, str] | None, ttl: int | None, *, owned: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """What is wrong with a render call's namespace, extra labels (``owned`` keys are the renderer's) and TTL."""
+    problems = []
     if not names.is_dns1123_label(namespace):
         problems.append(("namespace", f"{namespace!r} must be a DNS-1123 label"))
     for key, value in (labels or {}).items():
@@ -98,12 +108,11 @@ def _check_call(
             problems.append((f"labels[{key!r}]", "is not a valid label key"))
         elif not is_label_value(value):
             problems.append((f"labels[{key!r}]", f"{value!r} is not a valid label value"))
-        elif key in (MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL):
+        elif key in owned:
             problems.append((f"labels[{key!r}]", "is set by airflow-elastic"))
     if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0):
         problems.append(("ttl_seconds_after_finished", f"must be an integer >= 0, got {ttl!r}"))
-    if problems:
-        raise SpecError(problems)
+    return problems
 
 
 def _success_policy(group: TrainingGroup) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_elastic import contract, names, platforms
@@ -129,14 +130,39 @@ def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any
 def pod_template(group: TrainingGroup, role: Role, *, jobset: str, labels: dict[str, str]) -> dict[str, Any]:
     """The pod template of ``role``: one ``trainer`` container; the group's, then the role's overrides merged."""
     user_env = {**(group.env or {}), **(role.env or {})}
-    container: dict[str, Any] = {"name": TRAINER_CONTAINER, "image": group.image_of(role)}
-    if role.command:
-        container["command"] = list(role.command)
-    if role.args:
-        container["args"] = list(role.args)
-    container["env"] = contract_env(group, role, jobset) + [{"name": k, "value": v} for k, v in user_env.items()]
-    if res := resources(role.resources):
-        container["resources"] = res
+    return single_container_pod(
+        image=group.image_of(role),
+        command=role.command,
+        args=role.args,
+        env=contract_env(group, role, jobset) + [{"name": k, "value": v} for k, v in user_env.items()],
+        res=role.resources,
+        placement=group.placement_of(role),
+        labels=labels,
+        overrides=(group.pod_overrides, role.pod_overrides),
+    )
+
+
+def single_container_pod(
+    *,
+    image: str | None,
+    command: Sequence[str],
+    args: Sequence[str],
+    env: list[dict[str, Any]],
+    res: Resources | None,
+    placement: Placement,
+    labels: Mapping[str, str],
+    overrides: Iterable[Mapping[str, Any] | None] = (),
+) -> dict[str, Any]:
+    """A pod template with one ``trainer`` container, ``restartPolicy: Never``, resources and placement, then each
+    of ``overrides`` merged in order (a training group's role pods, a batch stage's pods)."""
+    container: dict[str, Any] = {"name": TRAINER_CONTAINER, "image": image}
+    if command:
+        container["command"] = list(command)
+    if args:
+        container["args"] = list(args)
+    container["env"] = env
+    if requests := resources(res):
+        container["resources"] = requests
     # Crash output reaches the termination message when the program wrote no metrics there.
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     pod: dict[str, Any] = {
@@ -144,10 +170,10 @@ def pod_template(group: TrainingGroup, role: Role, *, jobset: str, labels: dict[
         "spec": {
             "restartPolicy": "Never",
             "containers": [container],
-            **node_placement(group.placement_of(role), role.resources),
+            **node_placement(placement, res),
         },
     }
-    for overrides in (group.pod_overrides, role.pod_overrides):
-        if overrides:
-            pod = merge(pod, overrides)
+    for override in overrides:
+        if override:
+            pod = merge(pod, override)
     return pod
