@@ -1,0 +1,189 @@
+"""Publishing a trained model: the versioned layout, the promotion rule and the run report (pure).
+
+Layout under a model root (a path or any ``ObjectStoragePath``/fsspec URI)::
+
+    <root>/<version>/model/...        the final checkpoint's files
+    <root>/<version>/metrics.json     the held-out evaluation
+    <root>/<version>/report.json      the run report (:func:`run_report`), sweep.json: the sweep's result
+    <root>/<version>/sweep/...        the sweep report (table, JSON, plot)
+    <root>/latest/...                 a copy of the promoted version; latest/LATEST.json, written last, names it
+    <root>/LAST_RUN.json              the newest published version, promoted or not (the next sweep's warm start)
+
+A version is promoted to ``latest`` only if its test metric does not regress against the model ``latest`` holds
+(:func:`decide`). Nothing here does I/O: the publishing task reads and writes, these functions decide.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+LATEST = "latest"
+LATEST_MARKER = "LATEST.json"
+LAST_RUN = "LAST_RUN.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def version_name(run_id: str) -> str:
+    """A path segment for a DAG run: characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``
+    (``scheduled__2026-12-01T02:00:00+00:00`` -> ``scheduled__2026-12-01T02-00-00-00-00``).
+
+    Raises:
+        ValueError: nothing usable is left of ``run_id``, or it would be the name reserved for ``latest``.
+    """
+    name = _UNSAFE.sub("-", run_id).strip("-.")
+    if not name or name == LATEST:
+        raise ValueError(f"run id {run_id!r} gives no usable version name (got {name!r})")
+    return name
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """Whether a candidate model becomes ``latest``, and why."""
+
+    promote: bool
+    reason: str
+    metric: str
+    candidate: float | None
+    incumbent: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decide(
+    candidate: Mapping[str, Any],
+    incumbent: Mapping[str, Any] | None,
+    *,
+    metric: str,
+    mode: Literal["max", "min"] = "max",
+    tolerance: float = 0.0,
+) -> Promotion:
+    """Promote ``candidate`` unless its ``metric`` regresses against ``incumbent``'s by more than ``tolerance``.
+
+    Args:
+        candidate: the new model's evaluation metrics, e.g. ``{"test_accuracy": 0.97}``.
+        incumbent: the metrics of the model ``latest`` holds; ``None`` when nothing was published yet.
+        metric: the key compared; ``mode``: ``"max"`` (higher is better) or ``"min"``.
+        tolerance: how much worse still counts as not regressing (>= 0; 0: equal or better).
+
+    Returns:
+        The decision. A candidate without a finite ``metric`` is never promoted; an incumbent without one (an
+        older layout, a broken file) is replaced.
+
+    Raises:
+        ValueError: ``mode`` is not ``"max"``/``"min"``, or ``tolerance`` is negative or not finite.
+    """
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    if _finite(tolerance) is None or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    new = _finite(candidate.get(metric))
+    old = _finite(incumbent.get(metric)) if incumbent is not None else None
+    if new is None:
+        reason = f"the candidate has no finite {metric!r} (got {candidate.get(metric)!r}): not promoted"
+        return Promotion(False, reason, metric, None, old)
+    if incumbent is None:
+        return Promotion(True, f"no model published yet: {metric} {new:.4g} becomes latest", metric, new, None)
+    if old is None:
+        reason = f"the published model has no finite {metric!r} to compare with: replaced ({metric} {new:.4g})"
+        return Promotion(True, reason, metric, new, None)
+    worse = new < old - tolerance if mode == "max" else new > old + tolerance
+    if worse:
+        reason = f"{metric} {new:.4g} regresses against latest's {old:.4g} (tolerance {tolerance:g}): not promoted"
+    else:
+        reason = f"{metric} {new:.4g} does not regress against latest's {old:.4g}: promoted"
+    return Promotion(not worse, reason, metric, new, old)
+
+
+def run_report(
+    *,
+    run_id: str,
+    version: str,
+    sweep: Mapping[str, Any],
+    train: Mapping[str, Any],
+    evaluation: Mapping[str, Any],
+    promotion: Promotion,
+    objective: str,
+    locations: Mapping[str, str],
+) -> dict[str, Any]:
+    """The run report from the steps' results (the XComs of sweep, train and evaluate).
+
+    Args:
+        sweep: ``HyperparameterSweepOperator``'s result (``best_params``, ``best_value``, ``trials``, ``report``).
+        train: ``TrainingGroupOperator``'s result (``preemptions``, ``gpu_hours``, ``spot_share``, ``lost_steps``,
+            ``metrics``...).
+        evaluation: the evaluation stage's metrics; ``objective``: the sweep's objective name.
+        locations: where the artefacts were written (``model``, ``plot``, ``report``, ...).
+    """
+    trials = list(sweep.get("trials") or [])
+    states: dict[str, int] = {}
+    for trial in trials:
+        states[str(trial.get("state"))] = states.get(str(trial.get("state")), 0) + 1
+    return {
+        "run_id": run_id,
+        "version": version,
+        "best_params": dict(sweep.get("best_params") or {}),
+        "objective": {"name": objective, "best_value": sweep.get("best_value"), "best_trial": sweep.get("best_trial")},
+        "trials": {"total": len(trials), **states},
+        "sweep_preemptions": sum(int(t.get("preemptions") or 0) for t in trials),
+        "test": dict(evaluation),
+        "promotion": promotion.to_json(),
+        "training": {
+            "jobset": train.get("name"),
+            "preemptions_survived": preemptions_survived(train),
+            "failures": train.get("failures"),
+            "spot_share": train.get("spot_share"),
+            "gpu_hours": train.get("gpu_hours"),
+            "lost_steps": train.get("lost_steps"),
+            "attempts": len(train.get("attempts") or []) or 1,
+            "final": {k: v for k, v in (train.get("metrics") or {}).items() if not isinstance(v, list | dict)},
+        },
+        "locations": dict(locations),
+    }
+
+
+def preemptions_survived(train: Mapping[str, Any]) -> int:
+    """Disruptions the final training absorbed: the operator's free restarts and resubmissions (``preemptions``),
+    plus the elastic role's replaced pods the trainer recovered from without a group restart (its ``resumes``
+    within one attempt: the operator sees no restart for those)."""
+    counted = int(train.get("preemptions") or 0)
+    resumes = [r for r in (train.get("metrics") or {}).get("resumes") or [] if isinstance(r, Mapping)]
+    elastic = sum(1 for r in resumes if r.get("checkpoint") in ("peer_lost", "sigterm"))
+    return max(counted, elastic)
+
+
+def report_lines(report: Mapping[str, Any]) -> list[str]:
+    """The report as a few human-readable lines (the task log, ``make demo``)."""
+    objective, training, test = report["objective"], report["training"], report["test"]
+    promotion = report["promotion"]
+    params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(report["best_params"].items()))
+    trials = report["trials"]
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(trials.items()) if k != "total")
+    lines = [
+        f"run {report['run_id']} -> version {report['version']}",
+        f"sweep: {trials['total']} trials ({counts}); best {objective['name']}={_short(objective['best_value'])} "
+        f"(trial {objective['best_trial']}): {params}",
+        "test: " + ", ".join(f"{k}={_short(v)}" for k, v in sorted(test.items()) if not isinstance(v, list | dict)),
+        f"training: {training['preemptions_survived']} preemption(s) survived, {training['failures'] or 0} "
+        f"failure(s), spot share {_short(training['spot_share'])}, {_short(training['gpu_hours'])} GPU-hours, "
+        f"{_short(training['lost_steps'])} lost step(s)",
+        f"promotion: {promotion['reason']}",
+    ]
+    lines += [f"{name}: {where}" for name, where in report["locations"].items()]
+    return lines
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
