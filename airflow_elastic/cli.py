@@ -10,15 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from airflow_elastic.spec import SpecError, TrainingGroup
+from airflow_elastic.stage import BatchStage
 
 
 class CliError(Exception):
     """A user error: printed as one line, exit status 1."""
 
 
-def groups_in(path: Path) -> list[TrainingGroup]:
-    """Training groups a Python file defines at module level, or holds in operators' ``group`` attribute,
-    in definition order and without duplicates."""
+def specs_in(path: Path) -> list[TrainingGroup | BatchStage]:
+    """Training groups and batch stages a Python file defines at module level, or holds in operators' ``group`` or
+    ``stage`` attribute, in definition order and without duplicates."""
     if not path.is_file():
         raise CliError(f"no such file: {path}")
     # Like Airflow's DAG processor, let the file import its neighbours.
@@ -26,33 +27,43 @@ def groups_in(path: Path) -> list[TrainingGroup]:
     try:
         namespace = runpy.run_path(str(path), run_name="__airflow_elastic_render__")
     except SpecError as err:
-        raise CliError(f"{path}: invalid training group: {err}") from err
+        raise CliError(f"{path}: invalid training group or batch stage: {err}") from err
     except Exception as err:
         raise CliError(f"{path}: failed to load: {type(err).__name__}: {err}") from err
     finally:
         sys.path.remove(str(path.resolve().parent))
-    found: list[TrainingGroup] = []
+    found: list[TrainingGroup | BatchStage] = []
     for value in namespace.values():
-        candidate = value if isinstance(value, TrainingGroup) else getattr(value, "group", None)
-        if isinstance(candidate, TrainingGroup) and candidate not in found:
-            found.append(candidate)
+        for candidate in (value, getattr(value, "group", None), getattr(value, "stage", None)):
+            if isinstance(candidate, TrainingGroup | BatchStage) and candidate not in found:
+                found.append(candidate)
     return found
+
+
+def groups_in(path: Path) -> list[TrainingGroup]:
+    """The training groups among :func:`specs_in`."""
+    return [spec for spec in specs_in(path) if isinstance(spec, TrainingGroup)]
 
 
 def render(args: argparse.Namespace) -> None:
     import yaml
 
-    from airflow_elastic.render import render_jobset
+    from airflow_elastic.render import render_job, render_jobset
 
-    found = groups_in(args.file)
+    found = specs_in(args.file)
     if not found:
-        raise CliError(f"{args.file}: defines no TrainingGroup")
-    groups = [g for g in found if args.group in (None, g.name)]
-    if not groups:
-        names = ", ".join(g.name for g in found)
-        raise CliError(f"{args.file}: no training group named {args.group!r} (found: {names})")
+        raise CliError(f"{args.file}: defines no TrainingGroup or BatchStage")
+    chosen = [s for s in found if args.group in (None, s.name)]
+    if not chosen:
+        names = ", ".join(s.name for s in found)
+        raise CliError(f"{args.file}: no training group or batch stage named {args.group!r} (found: {names})")
     try:
-        manifests = [render_jobset(g, namespace=args.namespace) for g in groups]
+        manifests = [
+            render_jobset(s, namespace=args.namespace)
+            if isinstance(s, TrainingGroup)
+            else render_job(s, namespace=args.namespace)
+            for s in chosen
+        ]
     except SpecError as err:
         raise CliError(f"{args.file}: {err}") from err
     sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False))
@@ -61,9 +72,13 @@ def render(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airflow-elastic", description="Distributed training on Kubernetes JobSets.")
     commands = parser.add_subparsers(dest="command", required=True)
-    cmd = commands.add_parser("render", help="print the JobSet YAML of the training groups a Python file defines")
-    cmd.add_argument("file", type=Path, help="a Python file (e.g. a DAG file) that defines TrainingGroup objects")
-    cmd.add_argument("--group", help="render only the group with this name")
+    cmd = commands.add_parser(
+        "render", help="print the JobSet (Job) YAML of the training groups (batch stages) a Python file defines"
+    )
+    cmd.add_argument(
+        "file", type=Path, help="a Python file (e.g. a DAG file) defining TrainingGroup or BatchStage objects"
+    )
+    cmd.add_argument("--group", help="render only the group (or stage) with this name")
     cmd.add_argument("--namespace", default="default", help="namespace to render for (default: %(default)s)")
     cmd.set_defaults(func=render)
     from airflow_elastic.localcluster.cli import add_commands  # standard library only

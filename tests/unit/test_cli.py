@@ -43,6 +43,22 @@ def test_finds_groups_held_by_operators_and_imports_neighbours(tmp_path: Path):
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout)] == ["nb"]
 
 
+def test_renders_batch_stages_beside_groups(tmp_path: Path):
+    (tmp_path / "dag.py").write_text(
+        "from airflow_elastic import BatchStage, Role, TrainingGroup\n"
+        "G = TrainingGroup('train', [Role('a')], image='x')\n"
+        "class Op:\n    def __init__(self, stage): self.stage = stage\n"
+        "op = Op(BatchStage('prepare', image='x', command=['true'], completions=2, parallelism=2))\n"
+    )
+    out = run("render", str(tmp_path / "dag.py"))
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("JobSet", "train"), ("Job", "prepare")]
+    assert docs[1]["spec"]["completionMode"] == "Indexed"
+    out = run("render", str(tmp_path / "dag.py"), "--group", "prepare")
+    assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["Job"]
+
+
 def error_line(out: subprocess.CompletedProcess[str]) -> str:
     assert out.returncode == 1 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
@@ -61,7 +77,7 @@ def test_file_without_groups(tmp_path: Path):
 
 def test_unknown_group_lists_what_exists():
     line = error_line(run("render", "dags/example_groups.py", "--group", "nope"))
-    assert "no training group named 'nope'" in line and "llm-finetune, tiny-trainer, cpu-smoke" in line
+    assert "no training group or batch stage named 'nope'" in line and "llm-finetune, tiny-trainer, cpu-smoke" in line
 
 
 def test_spec_error_is_one_line_naming_the_field(tmp_path: Path):
