@@ -13,7 +13,7 @@ The container, resource, placement, env and ``pod_overrides`` rules are the trai
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import InvalidOperation
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 from airflow_elastic import names
 from airflow_elastic.spec import Placement, Resources, Role, SpecError, _Spec
 
-__all__ = ["BatchStage"]
+__all__ = ["BatchStage", "render_stage"]
 
 Problem = tuple[str, str]
 
@@ -230,3 +230,29 @@ def _pod_problems(stage: BatchStage) -> Iterator[Problem]:
                 raise
     for path, message in found:
         yield path.removeprefix("roles[0]."), message
+
+
+def render_stage(stage: BatchStage, render: Callable[[str], Any]) -> BatchStage:
+    """A copy of ``stage`` with each templated string of ``image``, ``command``, ``args`` and ``env`` values passed
+    through ``render`` (the operator's Jinja); ``stage`` itself when nothing is templated.
+
+    Raises:
+        SpecError: a rendered value breaks a rule (the message says it came from a template).
+    """
+    from airflow_elastic.templating import _env, _string, _strings, has_template
+
+    values = [stage.image, *stage.command, *stage.args, *(stage.env or {}).values()]
+    if not any(has_template(v) for v in values):
+        return stage
+    try:
+        return replace(
+            stage,
+            image=_string(stage.image, render),
+            command=_strings(stage.command, render),
+            args=_strings(stage.args, render),
+            env=_env(stage.env, render),
+        )
+    except SpecError as error:
+        raise SpecError(
+            [(path, f"{message} (after rendering templates)") for path, message in error.problems]
+        ) from error

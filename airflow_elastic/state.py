@@ -184,17 +184,21 @@ def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
     """The JSON object the first pod of ``role`` wrote to its termination message, if any (newest attempt)."""
     candidates = [p for p in pods if _labels(p).get(ROLE_LABEL) == role]
     candidates.sort(key=lambda p: (int(_labels(p).get(RESTART_LABEL, "0") or 0), p["metadata"]["name"]), reverse=True)
-    for pod in candidates:
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            message = (((container.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
-            if not message:
-                continue
-            try:
-                value = json.loads(message)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                return value
+    return next((found for pod in candidates if (found := termination_metrics(pod)) is not None), None)
+
+
+def termination_metrics(pod: Obj) -> dict[str, Any] | None:
+    """The JSON object a terminated container of ``pod`` wrote to its termination message, if any."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        message = (((container.get("state") or {}).get("terminated") or {}).get("message") or "").strip()
+        if not message:
+            continue
+        try:
+            value = json.loads(message)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
     return None
 
 
