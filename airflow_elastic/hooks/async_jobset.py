@@ -176,6 +176,18 @@ class AsyncJobSetHook(BaseHook):
         """The batch/v1 Jobs of a namespace matching ``label_selector``."""
         return await self._run(ops.list_jobs(namespace, label_selector))
 
+    async def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a batch/v1 Job (``fieldValidation=Strict``); see ``JobSetHook.create_job``."""
+        return await self._run(ops.create_job(namespace, body))
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        """Read a batch/v1 Job; see ``JobSetHook.get_job``."""
+        return await self._run(ops.get_job(namespace, name))
+
+    async def delete_job(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:
+        """Delete a batch/v1 Job, idempotent; see ``JobSetHook.delete_job``."""
+        return await self._run(ops.delete_job(namespace, name, propagation))
+
     async def get_node(self, name: str) -> dict[str, Any] | None:
         """A node, or ``None`` when it does not exist."""
         return await self._run(ops.get_node(name))

@@ -177,6 +177,30 @@ class JobSetHook(BaseHook):
         """The batch/v1 Jobs of a namespace matching ``label_selector``."""
         return self._run(ops.list_jobs(namespace, label_selector))
 
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a batch/v1 Job (e.g. from ``airflow_elastic.render.render_job``), with ``fieldValidation=Strict``;
+        never retried except on 429 and a refreshed 401.
+
+        Raises:
+            AlreadyExists: a Job of that name exists; adopt it if it is yours.
+            Invalid: the manifest fails the API server's validation; ``causes`` lists the fields.
+            ServerError, ApiUnreachable: the Job may or may not exist now; get it by name before creating again.
+        """
+        return self._run(ops.create_job(namespace, body))
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        """Read a batch/v1 Job, status included.
+
+        Raises:
+            NotFound: no such Job.
+        """
+        return self._run(ops.get_job(namespace, name))
+
+    def delete_job(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:
+        """Delete a batch/v1 Job; idempotent. ``Foreground``: the Job stays, with a ``deletionTimestamp``, until its
+        pods are gone. Returns ``None`` when there was no such Job."""
+        return self._run(ops.delete_job(namespace, name, propagation))
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         """A node, or ``None`` when it does not exist (e.g. a reclaimed spot node)."""
         return self._run(ops.get_node(name))

@@ -169,6 +169,34 @@ def list_jobs(namespace: str, label_selector: str | None) -> Operation:
     )
 
 
+def create_job(namespace: str, body: Mapping[str, Any]) -> Operation:
+    name = (body.get("metadata") or {}).get("name", "")
+    return Operation(
+        f"create jobs {namespace}/{name}",
+        "BatchV1Api",
+        "create_namespaced_job",
+        {"namespace": namespace, "body": dict(body), "field_validation": "Strict"},
+        repeatable=False,
+    )
+
+
+def get_job(namespace: str, name: str) -> Operation:
+    return Operation(
+        f"get jobs {namespace}/{name}", "BatchV1Api", "read_namespaced_job", {"namespace": namespace, "name": name}
+    )
+
+
+def delete_job(namespace: str, name: str, propagation: str) -> Operation:
+    return Operation(
+        f"delete jobs {namespace}/{name}",
+        "BatchV1Api",
+        "delete_namespaced_job",
+        # Foreground (the hooks' default): the Job stays, with a deletionTimestamp, until its pods are gone.
+        {"namespace": namespace, "name": name, "propagation_policy": propagation},
+        none_if_missing=True,
+    )
+
+
 def get_node(name: str) -> Operation:
     return Operation(f"get nodes {name}", "CoreV1Api", "read_node", {"name": name}, none_if_missing=True)
 

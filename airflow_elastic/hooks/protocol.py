@@ -121,3 +121,26 @@ class WatchingHookProtocol(AsyncJobSetHookProtocol, Protocol):
     def watch_pods(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]: ...
+
+
+@runtime_checkable
+class JobHookProtocol(Protocol):
+    """batch/v1 Job access for batch stages (``BatchStageOperator``), beside :class:`JobSetHookProtocol`'s
+    ``list_jobs``, pods and logs; ``JobSetHook`` satisfies both."""
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    def get_job(self, namespace: str, name: str) -> JSON: ...
+
+    def delete_job(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None: ...
+
+
+@runtime_checkable
+class AsyncJobHookProtocol(Protocol):
+    """:class:`JobHookProtocol` as coroutines (the batch stage's trigger); ``AsyncJobSetHook`` satisfies it."""
+
+    async def create_job(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    async def get_job(self, namespace: str, name: str) -> JSON: ...
+
+    async def delete_job(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None: ...

@@ -92,11 +92,17 @@ class TrainingGroupOperator(BaseOperator):
             trigger and the sync waiter both use it.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
+        trial_params: run the group as one trial of a sweep with these parameters (templated; e.g.
+            ``.expand(trial_params=sweep_params(space))``): every training container gets them as
+            ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``), ``{{ trial.params.X }}`` in ``command``,
+            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under ``<checkpoint uri>/trial-<n>``
+            with ``n`` the map index + 1 (see ``render.trial.trial_group``). Only with ``group=``.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
     Returns (XCom ``return_value``):
-        ``{"name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"}``:
+        ``{"name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"}``
+        (plus ``trial_params`` when given, for ``sweeps.select_best``):
         ``preemptions`` are free restarts (disruptions), ``failures`` restarts counted against ``max_failures``,
         ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
         ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
@@ -108,7 +114,7 @@ class TrainingGroupOperator(BaseOperator):
         AirflowTaskTimeout: ``execution_timeout`` passed (the group is deleted).
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id", "jobset", "rendered_jobset")
+    template_fields = ("namespace", "kubernetes_conn_id", "jobset", "trial_params", "rendered_jobset")
     template_fields_renderers: ClassVar[dict[str, str]] = {"jobset": "yaml", "rendered_jobset": "yaml"}
     ui_color = "#d6eaf8"
 
@@ -134,6 +140,7 @@ class TrainingGroupOperator(BaseOperator):
         settle_seconds: float | datetime.timedelta | None = None,
         on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
+        trial_params: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +149,8 @@ class TrainingGroupOperator(BaseOperator):
         if group is not None and not isinstance(group, TrainingGroup):
             raise SpecError([("group", f"must be a TrainingGroup, got {type(group).__name__}")])
         problems = []
+        if trial_params is not None and jobset is not None:
+            problems.append(("trial_params", "needs group=: a JobSet manifest has no place for trial parameters"))
         if on_kill_action not in ("delete", "keep"):
             problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
         if on_finish_action not in ("keep", "delete", "delete_succeeded"):
@@ -184,6 +193,7 @@ class TrainingGroupOperator(BaseOperator):
         self.settle_seconds = settle
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
+        self.trial_params = trial_params
         self.rendered_jobset = ""
         self._run_group: TrainingGroup | None = None
         self._run_manifest: dict[str, Any] | None = None
@@ -221,9 +231,19 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.templating import render_group
 
         if self.group is not None:
-            self._run_group = render_group(self.group, lambda value: self.render_template(value, context))
+            group = self._trial_group(context) if self.trial_params is not None else self.group
+            self._run_group = render_group(group, lambda value: self.render_template(value, context))
         else:
             self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
+
+    def _trial_group(self, context: Context) -> TrainingGroup:
+        """The group as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
+        from airflow_elastic.render.trial import trial_group
+
+        if not isinstance(self.trial_params, Mapping):
+            raise SpecError([("trial_params", f"must be a dict of parameters, got {self.trial_params!r:.200}")])
+        number = max(getattr(context["ti"], "map_index", -1), 0) + 1
+        return trial_group(self.group, self.trial_params, number=number, sweep=self.task_id)  # type: ignore[arg-type]
 
     @property
     def _attempts(self) -> Attempts:
@@ -495,6 +515,8 @@ class TrainingGroupOperator(BaseOperator):
             "checkpoint": self._run_group.checkpoint.uri if self._run_group and self._run_group.checkpoint else None,
             "metrics": event.metrics,
         }
+        if self.trial_params is not None:
+            result["trial_params"] = dict(self.trial_params)
         if event.status == "failed":
             message = self._report_failure(hook, submission, event)
             if self.on_finish_action == "delete":

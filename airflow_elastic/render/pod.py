@@ -8,6 +8,7 @@ from typing import Any
 from airflow_elastic import contract, names, platforms
 from airflow_elastic.render import elastic
 from airflow_elastic.render.merge import merge
+from airflow_elastic.render.trial import trial_env_value
 from airflow_elastic.spec import Placement, Resources, Role, TrainingGroup
 from airflow_elastic.validation import TRAINER_CONTAINER
 
@@ -55,6 +56,8 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
             (contract.ELASTIC_MIN, str(group.elastic.min_replicas)),
             (contract.ELASTIC_MAX, str(group.elastic.max_replicas)),
         ]
+    if (params := trial_env_value(group)) is not None:
+        values.append((contract.TRIAL_PARAMS, params))
     values += [(contract.MASTER_ADDR, coordinator), (contract.MASTER_PORT, str(group.coordinator_port))]
     if group.elastic is not None or any(r.processes_per_pod > 1 for r in group.roles):
         # torchrun derives each process's RANK from NODE_RANK (static) or the rendezvous (elastic); WORLD_SIZE

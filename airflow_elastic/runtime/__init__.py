@@ -31,7 +31,7 @@ from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint,
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
 from airflow_elastic.runtime.peers import PEER_LOST_EXIT_CODE, is_peer_loss, peer_loss
-from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, termination_log_path
+from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, report_intermediate, termination_log_path
 from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "preemption_signal",
     "ready_hosts",
     "report",
+    "report_intermediate",
     "save_checkpoint",
     "termination_log_path",
 ]

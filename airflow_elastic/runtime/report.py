@@ -1,13 +1,21 @@
-"""Final metrics out of a pod through its termination message, where the operator reads them (stdlib only)."""
+"""Metrics out of a pod (stdlib only): final ones through its termination message, where the operator reads them
+(:func:`report`); a sweep trial's intermediate values as marked lines on stdout (:func:`report_intermediate`).
+
+Why stdout for intermediate values: the sweep reads them through the pod log API, which the RBAC in ``docker/``
+already grants, so they need no metrics server, sidecar or database, and the termination message holds only the
+final result. The line format lives in :mod:`airflow_elastic.sweeps.markers`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import contract
+from airflow_elastic.sweeps.markers import format_line
 
 #: The kubelet keeps at most 4096 bytes of a termination message.
 MAX_BYTES = 4096
@@ -55,3 +63,35 @@ def report(metrics: Mapping[str, Any], path: str | None = None) -> str:
         handle.flush()
         os.fsync(handle.fileno())
     return target
+
+
+def _is_reporter(env: Mapping[str, str]) -> bool:
+    """Rank 0 of the group (``AE_RANK``), and under torchrun its first process (``RANK``): the leader's first pod
+    is the one whose log the sweep follows, and one line per step is enough."""
+    return all(env.get(name, "0").strip() in ("", "0") for name in (contract.RANK, contract.TORCH_RANK))
+
+
+def report_intermediate(step: int, metrics: Mapping[str, float], env: Mapping[str, str] | None = None) -> bool:
+    """Report intermediate metrics at ``step`` to a running sweep (early stopping and the sweep's report read them).
+
+    Prints one line ``AE_INTERMEDIATE {"step": 3, "metrics": {"val_loss": 0.41}}`` to stdout and flushes it,
+    only in the process that reports for the group: global rank 0 (the leader's first pod, whose log the sweep
+    reads; outside a group, the only process). Other ranks print nothing, so every rank may call it.
+
+    Args:
+        step: an integer >= 0 that grows over the run (epoch or iteration).
+        metrics: name -> finite number; the sweep's objective among them, e.g. ``{"val_loss": 0.41}``.
+        env: the environment to read the rank from (default ``os.environ``).
+
+    Returns:
+        True if this process printed the line.
+
+    Raises:
+        ValueError: a bad step, an empty mapping, or a value that is not a finite number.
+    """
+    line = format_line(step, metrics)
+    if not _is_reporter(os.environ if env is None else env):
+        return False
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return True

@@ -1,0 +1,69 @@
+"""The intermediate-value line a trial prints and the sweep reads from the leader's log (standard library only).
+
+``AE_INTERMEDIATE {"step": 3, "metrics": {"val_loss": 0.41}}``: one line on stdout, like the lines Katib's stdout
+metrics collector parses. Stdout because it reaches the sweep through the pod log API, which the RBAC in
+``docker/`` already grants (``pods/log: get``), with no metrics server, sidecar or database, and it survives a
+container restart in the log the kubelet keeps. The runtime writes it (``runtime.report_intermediate``), the sweep
+parses it (:func:`parse`); this module is the one place the format lives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["MARKER", "format_line", "parse"]
+
+MARKER = "AE_INTERMEDIATE"
+_DECODER = json.JSONDecoder()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def format_line(step: int, metrics: Mapping[str, float]) -> str:
+    """The marked line for ``metrics`` at ``step`` (no newline).
+
+    Raises:
+        ValueError: ``step`` is not an integer >= 0, or ``metrics`` is empty, has a name that is not a non-empty
+            string or a value that is not a finite number.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise ValueError(f"metrics must be a non-empty mapping of name to number, got {metrics!r}")
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"metric names must be non-empty strings, got {name!r}")
+        if not _is_number(value) or not math.isfinite(value):
+            raise ValueError(f"metric {name!r} must be a finite number, got {value!r}")
+    payload = {"step": step, "metrics": {k: float(v) for k, v in metrics.items()}}
+    return f"{MARKER} {json.dumps(payload, separators=(', ', ': '))}"
+
+
+def parse(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, metrics)`` from a log line holding a marker, or None for any other or malformed line.
+
+    Text before the marker (a kubelet timestamp, a ``kubectl --prefix``) and after the JSON object is ignored.
+    Never raises.
+    """
+    if not isinstance(line, str):
+        return None
+    at = line.find(MARKER + " ")
+    if at < 0:
+        return None
+    try:
+        payload, _ = _DECODER.raw_decode(line, at + len(MARKER) + 1)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    step, metrics = payload.get("step"), payload.get("metrics")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(metrics, dict):
+        return None
+    if not metrics or not all(_is_number(v) and math.isfinite(v) for v in metrics.values()):
+        return None
+    return step, {str(k): float(v) for k, v in metrics.items()}
