@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow_elastic.localcluster.clock import ClockControl
 from airflow_elastic.localcluster.config import ClusterConfig, NodePool
 from airflow_elastic.localcluster.faults.client import FaultInjection
 
@@ -46,8 +47,9 @@ def _terminate_pid(pid: int, timeout: float) -> None:
         pass
 
 
-class LocalCluster(FaultInjection):
-    """A local cluster server process (with failure injection: :class:`FaultInjection`).
+class LocalCluster(FaultInjection, ClockControl):
+    """A local cluster server process (with failure injection: :class:`FaultInjection`; the CronJob controller's
+    clock: :class:`~airflow_elastic.localcluster.clock.ClockControl`).
 
     Args:
         state_dir: where objects, token, kubeconfig, pod logs live (default: a temporary directory, removed on

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airflow_elastic.localcluster import admission, errors
+from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
 from airflow_elastic.localcluster.controllers import namespaces
+from airflow_elastic.localcluster.controllers.cronjob import CronJobController
 from airflow_elastic.localcluster.controllers.gc import GarbageCollector
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
@@ -37,15 +39,18 @@ def install(
     config: ClusterConfig,
     state_dir: Path,
     api_address: Callable[[], str] | None = None,
+    clock: Clock | None = None,
 ) -> Recorder:
     """Register admission plugins and controllers on ``manager``; returns the shared event recorder.
-    ``api_address`` gives the API server's ``host:port`` once it listens (pods get in-cluster credentials)."""
+    ``api_address`` gives the API server's ``host:port`` once it listens (pods get in-cluster credentials);
+    ``clock`` is the controller clock of the CronJob controller (default: the real time)."""
     recorder = Recorder(store)
     namespaces.install(store, manager)
     bootstrap(store)
     manager.add(GarbageCollector(store))
     admission.register(store)
     manager.add(JobController(store, recorder))
+    manager.add(CronJobController(store, recorder, clock or Clock()))
     manager.add(JobSetController(store, recorder))
     register_nodes(store, config)
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them

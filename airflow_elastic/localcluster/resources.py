@@ -117,6 +117,15 @@ JOBS = Resource(
     field_selectors=_META | {"status.successful"},
     default_propagation="Orphan",
 )
+CRONJOBS = Resource(
+    "batch",
+    "v1",
+    "cronjobs",
+    "CronJob",
+    short_names=("cj",),
+    categories=("all",),
+    subresources=frozenset({"status"}),
+)
 JOBSETS = Resource(
     "jobset.x-k8s.io",
     "v1alpha2",
@@ -142,6 +151,7 @@ ALL: tuple[Resource, ...] = (
     CONFIGMAPS,
     SECRETS,
     JOBS,
+    CRONJOBS,
     JOBSETS,
     PODDISRUPTIONBUDGETS,
 )

@@ -1,18 +1,20 @@
-"""Admission (defaulting + validation) for the resources whose controllers run here: Pods, Jobs and JobSets."""
+"""Admission (defaulting + validation) for the resources whose controllers run here: Pods, Jobs, CronJobs, JobSets."""
 
 from __future__ import annotations
 
+from airflow_elastic.localcluster.admission.cronjob import CronJobAdmission
 from airflow_elastic.localcluster.admission.job import JobAdmission
 from airflow_elastic.localcluster.admission.jobset import JobSetAdmission
 from airflow_elastic.localcluster.admission.pod import PodAdmission
-from airflow_elastic.localcluster.resources import JOBS, JOBSETS, PODS
+from airflow_elastic.localcluster.resources import CRONJOBS, JOBS, JOBSETS, PODS
 from airflow_elastic.localcluster.store import Store
 
-__all__ = ["JobAdmission", "JobSetAdmission", "PodAdmission", "register"]
+__all__ = ["CronJobAdmission", "JobAdmission", "JobSetAdmission", "PodAdmission", "register"]
 
 
 def register(store: Store) -> None:
     """Install the plugins on ``store`` (what the API server's admission chain does for these types)."""
     store.admission[PODS.key] = PodAdmission()
     store.admission[JOBS.key] = JobAdmission()
+    store.admission[CRONJOBS.key] = CronJobAdmission()
     store.admission[JOBSETS.key] = JobSetAdmission()

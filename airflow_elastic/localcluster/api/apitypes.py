@@ -55,6 +55,16 @@ def _jobset_schema() -> Node:
     return crd
 
 
+def _cronjob_spec(job_template: Node) -> Node:
+    """``CronJobSpec`` from the batch/v1 schema, its ``jobTemplate`` with the Job spec the other kinds use."""
+    spec = copy.deepcopy(schemas.batch_v1("CronJob")["components"]["schemas"]["io.k8s.api.batch.v1.CronJobSpec"])
+    spec["properties"]["jobTemplate"] = {
+        "type": "object",
+        "properties": {"metadata": _ref("ObjectMeta", _META), "spec": job_template["properties"]["spec"]},
+    }
+    return spec
+
+
 @cache
 def root(key: str) -> Node | None:
     """The schema of a whole object of resource ``key``, or ``None`` when the package carries none."""
@@ -75,6 +85,7 @@ def root(key: str) -> Node | None:
             ),
         ),
         "jobs.batch": _root(spec=job_spec["template"]["properties"]["spec"], status=_status(conditions=_CONDITIONS)),
+        "cronjobs.batch": _root(spec=_cronjob_spec(job_spec["template"]), status=_status()),
         "configmaps": _root(data=_STR_MAP, binaryData=_STR_MAP, immutable={"type": "boolean"}),
         "secrets": _root(data=_STR_MAP, stringData=_STR_MAP, type=_STR, immutable={"type": "boolean"}),
         "namespaces": _root(

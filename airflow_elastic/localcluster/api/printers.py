@@ -19,6 +19,7 @@ from airflow_elastic.localcluster.api.humanize import NONE, age, human_duration,
 from airflow_elastic.localcluster.api.podprinter import pod_cells, pod_row_conditions
 from airflow_elastic.localcluster.resources import (
     CONFIGMAPS,
+    CRONJOBS,
     EVENTS,
     JOBS,
     JOBSETS,
@@ -144,6 +145,24 @@ def job_cells(job: Obj) -> list[Any]:
     ]
 
 
+def cronjob_cells(cj: Obj) -> list[Any]:
+    """``printCronJob``: NAME SCHEDULE TIMEZONE SUSPEND ACTIVE LAST SCHEDULE AGE | CONTAINERS IMAGES SELECTOR."""
+    spec, status = cj.get("spec") or {}, cj.get("status") or {}
+    suspend = spec.get("suspend")
+    job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    return [
+        cj["metadata"]["name"],
+        spec.get("schedule", ""),
+        NONE if spec.get("timeZone") is None else spec["timeZone"],
+        "<unset>" if suspend is None else str(bool(suspend)),  # printBoolPtr
+        len(status.get("active") or []),
+        since(status["lastScheduleTime"]) if status.get("lastScheduleTime") else NONE,
+        age(cj),
+        *_containers(job_spec.get("template") or {}),
+        _selector(job_spec.get("selector")),
+    ]
+
+
 def event_cells(event: Obj) -> list[Any]:
     """``printEvent``: LAST SEEN TYPE REASON OBJECT | SUBOBJECT SOURCE | MESSAGE | FIRST SEEN COUNT NAME."""
     first = since(event.get("firstTimestamp")) if event.get("firstTimestamp") else since(event.get("eventTime"))
@@ -249,6 +268,13 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
     JOBS.key: (
         _columns("Name, Status, Completions, Duration, Age, +Containers, +Images, +Selector"),
         job_cells,
+    ),
+    CRONJOBS.key: (
+        _columns(
+            "Name, Schedule, Timezone, Suspend:boolean, Active:integer, Last Schedule:date, Age:date, +Containers, "
+            "+Images, +Selector"
+        ),
+        cronjob_cells,
     ),
     EVENTS.key: (
         _columns("Last Seen, Type, Reason, Object, +Subobject, +Source, Message, +First Seen, +Count, +Name"),

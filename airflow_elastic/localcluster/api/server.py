@@ -19,6 +19,7 @@ from aiohttp import web
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.api import handlers, openapi, streams
 from airflow_elastic.localcluster.api.handlers import Target, respond
+from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.components import install
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
@@ -111,8 +112,14 @@ class ApiServer:
         self.bookmark_seconds = bookmark_seconds
         self.store = Store(state_dir / "state.db", history=history)
         self.manager = Manager(self.store)
+        self.clock = Clock(state_dir)
         self.recorder = install(
-            self.store, self.manager, config or ClusterConfig(), state_dir, api_address=lambda: self.address
+            self.store,
+            self.manager,
+            config or ClusterConfig(),
+            state_dir,
+            api_address=lambda: self.address,
+            clock=self.clock,
         )
         self.faults = Faults(self)
         self.requests = RequestLog()
@@ -176,6 +183,9 @@ class ApiServer:
             return respond({"total": self.requests.total, "items": self.requests.since(since)})
         if path.startswith(FAULT_PATHS):
             return await self.faults.handle(request, path)
+        if path == "/debug/clock":
+            body = await request.json() if request.method == "POST" and request.can_read_body else {}
+            return respond(self.clock.handle(request.method, body if isinstance(body, dict) else {}))
         target = parse_target(path)
         if target is None:
             return self._non_resource(request, path.rstrip("/") or "/")
