@@ -20,10 +20,11 @@ import yaml
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import AsyncJobSetHook, JobSetHookProtocol, KubernetesApiError
-from airflow_elastic.hooks.protocol import WatchingHookProtocol
+from airflow_elastic.hooks.protocol import AsyncJobHookProtocol, JobHookProtocol, WatchingHookProtocol
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.logcursor import LogRequest
-from airflow_elastic.render import render_jobset
+from airflow_elastic.render import render_job, render_jobset
+from airflow_elastic.stage import BatchStage
 
 RBAC = Path(__file__).resolve().parents[2] / "docker" / "rbac.yaml"
 #: The ServiceAccounts (namespace ``airflow``) the Airflow components run as, and the hook each one uses.
@@ -52,6 +53,9 @@ def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
         "list_pods": (namespace,),
         "list_events": (namespace,),
         "list_jobs": (namespace,),
+        "create_job": (namespace, render_job(BatchStage("rbac", image="x", command=["true"]), name=f"{name}-job")),
+        "get_job": (namespace, f"{name}-job"),
+        "delete_job": (namespace, f"{name}-job"),
         "get_node": (node,),
         "read_pod_log": (namespace, f"{name}-leader-0-0-xxxxx"),  # 404 is fine: the request was authorised
         "read_pod_log_chunk": (namespace, f"{name}-leader-0-0-xxxxx", "trainer", LogRequest()),
@@ -109,8 +113,11 @@ def test_rbac_grants_each_identity_exactly_what_its_hook_requests(hook, connecti
     node = core.list_node().items[0].metadata.name
     sync_calls, async_calls = calls(namespace, node), {**calls(namespace, node), **watch_calls(namespace)}
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
-    assert set(sync_calls) == protocol_methods(JobSetHookProtocol) - LOCAL_METHODS
-    assert set(async_calls) == protocol_methods(WatchingHookProtocol) - LOCAL_METHODS
+    assert set(sync_calls) == (protocol_methods(JobSetHookProtocol) | protocol_methods(JobHookProtocol)) - LOCAL_METHODS
+    assert (
+        set(async_calls)
+        == (protocol_methods(WatchingHookProtocol) | protocol_methods(AsyncJobHookProtocol)) - LOCAL_METHODS
+    )
 
     def drive_sync() -> None:
         for method, args in sync_calls.items():
