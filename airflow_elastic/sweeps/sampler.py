@@ -12,10 +12,11 @@ history (and warm start) give the same suggestion. ``grid`` needs no Optuna: it 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow_elastic.sweeps.history import SweepHistory, Trial, check_mode
@@ -130,7 +131,7 @@ def _sampler(algorithm: str, seed: int | None, max_trials: int | None) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True, multivariate=True)
 
 
-def _frozen(trial: Trial, space: Mapping[str, Dimension], dists: Mapping[str, Any], mode: str) -> Any | None:
+def _frozen(trial: Trial, space: Mapping[str, Dimension], dists: Mapping[str, Any]) -> Any | None:
     """The Optuna trial recording ``trial``, or None for one that does not fit this space (a warm start from a
     different space) or ended without anything to learn from."""
     import optuna
@@ -154,6 +155,19 @@ def _frozen(trial: Trial, space: Mapping[str, Dimension], dists: Mapping[str, An
     )
 
 
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """No "Trial N finished" log line per rebuilt trial; the caller's Optuna verbosity is restored after."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
 def _ask(
     space: Mapping[str, Dimension],
     algorithm: str,
@@ -165,16 +179,16 @@ def _ask(
 ) -> dict[str, Any]:
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     dists = _distributions(space)
-    study = optuna.create_study(
-        direction="minimize" if mode == "min" else "maximize",
-        sampler=_sampler(algorithm, sampler_seed(seed, len(history.trials)), max_trials),
-    )
-    earlier = [t for t in (warm_start.finished() if warm_start else [])]
-    for trial in [*earlier, *history.trials]:
-        frozen = _frozen(trial, space, dists, mode)
-        if frozen is not None:
-            study.add_trial(frozen)
-    asked = study.ask(dists)
+    with _quiet_optuna():
+        study = optuna.create_study(
+            direction="minimize" if mode == "min" else "maximize",
+            sampler=_sampler(algorithm, sampler_seed(seed, len(history.trials)), max_trials),
+        )
+        earlier = warm_start.finished() if warm_start is not None else []
+        for trial in [*earlier, *history.trials]:
+            frozen = _frozen(trial, space, dists)
+            if frozen is not None:
+                study.add_trial(frozen)
+        asked = study.ask(dists)
     return {name: _decode(asked.params[name]) for name in space}

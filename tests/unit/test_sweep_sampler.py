@@ -131,3 +131,15 @@ def test_bad_input_is_refused():
         suggest(SPACE, algorithm="bayes", seed=1, mode="min", history=SweepHistory([]))
     with pytest.raises(ValueError, match="mode"):
         suggest(SPACE, algorithm="tpe", seed=1, mode="down", history=SweepHistory([]))
+
+
+def test_the_callers_optuna_logging_is_left_as_it_was():
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.DEBUG)
+    try:
+        suggest(SPACE, algorithm="tpe", seed=1, mode="min", history=run("tpe", seed=1, budget=3))
+        assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
+    finally:
+        optuna.logging.set_verbosity(before)
