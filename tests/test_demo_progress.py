@@ -1,0 +1,52 @@
+"""`make demo`'s progress lines (`tools/demo_progress.py`) from `airflow dags test` output as Airflow prints it."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+from demo_progress import Progress
+
+T = "2026-12-01T13:47:41.531991Z"
+TRIGGER = "[airflow_elastic.triggers.training_group.TrainingGroupTrigger] loc=logs.py:201"
+OPERATOR = "[airflow.task.operators.airflow_elastic.sweeps.operator.HyperparameterSweepOperator] loc=operator.py:1"
+STATE = "[airflow.api_fastapi.execution_api.routes.task_instances] correlation_id=1 loc=task_instances.py:485"
+
+
+def lines(*messages: str) -> list[str]:
+    return [f"{T} [info     ] {m}" for m in messages]
+
+
+def test_progress_shows_each_task_and_only_the_lines_that_say_how_far_it_got():
+    shown: list[str] = []
+    clock = iter(range(0, 1000, 5))
+    progress = Progress(["prepare", "sweep", "train"], emit=shown.append, clock=lambda: next(clock))
+    output = [
+        *lines("[DAG TEST] starting task_id=prepare map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
+        *lines(f"[prepare-digits-abc-0-x1] wrote train 1077 rows, val 360 rows to /d {TRIGGER}"),
+        *lines(f"[prepare-digits-abc-0-x1] importing numpy {TRIGGER}"),
+        *lines(f"Task instance state updated    {STATE} new_state=success rows_affected=1"),
+        *lines("[DAG TEST] end task task_id=prepare map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563"),
+        *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
+        *lines(f"Task instance state updated    {STATE} new_state=deferred rows_affected=1"),
+        *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),
+        *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
+        *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),  # re-run after resume
+        f"{T} [error    ] Task failed with exception [task] loc=task_runner.py:1",
+        "a traceback line without the log format",
+        *lines(f"Task instance state updated    {STATE} new_state=success rows_affected=1"),
+        *lines("[DAG TEST] end task task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563"),
+    ]
+    for line in output:
+        progress.feed(line)
+    assert shown == [
+        "[prepare] started (task 1/3)",
+        "[prepare] wrote train 1077 rows, val 360 rows to /d",
+        "[prepare] success after 5 s",
+        "[sweep] started (task 2/3)",
+        "[sweep] trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running",
+        "[sweep] error: Task failed with exception",
+        "[sweep] success after 5 s",
+    ]
