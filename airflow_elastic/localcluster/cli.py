@@ -158,7 +158,7 @@ def chaos(args: argparse.Namespace) -> int:
     result = cluster.start_preemptions(
         {pool: float(m) for pool, m in means.items()},
         seed=args.seed,
-        style=args.style,
+        style=(args.style or ["gke"])[0] if len(args.style or []) < 2 else args.style,
         replace_after=args.replace_after,
     )
     print(json.dumps(result))
@@ -200,7 +200,7 @@ def _add_disruption_commands(command) -> None:
     ch = command("chaos", chaos, "start or stop a seeded random preemption schedule")
     ch.add_argument("--mean", action="append", default=[], metavar="POOL=SECONDS", help="mean time between reclaims")
     ch.add_argument("--seed", type=int, default=0)
-    ch.add_argument("--style", choices=STYLES, default="gke")
+    ch.add_argument("--style", choices=STYLES, action="append", help="repeat to mix styles (default gke)")
     ch.add_argument("--replace-after", type=float, default=5.0)
     ch.add_argument("--stop", action="store_true")
 

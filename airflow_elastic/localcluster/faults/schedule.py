@@ -3,6 +3,10 @@
 Each pool with a mean time between preemptions ``m`` (seconds) loses one of its live nodes after an exponential
 wait of mean ``m``, again and again, in the chosen style; reclaimed nodes are replaced after ``replace_after``
 so the pool keeps its size. The same seed and the same cluster give the same sequence of choices.
+
+Several styles (``style=["gke", "vanish"]``) mix reclaims: each one draws its style uniformly from a separate seeded
+stream, so the times and nodes are those of a single-style schedule with the same seed; ``options`` then maps each
+style to its own options (``{"gke": {"grace_seconds": 1}, "vanish": {"unreachable_after": 2}}``).
 """
 
 from __future__ import annotations
@@ -38,13 +42,19 @@ class PreemptionSchedule:
         mean_seconds: dict[str, float],
         *,
         seed: int = 0,
-        style: str = "gke",
+        style: str | list[str] = "gke",
         replace_after: float | None = 5.0,
         options: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Start (or restart) the schedule: ``mean_seconds`` maps pool name → mean time between preemptions."""
-        if style not in STYLES:
+        """Start (or restart) the schedule: ``mean_seconds`` maps pool name → mean time between preemptions;
+        ``style`` one style or a list to mix (``options`` then keyed by style)."""
+        styles = [style] if isinstance(style, str) else list(style)
+        unknown_styles = [s for s in styles if s not in STYLES]
+        if unknown_styles or not styles:
             raise errors.BadRequest(f"unknown preemption style {style!r}: use one of {', '.join(STYLES)}")
+        per_style = {s: (options or {}) for s in styles} if isinstance(style, str) else dict(options or {})
+        if set(per_style) - set(styles):
+            raise errors.BadRequest(f"options of a style mix must be keyed by its styles {styles}, got {options}")
         pools = {p.name for p in self.disruptions.config.pools}
         unknown = set(mean_seconds) - pools
         if unknown or not mean_seconds or any(m <= 0 for m in mean_seconds.values()):
@@ -56,7 +66,8 @@ class PreemptionSchedule:
         start = loop.time()
         for i, (pool, mean) in enumerate(sorted(mean_seconds.items())):
             rng = random.Random(f"{seed}:{pool}")  # one stream per pool: adding a pool does not shift the others
-            task = self._run(pool, mean, rng, style, replace_after, options or {}, start)
+            styles_rng = random.Random(f"{seed}:{pool}:style")  # apart from rng: a mix keeps the times and nodes
+            task = self._run(pool, mean, (rng, styles_rng), styles, replace_after, per_style, start)
             self._tasks.append(asyncio.create_task(task, name=f"preemption-schedule:{pool}:{i}"))
         return self.describe()
 
@@ -79,13 +90,14 @@ class PreemptionSchedule:
         self,
         pool: str,
         mean: float,
-        rng: random.Random,
-        style: str,
+        rngs: tuple[random.Random, random.Random],
+        styles: list[str],
         replace_after: float | None,
-        options: dict[str, Any],
+        options: dict[str, dict[str, Any]],
         start: float,
     ) -> None:
         loop = asyncio.get_running_loop()
+        rng, styles_rng = rngs
         while True:
             await asyncio.sleep(rng.expovariate(1.0 / mean))
             nodes = sorted(
@@ -96,8 +108,9 @@ class PreemptionSchedule:
             if not nodes:
                 continue
             node = rng.choice(nodes)
+            style = styles[0] if len(styles) == 1 else styles_rng.choice(styles)
             try:
-                self.disruptions.preempt_node(node, style, replace_after=replace_after, **options)
+                self.disruptions.preempt_node(node, style, replace_after=replace_after, **options.get(style, {}))
             except errors.ApiError as err:
                 log.warning("scheduled preemption of %s failed: %s", node, err.message)
                 continue
