@@ -77,7 +77,8 @@ class Trial:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Trial:
-        fields = dict(data)
+        """The trial :meth:`to_json` wrote; keys it does not know (a sweep result's extras) are ignored."""
+        fields = {k: v for k, v in data.items() if k in _FIELDS}
         fields["intermediate"] = {int(step): float(v) for step, v in (data.get("intermediate") or {}).items()}
         fields["params"] = dict(data.get("params") or {})
         return cls(**fields)
@@ -172,6 +173,9 @@ class SweepHistory:
         best_text = f"best {_fmt(best.value)} (trial {best.number})" if best is not None else "no best yet"
         counts = f"{len(self.running())} running, {len(self.with_state('pruned'))} pruned, {len(self.failed())} failed"
         return f"{head} {verb}: {what}, {best_text}; {counts}"
+
+
+_FIELDS = frozenset(Trial.__dataclass_fields__)
 
 
 def _fmt(value: Any) -> str:

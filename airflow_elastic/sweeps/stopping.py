@@ -1,7 +1,8 @@
 """Early stopping: whether a running trial should be stopped now, from the history alone (pure, stdlib only).
 
-Call :func:`decide` after each intermediate value a trial reports (``SweepHistory.record_intermediate``); it
-returns a human reason to stop the trial, or None to keep it running. Both rules are stateless functions of the
+Call :func:`decide` after recording a trial's intermediate values (``SweepHistory.record_intermediate``; with
+``since_step`` when one poll recorded several); it returns a human reason to stop the trial, or None to keep it
+running. Both rules are stateless functions of the
 history, so a resumed sweep decides exactly as the one before the restart would have.
 
 ``median`` (Katib's ``medianstop``; ``pkg/earlystopping/v1beta1/medianstop/service.py`` and the stop-rule check in
@@ -92,7 +93,15 @@ def _valid(name: str, value: Any) -> bool:
     return is_int and value >= lowest
 
 
-def decide(rule: str | None, trial: Trial, history: SweepHistory, *, mode: str, **options: Any) -> str | None:
+def decide(
+    rule: str | None,
+    trial: Trial,
+    history: SweepHistory,
+    *,
+    mode: str,
+    since_step: int | None = None,
+    **options: Any,
+) -> str | None:
     """A reason to stop ``trial`` now, or None to let it run.
 
     Args:
@@ -100,6 +109,9 @@ def decide(rule: str | None, trial: Trial, history: SweepHistory, *, mode: str, 
         trial: a running trial of ``history`` (its intermediate values recorded).
         history: the whole sweep.
         mode: ``"min"`` or ``"max"``.
+        since_step: the trial's last step when it was last decided on, when several reports were recorded since
+            (one poll read several log lines): each newer report is judged in order, as if decided when it came.
+            None: only the latest report is new.
         **options: the rule's options (see the module docstring; :data:`OPTIONS` has the defaults).
 
     Raises:
@@ -110,29 +122,40 @@ def decide(rule: str | None, trial: Trial, history: SweepHistory, *, mode: str, 
     if rule is None or trial.state != "running" or not trial.intermediate:
         return None
     merged = {**OPTIONS[rule], **options}
-    if rule == "median":
-        return _median(trial, history, mode, **merged)
-    return _asha(trial, history, mode, **merged)
+    steps = sorted(trial.intermediate)
+    new = [s for s in steps if s > since_step] if since_step is not None else steps[-1:]
+    judge = _median if rule == "median" else _asha
+    for step in new:
+        reason = judge(trial, step, history, mode, **merged)
+        if reason is not None:
+            return reason
+    return None
 
 
 def _median(
-    trial: Trial, history: SweepHistory, mode: str, *, min_trials_required: int, start_step: int, statistic: str
+    trial: Trial,
+    step: int,
+    history: SweepHistory,
+    mode: str,
+    *,
+    min_trials_required: int,
+    start_step: int,
+    statistic: str,
 ) -> str | None:
-    steps = sorted(trial.intermediate)
-    if len(steps) < start_step:
+    """Katib's rule for ``trial``'s report at ``step``."""
+    values = [v for s, v in trial.intermediate.items() if s <= step]
+    if len(values) < start_step:
         return None
-    step = steps[-1]
     averages = []
     for other in history.trials:
         if other.number == trial.number or other.state != "complete":
             continue
-        values = [v for s, v in sorted(other.intermediate.items()) if s <= step]
-        if values:
-            averages.append(sum(values) / len(values))
+        upto = [v for s, v in sorted(other.intermediate.items()) if s <= step]
+        if upto:
+            averages.append(sum(upto) / len(upto))
     if len(averages) < min_trials_required:
         return None
     threshold = statistics.median(averages) if statistic == "median" else sum(averages) / len(averages)
-    values = list(trial.intermediate.values())
     best = min(values) if mode == "min" else max(values)
     if not better(threshold, best, mode):
         return None
@@ -144,6 +167,7 @@ def _median(
 
 def _asha(
     trial: Trial,
+    latest: int,
     history: SweepHistory,
     mode: str,
     *,
@@ -161,8 +185,7 @@ def _asha(
     def promotion(rung: int) -> int:
         return int(min_resource) * reduction_factor ** (min_early_stopping_rate + rung)
 
-    latest = trial.last_step
-    assert latest is not None
+    """Successive halving for ``trial``'s report at step ``latest``: the rungs that report crossed."""
     value = trial.intermediate[latest]
     rung = 0
     while promotion(rung) <= latest:

@@ -79,3 +79,10 @@ def test_summary_line_for_other_states():
         .summary_line(1, "acc", "max", 2)
         .endswith("no best yet; 1 running, 0 pruned, 0 failed")
     )
+
+
+def test_a_sweep_result_reads_back_as_a_history_for_warm_start():
+    """The operator's XCom result has ``trials`` without times and maybe with extras of its own."""
+    result = {"best_params": {"lr": 0.01}, "trials": [{**history().trials[1].to_json(), "extra": 1}]}
+    del result["trials"][0]["started_at"]
+    assert SweepHistory.from_json(result).best("min").params == {"lr": 0.01}

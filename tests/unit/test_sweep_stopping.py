@@ -105,3 +105,20 @@ def test_validate_rule():
         validate_rule("median", start_step=0)
     with pytest.raises(SpecError, match="reduction_factor"):
         decide("asha", GOOD[0], SweepHistory(GOOD), mode="min", reduction_factor=1)
+
+
+def test_reports_read_in_one_batch_are_judged_in_order():
+    """One poll may read several log lines: a rung crossed by an earlier one of them is still decided."""
+    others = [Trial(i, {}, "complete", v, {1: v, 2: v}) for i, v in enumerate([0.1, 0.2, 0.3], start=1)]
+    trial = Trial(9, {}, "running", intermediate={1: 0.9, 2: 0.05})  # rung 0 (step 1) crossed by the first line
+    h = SweepHistory([*others, trial])
+    assert decide("asha", trial, h, mode="min", reduction_factor=2) is None  # judged on step 2 only
+    assert "rung 0" in decide("asha", trial, h, mode="min", reduction_factor=2, since_step=0)
+    assert decide("asha", trial, h, mode="min", reduction_factor=2, since_step=1) is None  # step 1 judged before
+
+
+def test_median_judges_each_new_report_with_what_was_known_at_its_step():
+    bad = Trial(9, {}, "running", intermediate=curve(2.0, 1.9, 1.8, 1.7, 0.1))
+    h = SweepHistory([*GOOD, bad])
+    assert decide("median", bad, h, mode="min") is None  # at step 5 its best (0.1) beats the median
+    assert "at step 4" in decide("median", bad, h, mode="min", since_step=3)
