@@ -115,7 +115,8 @@ def _distributions(space: Mapping[str, Dimension]) -> dict[str, Any]:
 
 
 def _encode(value: Any) -> Any:
-    return value if value is None or isinstance(value, bool | int | float | str) else "json:" + json.dumps(value)
+    plain = value is None or isinstance(value, bool | int | float | str)
+    return value if plain else "json:" + json.dumps(value, sort_keys=True)
 
 
 def _decode(value: Any) -> Any:

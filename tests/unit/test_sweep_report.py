@@ -63,3 +63,9 @@ def test_empty_and_all_failed_histories_still_render(tmp_path):
         paths = write_report(h, objective="val_loss", mode="min", uri=str(tmp_path))
         assert Path(paths["png"]).read_bytes()[:4] == b"\x89PNG"
         assert json.loads(Path(paths["json"]).read_text())["best_trial"] is None
+
+
+def test_an_fsspec_uri_without_storage_uses_fsspecs_own_filesystem():
+    paths = write_report(history(), objective="val_loss", mode="min", uri="memory://plain/run-2/")
+    assert paths["csv"] == "memory://plain/run-2/sweep.csv"
+    assert fsspec.filesystem("memory").cat_file("/plain/run-2/sweep.csv").startswith(b"number,state,value")

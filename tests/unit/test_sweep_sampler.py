@@ -143,3 +143,15 @@ def test_the_callers_optuna_logging_is_left_as_it_was():
         assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
     finally:
         optuna.logging.set_verbosity(before)
+
+
+def test_json_choices_come_back_as_json_values():
+    space = {"opt": choice([{"name": "adam", "beta": 0.9}, ["sgd", 0.1], "rmsprop"]), "lr": uniform(0, 1)}
+    h = SweepHistory([Trial(i, {"opt": {"beta": 0.9, "name": "adam"}, "lr": i / 10}, "complete", i) for i in (1, 2, 3)])
+    seen = []
+    for _ in range(6):
+        params = suggest(space, algorithm="tpe", seed=0, mode="min", history=h, max_trials=8)
+        assert contains(space["opt"], params["opt"]), params
+        seen.append(params["opt"])
+        h.trials.append(Trial(h.next_number(), params, "complete", 1.0))
+    assert any(isinstance(v, list | dict) for v in seen)
