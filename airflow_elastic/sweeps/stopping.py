@@ -68,6 +68,8 @@ def validate_rule(rule: str | None, where: str = "early_stopping", **options: An
     for name, value in merged.items():
         if name in options and not _valid(name, value):
             problems.append((f"{where}_options[{name!r}]", f"bad value {value!r}: {_RULES_OF_VALUES[name]}"))
+    if rule == "asha" and merged["min_resource"] == "auto" and merged["bootstrap_count"] not in (0, None):
+        problems.append((f"{where}_options", "bootstrap_count > 0 needs an explicit min_resource (as in Optuna)"))
     if problems:
         raise SpecError(problems)
 

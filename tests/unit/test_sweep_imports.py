@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("optuna", "numpy", "matplotlib", "airflow", "kubernetes", "sqlalchemy")
 
 SCRIPT = """
@@ -39,3 +41,12 @@ def test_runtime_still_imports_with_the_standard_library_only():
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("AE_INTERMEDIATE")
+
+
+def test_lazy_names_and_unknown_ones():
+    import airflow_elastic.sweeps as sweeps
+    from airflow_elastic.sweeps.mapping import select_best
+
+    assert sweeps.select_best is select_best
+    with pytest.raises(AttributeError, match="has no attribute 'tune'"):
+        sweeps.tune  # noqa: B018

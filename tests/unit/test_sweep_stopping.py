@@ -103,6 +103,8 @@ def test_validate_rule():
         validate_rule("median", patience=3)
     with pytest.raises(SpecError, match=r"early_stopping_options\['start_step'\]: bad value 0"):
         validate_rule("median", start_step=0)
+    with pytest.raises(SpecError, match="bootstrap_count > 0 needs an explicit min_resource"):
+        validate_rule("asha", min_resource="auto", bootstrap_count=2)
     with pytest.raises(SpecError, match="reduction_factor"):
         decide("asha", GOOD[0], SweepHistory(GOOD), mode="min", reduction_factor=1)
 
