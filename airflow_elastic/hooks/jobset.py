@@ -201,6 +201,36 @@ class JobSetHook(BaseHook):
         pods are gone. Returns ``None`` when there was no such Job."""
         return self._run(ops.delete_job(namespace, name, propagation))
 
+    # -------------------------------------------------------------------------------------------- CronJobs
+
+    def create_cronjob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a batch/v1 CronJob (e.g. from ``airflow_elastic.render.cronjob.render_cronjob``), with
+        ``fieldValidation=Strict``; never retried except on 429 and a refreshed 401.
+
+        Raises:
+            AlreadyExists: a CronJob of that name exists (apply to it instead).
+            Invalid: the API server refuses it (schedule, time zone, template); ``causes`` lists the fields.
+        """
+        return self._run(ops.create_cronjob(namespace, body))
+
+    def get_cronjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Read a batch/v1 CronJob, status included; ``None`` when there is none of that name."""
+        return self._run(ops.get_cronjob(namespace, name))
+
+    def patch_cronjob(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply a JSON merge patch to a CronJob (``None`` values delete keys; lists are replaced whole).
+
+        Raises:
+            NotFound: no such CronJob.
+            Invalid: the patched CronJob is refused; ``causes`` lists the fields.
+        """
+        return self._run(ops.patch_cronjob(namespace, name, patch))
+
+    def delete_cronjob(self, namespace: str, name: str, propagation: str = "Background") -> dict[str, Any] | None:
+        """Delete a CronJob and (``Background``, the default; ``Foreground`` waits for them) its Jobs; idempotent.
+        Returns ``None`` when there was no such CronJob."""
+        return self._run(ops.delete_cronjob(namespace, name, propagation))
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         """A node, or ``None`` when it does not exist (e.g. a reclaimed spot node)."""
         return self._run(ops.get_node(name))

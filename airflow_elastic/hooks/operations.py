@@ -197,6 +197,53 @@ def delete_job(namespace: str, name: str, propagation: str) -> Operation:
     )
 
 
+def create_cronjob(namespace: str, body: Mapping[str, Any]) -> Operation:
+    name = (body.get("metadata") or {}).get("name", "")
+    return Operation(
+        f"create cronjobs {namespace}/{name}",
+        "BatchV1Api",
+        "create_namespaced_cron_job",
+        {"namespace": namespace, "body": dict(body), "field_validation": "Strict"},
+        repeatable=False,
+    )
+
+
+def get_cronjob(namespace: str, name: str) -> Operation:
+    return Operation(
+        f"get cronjobs {namespace}/{name}",
+        "BatchV1Api",
+        "read_namespaced_cron_job",
+        {"namespace": namespace, "name": name},
+        none_if_missing=True,
+    )
+
+
+def patch_cronjob(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    return Operation(
+        f"patch cronjobs {namespace}/{name}",
+        "BatchV1Api",
+        "patch_namespaced_cron_job",
+        {
+            "namespace": namespace,
+            "name": name,
+            "body": dict(patch),
+            "field_validation": "Strict",
+            "_content_type": "application/merge-patch+json",
+        },
+        repeatable=True,  # a JSON merge patch gives the same object however often it is applied
+    )
+
+
+def delete_cronjob(namespace: str, name: str, propagation: str) -> Operation:
+    return Operation(
+        f"delete cronjobs {namespace}/{name}",
+        "BatchV1Api",
+        "delete_namespaced_cron_job",
+        {"namespace": namespace, "name": name, "propagation_policy": propagation},
+        none_if_missing=True,
+    )
+
+
 def get_node(name: str) -> Operation:
     return Operation(f"get nodes {name}", "CoreV1Api", "read_node", {"name": name}, none_if_missing=True)
 

@@ -136,6 +136,19 @@ class JobHookProtocol(Protocol):
 
 
 @runtime_checkable
+class CronJobHookProtocol(Protocol):
+    """batch/v1 CronJob access as ``CronJobOperator`` needs it (``JobSetHook`` also has ``delete_cronjob``)."""
+
+    def get_namespace(self) -> str | None: ...
+
+    def create_cronjob(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    def get_cronjob(self, namespace: str, name: str) -> JSON | None: ...
+
+    def patch_cronjob(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+
+@runtime_checkable
 class AsyncJobHookProtocol(Protocol):
     """:class:`JobHookProtocol` as coroutines (the batch stage's trigger); ``AsyncJobSetHook`` satisfies it."""
 

@@ -20,7 +20,12 @@ import yaml
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import AsyncJobSetHook, JobSetHookProtocol, KubernetesApiError
-from airflow_elastic.hooks.protocol import AsyncJobHookProtocol, JobHookProtocol, WatchingHookProtocol
+from airflow_elastic.hooks.protocol import (
+    AsyncJobHookProtocol,
+    CronJobHookProtocol,
+    JobHookProtocol,
+    WatchingHookProtocol,
+)
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render import render_job, render_jobset
@@ -60,6 +65,18 @@ def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
         "read_pod_log": (namespace, f"{name}-leader-0-0-xxxxx"),  # 404 is fine: the request was authorised
         "read_pod_log_chunk": (namespace, f"{name}-leader-0-0-xxxxx", "trainer", LogRequest()),
         "delete_jobset": (namespace, name),
+    }
+
+
+def cronjob_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
+    """``CronJobOperator``'s calls (the worker's hook only)."""
+    from airflow_elastic.render.cronjob import render_cronjob
+
+    body = render_cronjob(BatchStage("rbac-cron", image="x", command=["true"]), "@daily", namespace=namespace)
+    return {
+        "get_cronjob": (namespace, "rbac-cron"),
+        "create_cronjob": (namespace, body),
+        "patch_cronjob": (namespace, "rbac-cron", {"spec": {"suspend": True}}),
     }
 
 
@@ -111,9 +128,11 @@ def granted(manifest: Path) -> dict[str, set[Grant]]:
 
 def test_rbac_grants_each_identity_exactly_what_its_hook_requests(hook, connection, namespace, local_cluster, core):
     node = core.list_node().items[0].metadata.name
-    sync_calls, async_calls = calls(namespace, node), {**calls(namespace, node), **watch_calls(namespace)}
+    sync_calls = {**calls(namespace, node), **cronjob_calls(namespace)}
+    async_calls = {**calls(namespace, node), **watch_calls(namespace)}
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
-    assert set(sync_calls) == (protocol_methods(JobSetHookProtocol) | protocol_methods(JobHookProtocol)) - LOCAL_METHODS
+    sync_protocols = (JobSetHookProtocol, JobHookProtocol, CronJobHookProtocol)
+    assert set(sync_calls) == set().union(*map(protocol_methods, sync_protocols)) - LOCAL_METHODS
     assert (
         set(async_calls)
         == (protocol_methods(WatchingHookProtocol) | protocol_methods(AsyncJobHookProtocol)) - LOCAL_METHODS
