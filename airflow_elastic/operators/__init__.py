@@ -1,4 +1,5 @@
-"""Airflow operators: ``TrainingGroupOperator`` runs a training group (or a JobSet manifest) as one task.
+"""Airflow operators: ``TrainingGroupOperator`` runs a training group (or a JobSet manifest) as one task,
+``BatchStageOperator`` a batch stage as one Job.
 
 Importing this package loads the Task SDK's ``BaseOperator``, the spec and the operator class, nothing more: the
 Kubernetes clients, the cncf hooks and what only a running task needs are imported when it runs, so DAG files stay
@@ -7,6 +8,22 @@ as cheap to parse as with ``airflow.sdk`` alone (``tests/operators/test_parse_im
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from airflow_elastic.operators.training_group import TrainingGroupOperator
 
-__all__ = ["TrainingGroupOperator"]
+if TYPE_CHECKING:
+    from airflow_elastic.operators.batch_stage import BatchStageOperator
+
+__all__ = ["BatchStageOperator", "TrainingGroupOperator"]
+
+#: Operators imported on first use, so a DAG file loads only the ones it uses.
+_LAZY = {"BatchStageOperator": "airflow_elastic.operators.batch_stage"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-#: What parsing may load: the package and spec (Airflow's provider discovery loads these for any DAG), the
+#: What parsing may load: the package and specs (group, batch stage; Airflow's provider discovery loads these for any DAG), the
 #: validation a group runs when it is built, and the operator with its attempts mixin.
 ALLOWED = {
     "airflow_elastic",
@@ -26,6 +26,7 @@ ALLOWED = {
     "airflow_elastic.platforms",
     "airflow_elastic.schemas",
     "airflow_elastic.spec",
+    "airflow_elastic.stage",
     "airflow_elastic.validation",
 }
 #: Loaded by neither the Task SDK nor a DAG using the operator (unlike yaml, jsonschema, fsspec: the SDK loads those).

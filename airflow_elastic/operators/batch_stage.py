@@ -1,0 +1,451 @@
+"""``BatchStageOperator``: run a :class:`~airflow_elastic.BatchStage` as one Kubernetes Job, CronJob-style.
+
+Create (or adopt) this task instance's Job, wait without holding a worker slot (deferrable, the default) or on the
+worker, stream the log of its index-0 pod, and finish with ``{name, namespace, succeeded, failed, duration,
+metrics}`` or a failure naming the pod, its reason and exit code. Before the Job starts, the CronJob semantics Airflow
+does not give by itself are applied (``concurrency_policy``, ``starting_deadline``), and after it ends the history
+limits; the decisions are :mod:`airflow_elastic.stages`'s, this module only carries them out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException, AirflowTaskTimeout
+
+from airflow_elastic.spec import SpecError
+from airflow_elastic.stage import BatchStage
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.operators.identity import TaskIdentity
+    from airflow_elastic.stages import StageEvent
+
+#: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``.
+STATE_KEY = "batch_stage"
+#: Names one submission may step over (finished or foreign Jobs) before giving up.
+MAX_EPOCH_STEPS = 20
+#: How long ``replace`` waits for the previous run's Job to be gone (foreground deletion: its pods first).
+REPLACE_TIMEOUT = 600.0
+#: Re-defer at most this often when the trigger reports an error while the Job still runs.
+MAX_REDEFERS = 3
+_REDEFER_KEY = "batch_stage_redefers"
+
+
+class BatchStageOperator(BaseOperator):
+    """Run a batch stage as one Kubernetes Job with CronJob-style semantics (see the README, "Batch stages").
+
+    Each task instance gets a Job of its own, ``<stage>-<6 chars>`` from the DAG, task, run and map index, labelled
+    with them and with the stage, and recorded in ``task_state_store``: a retry or a restarted worker adopts it while
+    it runs (or its success, when no try reported it), never a second Job; a try after a failure runs a new Job.
+
+    Args:
+        stage: the :class:`~airflow_elastic.BatchStage` (Jinja in ``image``, ``command``, ``args`` and ``env`` values
+            is rendered per run, and the copy validated again).
+        concurrency_policy: ``"allow"``; ``"forbid"``: skip this run (``AirflowSkipException``) while a Job of this
+            stage from another DAG run is still active; ``"replace"``: delete that Job (foreground, waiting until its
+            pods are gone), then start.
+        starting_deadline: a ``timedelta`` (or seconds): a run whose first Job would start later than its
+            ``data_interval_end`` plus this is skipped, with a log line saying by how much it missed.
+        successful_jobs_history_limit: finished Jobs of this stage (this DAG and task, across runs) kept when they
+            succeeded (CronJob's default: 3); older ones are deleted once a run ends. ``None``: keep all.
+        failed_jobs_history_limit: the same for failed Jobs (default 1).
+        namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
+        kubernetes_conn_id: a ``kubernetes`` connection (templated) with an explicit cluster (no ``~/.kube/config``
+            fallback, as for ``TrainingGroupOperator``).
+        deferrable: wait in the triggerer (default) instead of on the worker.
+        poll_interval: seconds between looks.
+        on_kill_action: ``"delete"`` the Job (foreground) when the task is killed, or ``"keep"`` it.
+        **kwargs: ``BaseOperator`` arguments; ``execution_timeout`` is honoured while deferred (the Job is deleted).
+
+    Returns (XCom ``return_value``):
+        ``{"name", "namespace", "succeeded", "failed", "duration", "metrics"}``: succeeded and failed pods, seconds
+        from the Job's start to its end, and the JSON the index-0 pod wrote to its termination message
+        (``airflow_elastic.runtime.report``). XComs ``job_name`` and ``job_namespace`` are pushed at submission.
+
+    Raises:
+        SpecError: a bad argument (at parse time) or a rendered value breaking a rule.
+        AirflowSkipException: ``forbid`` found the previous run's Job active, or the starting deadline passed.
+        AirflowException: the Job failed (message names the pod, reason and exit code) or disappeared.
+        AirflowTaskTimeout: ``execution_timeout`` passed (the Job is deleted).
+    """
+
+    template_fields = ("namespace", "kubernetes_conn_id")
+    ui_color = "#e8f6f3"
+
+    def __init__(
+        self,
+        *,
+        stage: BatchStage,
+        concurrency_policy: Literal["allow", "forbid", "replace"] = "allow",
+        starting_deadline: datetime.timedelta | float | None = None,
+        successful_jobs_history_limit: int | None = 3,
+        failed_jobs_history_limit: int | None = 1,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = True,
+        poll_interval: float = 10.0,
+        on_kill_action: Literal["delete", "keep"] = "delete",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if isinstance(starting_deadline, datetime.timedelta):
+            starting_deadline = starting_deadline.total_seconds()
+        problems = _problems(
+            stage, concurrency_policy, starting_deadline, successful_jobs_history_limit, failed_jobs_history_limit
+        )
+        if on_kill_action not in ("delete", "keep"):
+            problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
+        if problems:
+            raise SpecError(problems)
+        self.stage = stage
+        self.concurrency_policy = concurrency_policy
+        self.starting_deadline = starting_deadline
+        self.successful_jobs_history_limit = successful_jobs_history_limit
+        self.failed_jobs_history_limit = failed_jobs_history_limit
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = float(poll_interval)
+        self.on_kill_action = on_kill_action
+        self._run_stage: BatchStage | None = None
+        self._current: tuple[str, str] | None = None  # (namespace, name) of the Job this task waits on
+
+    # ------------------------------------------------------------------------------------------- execute
+
+    def hook(self) -> JobSetHook:
+        """The blocking hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
+        from airflow_elastic.hooks.jobset import JobSetHook
+
+        return JobSetHook(self.kubernetes_conn_id)
+
+    def _prepared(self, context: Context) -> BatchStage:
+        if self._run_stage is None:
+            from airflow_elastic.stage import render_stage
+
+            self._run_stage = render_stage(self.stage, lambda value: self.render_template(value, context))
+        return self._run_stage
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Adopt or create this task instance's Job (after the concurrency and deadline checks), then wait."""
+        from airflow_elastic.operators.identity import TaskIdentity
+
+        stage = self._prepared(context)
+        hook = self.hook()
+        namespace = self.namespace or hook.get_namespace() or "default"
+        identity = TaskIdentity.from_ti(context["ti"])
+        store = context["task_state_store"]
+        record = store.get(STATE_KEY)
+        job = self._adopt_or_create(context, hook, stage, identity, namespace, record)
+        name = job["metadata"]["name"]
+        self._current = (namespace, name)
+        context["ti"].xcom_push(key="job_name", value=name)
+        context["ti"].xcom_push(key="job_namespace", value=namespace)
+        if self.deferrable:
+            self._defer(context, hook, namespace, name, str(job["metadata"].get("uid") or ""))
+        return self._finish(context, hook, self._wait_here(hook, namespace, name))
+
+    def _adopt_or_create(
+        self,
+        context: Context,
+        hook: JobSetHook,
+        stage: BatchStage,
+        identity: TaskIdentity,
+        namespace: str,
+        record: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        from airflow_elastic import stages
+        from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, ServerError
+
+        store = context["task_state_store"]
+        record = dict(record) if isinstance(record, Mapping) and record.get("name") else None
+        epoch = int(record["epoch"]) if record else 0
+        checked = False
+        for _ in range(MAX_EPOCH_STEPS):
+            name = identity.name(stage.name, epoch)
+            job = _get(hook, namespace, name)
+            recorded = bool(record) and record["name"] == name  # type: ignore[index]
+            closed = recorded and bool(record.get("closed"))  # type: ignore[union-attr]
+            decision = stages.adoption(
+                job, owned=job is not None and identity.owns(job), recorded=recorded, closed=closed
+            )
+            if decision == "adopt":
+                self.log.info("Adopted Job %s/%s of this task instance", namespace, name)
+                store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(job)})
+                return job  # type: ignore[return-value]
+            if decision == "next":
+                self.log.info(
+                    "Not adopting Job %s/%s (finished, being deleted or not ours): next name", namespace, name
+                )
+                epoch += 1
+                continue
+            if not checked:  # this task instance's first Job: the CronJob rules decide whether it starts at all
+                self._before_start(context, hook, stage, identity, namespace, first=record is None)
+                checked = True
+            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": ""})
+            body = self._manifest(stage, name, namespace, identity)
+            try:
+                created = hook.create_job(namespace, body)
+            except AlreadyExists:
+                continue  # made in between (a lost reply): the next look adopts or steps over it
+            except (ServerError, ApiUnreachable):
+                # The create may have happened: adopt what is there, else let the error (and a retry) decide.
+                found = _get(hook, namespace, name)
+                if found is None or not identity.owns(found):
+                    raise
+                created = found
+            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(created)})
+            self.log.info("Created Job %s/%s (uid %s)", namespace, name, _uid(created))
+            return created
+        raise AirflowException(
+            f"{MAX_EPOCH_STEPS} Job names derived for {identity.dag_id}.{identity.task_id} in namespace {namespace!r} "
+            "are taken by finished or foreign Jobs; delete them and retry"
+        )
+
+    def _manifest(self, stage: BatchStage, name: str, namespace: str, identity: TaskIdentity) -> dict[str, Any]:
+        from airflow_elastic.render.job import render_job
+
+        return render_job(stage, name=name, namespace=namespace, labels=identity.labels())
+
+    # ---------------------------------------------------------------------------------- CronJob semantics
+
+    def _stage_jobs(self, hook: JobSetHook, namespace: str, identity: TaskIdentity) -> list[dict[str, Any]]:
+        """This stage's Jobs of this DAG and task, every run (what a CronJob's history and active list hold)."""
+        from airflow_elastic.operators.identity import DAG_LABEL, TASK_LABEL
+        from airflow_elastic.render.job import STAGE_LABEL
+
+        labels = identity.labels()
+        selector = f"{STAGE_LABEL}={self.stage.name},{DAG_LABEL}={labels[DAG_LABEL]},{TASK_LABEL}={labels[TASK_LABEL]}"
+        return hook.list_jobs(namespace, selector)
+
+    def _before_start(
+        self,
+        context: Context,
+        hook: JobSetHook,
+        stage: BatchStage,
+        identity: TaskIdentity,
+        namespace: str,
+        *,
+        first: bool,
+    ) -> None:
+        """Skip on a missed starting deadline (first Job only) or ``forbid``; delete the active Job on ``replace``."""
+        from airflow_elastic import stages
+        from airflow_elastic.operators.identity import RUN_LABEL
+
+        if first:
+            now = datetime.datetime.now(datetime.UTC)
+            late = stages.missed_start(now, context.get("data_interval_end"), self.starting_deadline)
+            if late is not None:
+                message = (
+                    f"Stage {stage.name!r} missed its starting deadline by {datetime.timedelta(seconds=round(late))} "
+                    f"(data interval end {context.get('data_interval_end')} + starting_deadline "
+                    f"{datetime.timedelta(seconds=self.starting_deadline or 0)}); skipping this run"
+                )
+                self.log.warning("%s", message)
+                raise AirflowSkipException(message)
+        if self.concurrency_policy == "allow":
+            return
+        active = stages.active_of_other_runs(
+            self._stage_jobs(hook, namespace, identity), RUN_LABEL, identity.labels()[RUN_LABEL]
+        )
+        decision = stages.concurrency(self.concurrency_policy, active)
+        if decision.skip:
+            self.log.warning("Skipping stage %r: %s", stage.name, decision.skip)
+            raise AirflowSkipException(decision.skip)
+        for name in decision.delete:
+            self.log.info("Replacing: deleting Job %s/%s of the previous run (foreground)", namespace, name)
+            hook.delete_job(namespace, name, propagation="Foreground")
+        for name in decision.delete:
+            self._wait_gone(hook, namespace, name)
+
+    def _wait_gone(self, hook: JobSetHook, namespace: str, name: str) -> None:
+        from airflow_elastic.hooks.errors import NotFound
+
+        deadline = time.monotonic() + REPLACE_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                hook.get_job(namespace, name)
+            except NotFound:
+                self.log.info("Job %s/%s and its pods are gone", namespace, name)
+                return
+            time.sleep(min(self.poll_interval, 1.0))
+        raise AirflowException(f"Job {namespace}/{name} was still being deleted after {REPLACE_TIMEOUT:.0f} s")
+
+    def _clean_history(self, hook: JobSetHook, namespace: str, identity: TaskIdentity) -> None:
+        """Delete this stage's finished Jobs beyond the history limits (background, as the CronJob controller)."""
+        from airflow_elastic import stages
+        from airflow_elastic.hooks.errors import KubernetesApiError
+
+        try:
+            doomed = stages.expired(
+                self._stage_jobs(hook, namespace, identity),
+                succeeded_limit=self.successful_jobs_history_limit,
+                failed_limit=self.failed_jobs_history_limit,
+            )
+            for name in doomed:
+                self.log.info("History limit: deleting finished Job %s/%s", namespace, name)
+                hook.delete_job(namespace, name, propagation="Background")
+        except KubernetesApiError as error:  # housekeeping: the stage's own verdict stands
+            self.log.warning("Could not apply the history limits in %s: %s", namespace, error)
+
+    # ------------------------------------------------------------------------------------------- waiting
+
+    def _wait_here(self, hook: JobSetHook, namespace: str, name: str) -> StageEvent:
+        from airflow_elastic.operators.stage_waiting import wait_for_job
+
+        try:
+            return wait_for_job(
+                hook, namespace, name, stage=self.stage.name, poll_interval=self.poll_interval, log=self.log
+            )
+        except AirflowTaskTimeout:
+            self._delete(hook, namespace, name, "execution_timeout reached")
+            raise
+
+    def _defer(self, context: Context, hook: JobSetHook, namespace: str, name: str, uid: str) -> None:
+        from airflow_elastic.triggers.batch_stage import BatchStageTrigger
+
+        deadline = timeout = None
+        if self.execution_timeout is not None:
+            start = getattr(context["ti"], "start_date", None)
+            deadline = (
+                start.timestamp() if start is not None else time.time()
+            ) + self.execution_timeout.total_seconds()
+            # Past the trigger's own deadline, so its "timeout" event (which deletes the Job) comes first.
+            timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+        trigger = BatchStageTrigger(
+            name,
+            namespace,
+            self.kubernetes_conn_id,
+            uid=uid,
+            stage=self.stage.name,
+            poll_interval=self.poll_interval,
+            deadline=deadline,
+            on_kill_action=self.on_kill_action,
+            connection_extras=hook.get_connection_extras(),
+        )
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
+        """Resume from the trigger: finish with its verdict (re-defer if it erred while the Job still runs)."""
+        from airflow_elastic import stages
+
+        verdict = stages.StageEvent.from_payload(event)
+        self._current = (verdict.namespace, verdict.name)
+        hook = self.hook()
+        if verdict.status == "error":
+            store = context["task_state_store"]
+            redefers = int(store.get(_REDEFER_KEY) or 0)
+            if redefers < MAX_REDEFERS and self._active(hook, verdict.namespace, verdict.name):
+                store.set(_REDEFER_KEY, redefers + 1)
+                self.log.warning("The trigger failed (%s); the Job still runs, waiting again", verdict.message)
+                self._defer(context, hook, verdict.namespace, verdict.name, verdict.uid)
+        return self._finish(context, hook, verdict)
+
+    def _active(self, hook: JobSetHook, namespace: str, name: str) -> bool:
+        from airflow_elastic import stages
+        from airflow_elastic.hooks.errors import KubernetesApiError
+
+        try:
+            return not stages.finished(hook.get_job(namespace, name))
+        except KubernetesApiError:
+            return False
+
+    # -------------------------------------------------------------------------------------------- finish
+
+    def _finish(self, context: Context, hook: JobSetHook, event: StageEvent) -> dict[str, Any]:
+        from airflow_elastic.operators.identity import TaskIdentity
+        from airflow_elastic.state import PodFailure
+
+        store = context["task_state_store"]
+        where = f"Job {event.namespace}/{event.name}"
+        if event.status == "timeout":
+            self._delete(hook, event.namespace, event.name, "execution_timeout reached")
+            raise AirflowTaskTimeout(f"{where}: execution_timeout ({self.execution_timeout}) reached; Job deleted")
+        if event.status == "missing":
+            raise AirflowException(f"{where} disappeared before it finished (deleted by someone, or its TTL)")
+        if event.status == "error":
+            if self.on_kill_action == "delete" and self._active(hook, event.namespace, event.name):
+                self._delete(hook, event.namespace, event.name, "waiting for it failed and the task fails")
+            raise AirflowException(f"{where}: waiting for the stage failed: {event.message}")
+        record = store.get(STATE_KEY)
+        if isinstance(record, Mapping) and record.get("name") == event.name:
+            store.set(STATE_KEY, {**record, "closed": True})
+        self._clean_history(hook, event.namespace, TaskIdentity.from_ti(context["ti"]))
+        if event.status == "failed":
+            failures = [PodFailure(**f).describe() for f in event.failures]
+            for line in failures:
+                self.log.error("%s", line)
+            why = f"{event.reason}: {event.message}".strip(": ")
+            detail = "; ".join(failures) if failures else "no failed pod was left to inspect"
+            raise AirflowException(f"{where} failed ({why}); {detail}")
+        self.log.info(
+            "%s succeeded: %d pod(s) succeeded, %d failed, in %s s; metrics: %s",
+            where,
+            event.succeeded,
+            event.failed,
+            event.duration,
+            event.metrics,
+        )
+        return {
+            "name": event.name,
+            "namespace": event.namespace,
+            "succeeded": event.succeeded,
+            "failed": event.failed,
+            "duration": event.duration,
+            "metrics": event.metrics,
+        }
+
+    def _delete(self, hook: JobSetHook, namespace: str, name: str, why: str) -> None:
+        from airflow_elastic.hooks.errors import KubernetesApiError
+
+        self.log.info("Deleting Job %s/%s (foreground): %s", namespace, name, why)
+        try:
+            hook.delete_job(namespace, name, propagation="Foreground")
+        except KubernetesApiError as error:
+            self.log.error("Could not delete Job %s/%s: %s", namespace, name, error)
+
+    def on_kill(self) -> None:
+        """Delete the Job unless ``on_kill_action="keep"`` (sync mode; the trigger's ``on_kill`` when deferred)."""
+        if self._current is None:
+            return
+        namespace, name = self._current
+        if self.on_kill_action == "keep":
+            self.log.info("Keeping Job %s/%s (on_kill_action='keep')", namespace, name)
+            return
+        self._delete(self.hook(), namespace, name, "the task was killed")
+
+
+def _get(hook: JobSetHook, namespace: str, name: str) -> dict[str, Any] | None:
+    from airflow_elastic.hooks.errors import NotFound
+
+    try:
+        return hook.get_job(namespace, name)
+    except NotFound:
+        return None
+
+
+def _uid(job: Mapping[str, Any] | None) -> str:
+    return str(((job or {}).get("metadata") or {}).get("uid") or "")
+
+
+def _problems(
+    stage: object, policy: object, deadline: object, succeeded: object, failed: object
+) -> list[tuple[str, str]]:
+    """The parse-time checks of the operator's own arguments."""
+    problems = []
+    if not isinstance(stage, BatchStage):
+        problems.append(("stage", f"must be a BatchStage, got {type(stage).__name__}"))
+    if policy not in ("allow", "forbid", "replace"):
+        problems.append(("concurrency_policy", f"must be 'allow', 'forbid' or 'replace', got {policy!r}"))
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline < 0):
+        problems.append(("starting_deadline", f"must be a timedelta or seconds >= 0, got {deadline!r}"))
+    for field, limit in (("successful_jobs_history_limit", succeeded), ("failed_jobs_history_limit", failed)):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            problems.append((field, f"must be an integer >= 0 or None, got {limit!r}"))
+    return problems

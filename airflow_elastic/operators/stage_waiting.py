@@ -1,0 +1,56 @@
+"""Sync mode for batch stages: poll the Job and its pods with ``JobSetHook`` until it finishes (no Airflow imports).
+
+The verdict is :func:`airflow_elastic.stages.verdict`'s, the same the trigger yields in deferrable mode, so the
+operator finishes both modes through one code path. The index-0 pod's log is copied into the task log a bounded read
+per poll (:class:`~airflow_elastic.operators.waiting.LogReader` on :class:`~airflow_elastic.stages.StageLogFollow`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_elastic import stages
+from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import JobSetHookProtocol
+from airflow_elastic.operators.waiting import LogReader
+
+#: Consecutive failed looks (after the hook's own retries) before waiting gives up.
+MAX_FAILED_LOOKS = 5
+
+
+def job_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The pods of Job ``name`` (every retry still present)."""
+    return hook.list_pods(namespace, f"{stages.JOB_NAME_LABEL}={name}")
+
+
+def wait_for_job(
+    hook: JobSetHookProtocol, namespace: str, name: str, *, stage: str, poll_interval: float, log: Any
+) -> stages.StageEvent:
+    """Poll Job ``namespace/name`` until it finishes, copying its index-0 pod's log into ``log``.
+
+    Returns:
+        The verdict; ``missing`` when the Job is gone, ``error`` after :data:`MAX_FAILED_LOOKS` failed looks in a row.
+    """
+    reader = LogReader(hook, namespace, stage, log)
+    reader.follow = stages.StageLogFollow(stage)
+    failed_looks = 0
+    while True:
+        try:
+            job = hook.get_job(namespace, name)
+            pods = job_pods(hook, namespace, name)
+        except NotFound:
+            return stages.StageEvent("missing", name, namespace, message="the Job no longer exists")
+        except KubernetesApiError as error:
+            failed_looks += 1
+            log.warning("Could not look at Job %s/%s (%d in a row): %s", namespace, name, failed_looks, error)
+            if failed_looks >= MAX_FAILED_LOOKS:
+                return stages.StageEvent("error", name, namespace, message=str(error))
+            time.sleep(poll_interval)
+            continue
+        failed_looks = 0
+        event = stages.verdict(job, pods, stage=stage)
+        reader.read(pods, final=event is not None)
+        if event is not None:
+            return event
+        time.sleep(poll_interval)
