@@ -1,0 +1,85 @@
+"""The sweep operator's arguments, checked when the DAG file is parsed (every problem named, all at once)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_elastic import names
+from airflow_elastic.spec import SpecError, TrainingGroup
+
+Problem = tuple[str, str]
+
+
+def trial_base(group_name: str, number: int) -> str:
+    """The JobSet name prefix of trial ``number``: ``<group>-t<number>`` (the run suffix follows)."""
+    return f"{group_name}-t{number}"
+
+
+def name_problems(group: TrainingGroup, max_trials: int) -> list[str]:
+    """Why the trials' JobSet names would not fit the Kubernetes name budget (empty: they fit)."""
+    length = names.run_name_length(trial_base(group.name, max_trials))
+    roles = [(role.name, role.replicas) for role in group.roles]
+    return names.budget_problems(length, roles, group.leader.name)
+
+
+def _count(name: str, value: Any, minimum: int) -> list[Problem]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        return [(name, f"must be an integer >= {minimum}, got {value!r}")]
+    return []
+
+
+def _positive(name: str, value: Any) -> list[Problem]:
+    if value is None:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        return [(name, f"must be a positive number (or None), got {value!r}")]
+    return []
+
+
+def sweep_problems(
+    *,
+    group: Any,
+    space: Mapping[str, Any],
+    objective: Any,
+    mode: Any,
+    algorithm: Any,
+    max_trials: Any,
+    max_parallel: Any,
+    max_failed_trials: Any,
+    early_stopping: Any,
+    stopping_options: Mapping[str, Any] | None,
+    poll_interval: Any,
+    on_kill_action: Any,
+    max_gpu_hours: Any,
+    max_wall_clock: Any,
+) -> list[Problem]:
+    """Every problem with the arguments, as ``(field, message)`` pairs (empty: they are fine)."""
+    from airflow_elastic.sweeps import stopping
+    from airflow_elastic.sweeps.space import validate_space
+
+    problems: list[Problem] = []
+    if not isinstance(group, TrainingGroup):
+        problems.append(("group", f"must be a TrainingGroup, got {type(group).__name__}"))
+    try:
+        validate_space(space, algorithm=algorithm, where="space")
+    except SpecError as error:
+        problems += list(error.problems)
+    if not isinstance(objective, str) or not objective:
+        problems.append(("objective", f"must be the name of a reported metric (a non-empty string), got {objective!r}"))
+    if mode not in ("min", "max"):
+        problems.append(("mode", f"must be 'min' or 'max', got {mode!r}"))
+    problems += _count("max_trials", max_trials, 1) + _count("max_parallel", max_parallel, 1)
+    problems += _count("max_failed_trials", max_failed_trials, 0)
+    try:
+        stopping.validate_rule(early_stopping, "early_stopping", **dict(stopping_options or {}))
+    except SpecError as error:
+        problems += list(error.problems)
+    problems += _positive("poll_interval", poll_interval)
+    problems += _positive("max_gpu_hours", max_gpu_hours) + _positive("max_wall_clock", max_wall_clock)
+    if on_kill_action not in ("delete", "keep"):
+        problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
+    if isinstance(group, TrainingGroup) and not _count("max_trials", max_trials, 1):
+        for problem in name_problems(group, max_trials):
+            problems.append(("group.name", f"{group.name!r} is too long for trial JobSet names: {problem}"))
+    return problems

@@ -1,0 +1,317 @@
+"""``SweepTrigger``: one wait in the triggerer for every running trial of a hyperparameter sweep.
+
+One subscription to the shared :class:`~airflow_elastic.triggers.observer.JobSetObserver` of the namespace serves all
+the sweep's trials (not one trigger per trial). Each trial is judged by its own
+:class:`~airflow_elastic.watch.Watch` (the decision every wait makes), through a :class:`TrainingGroupTrigger`
+that is composed, never run: its ``_settle`` fetches what the watch asks for out of the shared caches, its log
+follower copies the trial leader's log to the task log prefixed with the trial (``[trial 3] [pod] line``).
+
+Intermediate values reach the sweep through that log: every line is also given to
+:func:`airflow_elastic.sweeps.markers.parse` (the ``AE_INTERMEDIATE {...}`` lines ``runtime.report_intermediate``
+prints), like Katib's stdout metrics collector, so they need nothing beyond the pod-log RBAC.
+
+It fires once when a trial reaches a verdict, when the early-stopping rule (:func:`~airflow_elastic.sweeps.
+stopping.decide`, on the serialized history plus the intermediates gathered here) says to stop a trial, or when
+the sweep's budget deadline passes. The event (primitives only) carries every verdict, every stop and every
+intermediate value gathered; it never raises (``status="error"`` instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from functools import cached_property
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_elastic.evidence import describe
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
+from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
+from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from airflow_elastic.watch import Observation
+
+MARKER = "AE_INTERMEDIATE"
+
+
+class TrialLog:
+    """The task log as a trial's composed trigger sees it: every line prefixed with the trial, and each line that
+    carries an intermediate-value marker handed to ``on_line``."""
+
+    def __init__(self, log: Any, number: int, on_line: Callable[[int, str], None]) -> None:
+        self._log, self._prefix, self._on_line = log, f"[trial {number}] ", on_line
+        self._number = number
+
+    def _write(self, level: str, message: str, *args: Any) -> None:
+        text = message % args if args else message
+        if MARKER in text:
+            self._on_line(self._number, text[text.index(MARKER) :])
+        getattr(self._log, level)("%s%s", self._prefix, text)
+
+    def info(self, message: str, *args: Any, **_: Any) -> None:
+        self._write("info", message, *args)
+
+    def warning(self, message: str, *args: Any, **_: Any) -> None:
+        self._write("warning", message, *args)
+
+    def error(self, message: str, *args: Any, **_: Any) -> None:
+        self._write("error", message, *args)
+
+    def debug(self, message: str, *args: Any, **_: Any) -> None:
+        self._write("debug", message, *args)
+
+    def exception(self, message: str, *args: Any, **_: Any) -> None:
+        self._write("exception", message, *args)
+
+
+class SweepTrigger(BaseTrigger):
+    """Fire once when any running trial of a sweep ends, should be stopped early, or the sweep's budget runs out.
+
+    Args:
+        trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (the
+            :class:`~airflow_elastic.watch.Watch` keyword arguments the operator computes for it: ``uid``,
+            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ...).
+        namespace: the trials' namespace.
+        kubernetes_conn_id: the Airflow ``kubernetes`` connection.
+        history: the sweep's history (``SweepHistory.to_json()``), what the stopping rule compares against.
+        objective: the metric whose intermediate values count.
+        mode: ``"min"`` or ``"max"``.
+        early_stopping: ``None``, or a rule of :data:`airflow_elastic.sweeps.stopping.RULES`.
+        stopping_options: the rule's keyword options.
+        deadline: epoch seconds the sweep's budget (``max_wall_clock``, ``max_gpu_hours``) runs out (``None``).
+        poll_interval: seconds between observations (shared with the other triggers of the namespace).
+        log_role: the role whose first pod's log is followed (the leader); ``None``: no log, no intermediates.
+        on_kill_action: ``"delete"`` every trial's JobSet when the task is killed, or ``"keep"`` them.
+        connection_extras: the connection's extras resolved on the worker.
+    """
+
+    def __init__(
+        self,
+        trials: list[dict[str, Any]],
+        namespace: str,
+        kubernetes_conn_id: str = "kubernetes_default",
+        *,
+        history: dict[str, Any] | None = None,
+        objective: str = "",
+        mode: str = "min",
+        early_stopping: str | None = None,
+        stopping_options: dict[str, Any] | None = None,
+        deadline: float | None = None,
+        poll_interval: float = 10.0,
+        log_role: str | None = None,
+        on_kill_action: str = "delete",
+        connection_extras: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.trials = [dict(t) for t in trials]
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.history = dict(history or {})
+        self.objective = objective
+        self.mode = mode
+        self.early_stopping = early_stopping
+        self.stopping_options = dict(stopping_options or {})
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+        self.log_role = log_role
+        self.on_kill_action = on_kill_action
+        self.connection_extras = connection_extras
+        self.intermediates: dict[int, dict[int, float]] = {}
+        self._fired = False
+        self._views = {int(t["number"]): self._view(t) for t in self.trials}
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
+        return (
+            f"{__name__}.{type(self).__name__}",
+            {
+                "trials": self.trials,
+                "namespace": self.namespace,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "history": self.history,
+                "objective": self.objective,
+                "mode": self.mode,
+                "early_stopping": self.early_stopping,
+                "stopping_options": self.stopping_options,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+                "log_role": self.log_role,
+                "on_kill_action": self.on_kill_action,
+                "connection_extras": self.connection_extras,
+            },
+        )
+
+    def _view(self, trial: Mapping[str, Any]) -> TrainingGroupTrigger:
+        """The trial's composed group trigger: its watch, its evidence fetching, its log follower (never run)."""
+        view = TrainingGroupTrigger(
+            trial["name"],
+            self.namespace,
+            self.kubernetes_conn_id,
+            poll_interval=self.poll_interval,
+            log_role=self.log_role,
+            on_kill_action=self.on_kill_action,
+            connection_extras=self.connection_extras,
+            **trial.get("watch", {}),
+        )
+        view._log = TrialLog(self.log, int(trial["number"]), self._line)  # type: ignore[assignment]
+        return view
+
+    @cached_property
+    def hook(self) -> AsyncJobSetHookProtocol:
+        """The async hook, shared by every trial's view (tests assign a fake here)."""
+        from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
+
+        return AsyncJobSetHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
+
+    # ----------------------------------------------------------------------------------------- intermediates
+
+    def _line(self, number: int, text: str) -> None:
+        from airflow_elastic.sweeps import markers
+
+        parsed = markers.parse(text)
+        if parsed is None:
+            return
+        step, metrics = parsed
+        value = metrics.get(self.objective)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self.intermediates.setdefault(number, {})[int(step)] = float(value)
+
+    def _stops(self) -> dict[int, str]:
+        """Trials the early-stopping rule stops now, with its reason."""
+        if not self.early_stopping or not self.intermediates:
+            return {}
+        from airflow_elastic.sweeps import stopping
+        from airflow_elastic.sweeps.history import SweepHistory
+
+        history = SweepHistory.from_json(self.history)
+        for number, values in self.intermediates.items():
+            for step, value in values.items():
+                history.record_intermediate(number, step, value)
+        stops = {}
+        for trial in history.running():
+            if trial.number in self._views and trial.number in self.intermediates:
+                reason = stopping.decide(self.early_stopping, trial, history, mode=self.mode, **self.stopping_options)
+                if reason:
+                    stops[trial.number] = reason
+        return stops
+
+    # ----------------------------------------------------------------------------------------------- run
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Wait, then yield exactly one event; never raises."""
+        try:
+            payload = await self._wait()
+        except Exception as exc:  # the contract: an event, never an exception
+            self.log.exception("waiting for the sweep's trials in %s failed", self.namespace)
+            payload = self._payload("error", message=f"waiting for the sweep's trials failed: {exc}")
+        finally:
+            for view in self._views.values():
+                await view._logs.close()
+            close = getattr(self.__dict__.get("hook"), "close", None)
+            if close is not None:
+                await close()
+        self._fired = True
+        yield TriggerEvent(payload)
+
+    def _payload(
+        self,
+        status: str,
+        *,
+        verdicts: Mapping[int, Any] | None = None,
+        stops: Mapping[int, str] | None = None,
+        message: str = "",
+    ) -> dict[str, Any]:
+        """The event: ``status`` (``verdicts``, ``stop``, ``budget`` or ``error``) and everything gathered."""
+        verdicts, stops = verdicts or {}, stops or {}
+        return {
+            "status": status,
+            "message": message,
+            "verdicts": [{"number": n, "event": v.to_payload()} for n, v in sorted(verdicts.items())],
+            "stops": [{"number": n, "reason": r} for n, r in sorted(stops.items())],
+            "intermediates": [
+                {"number": n, "values": [[s, v] for s, v in sorted(values.items())]}
+                for n, values in sorted(self.intermediates.items())
+            ],
+        }
+
+    async def _wait(self) -> dict[str, Any]:
+        if "hook" not in self.__dict__:  # the first import of the client stack, off the shared event loop
+            await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
+        for view in self._views.values():
+            view.__dict__["hook"] = self.hook
+        async with JobSetObserver.subscribe(
+            self.hook,
+            conn_id=self.kubernetes_conn_id,
+            connection_extras=self.connection_extras,
+            namespace=self.namespace,
+            label_selector=MANAGED_SELECTOR,
+            poll_interval=self.poll_interval,
+        ) as subscription:
+            looked = False
+            while True:
+                wait = self._until_deadline(time.time()) if looked else None
+                snapshot = await subscription.next(wait)
+                looked = True
+                verdicts = {}
+                for number, view in self._views.items():
+                    view._observer = subscription.observer
+                    verdict = await self._observe(view, snapshot)
+                    if verdict is not None:
+                        verdicts[number] = verdict
+                if verdicts:
+                    return self._payload("verdicts", verdicts=verdicts)
+                if stops := self._stops():
+                    return self._payload("stop", stops=stops)
+                if self.deadline is not None and time.time() >= self.deadline:
+                    return self._payload("budget", message="the sweep's budget deadline passed")
+
+    def _until_deadline(self, now: float) -> float | None:
+        found = [v._watch.until_deadline(now) for v in self._views.values()]
+        found.append(None if self.deadline is None else max(0.0, self.deadline - now))
+        known = [f for f in found if f is not None]
+        return min(known) if known else None
+
+    async def _observe(self, view: TrainingGroupTrigger, snapshot: Snapshot | None) -> Any:
+        """One trial's look at ``snapshot`` (the steps of the group trigger's own loop): its verdict or ``None``."""
+        view._looked_at = snapshot.started if snapshot is not None else float("inf")
+        now = time.time()
+        if snapshot is None:
+            obs = Observation.tick(now)
+        elif snapshot.error is not None:
+            obs = Observation.failed(now, snapshot.error, transient=isinstance(snapshot.error, TRANSIENT_ERRORS))
+        else:
+            jobset = snapshot.jobsets.get(view.name)
+            if jobset is None:
+                jobset = await view._get()  # not in the watched cache yet, or gone
+            view._version = ((jobset or {}).get("metadata") or {}).get("resourceVersion") or ""
+            obs = Observation(now, jobset)
+        step = await view._settle(obs)
+        for record in step.records:
+            view.log.info("JobSet %s/%s: %s", self.namespace, view.name, describe(record))
+        if step.verdict is not None:
+            return await view._report(step.verdict)
+        if self.log_role and step.status is not None:
+            await view._logs.follow(step.status.restarts)
+        return None
+
+    # ------------------------------------------------------------------------------------------- on_kill
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred sweep: delete every running trial's JobSet (foreground) unless
+        ``on_kill_action="keep"`` or the event already fired."""
+        if self._fired or self.on_kill_action == "keep":
+            return
+        try:
+            for view in self._views.values():
+                view.__dict__["hook"] = self.hook
+                jobset = await view._get()
+                if jobset is not None and view._uid_matches(jobset):
+                    view.log.info("deleting JobSet %s/%s (task killed)", self.namespace, view.name)
+                    await self.hook.delete_jobset(self.namespace, view.name, propagation="Foreground")
+        finally:
+            close = getattr(self.__dict__.get("hook"), "close", None)
+            if close is not None:
+                await close()
