@@ -165,6 +165,23 @@ def chaos(args: argparse.Namespace) -> int:
     return 0
 
 
+def clock(args: argparse.Namespace) -> int:
+    """Read or move the CronJob controller's clock (``/debug/clock``)."""
+    from datetime import datetime
+
+    cluster = LocalCluster.attach(args.state_dir)
+    if args.reset:
+        now = cluster.reset_clock()
+    elif args.advance is not None:
+        now = cluster.advance_clock(args.advance)
+    elif args.set:
+        now = cluster.set_clock(datetime.fromisoformat(args.set.replace("Z", "+00:00")))
+    else:
+        now = cluster.controller_time()
+    print(f"controller time: {now.isoformat()}")
+    return 0
+
+
 PREEMPT_OPTIONS = (
     "grace_seconds",
     "delete_after",
@@ -206,7 +223,7 @@ def _add_disruption_commands(command) -> None:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Register ``cluster up|down|status|logs|requests|preempt|evict|fault|chaos`` on the main CLI."""
+    """Register ``cluster up|down|status|logs|requests|clock|preempt|evict|fault|chaos`` on the main CLI."""
     cluster = commands.add_parser("cluster", help="run a local cluster (Kubernetes API, pods as local processes)")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
 
@@ -234,6 +251,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     log_cmd.add_argument("-c", "--container")
     log_cmd.add_argument("-f", "--follow", action="store_true")
     command("requests", requests, "count the API requests the server has answered, by verb, resource and client")
+    clk = command("clock", clock, "read or move the CronJob controller's clock (tests need not wait for a schedule)")
+    moves = clk.add_mutually_exclusive_group()
+    moves.add_argument("--advance", type=float, metavar="SECONDS", help="move it forward (negative: back)")
+    moves.add_argument("--set", metavar="TIME", help="set it, e.g. 2026-03-29T01:30:00Z")
+    moves.add_argument("--reset", action="store_true", help="back to the real time")
     _add_disruption_commands(command)
 
 

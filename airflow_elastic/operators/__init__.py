@@ -1,5 +1,5 @@
 """Airflow operators: ``TrainingGroupOperator`` runs a training group (or a JobSet manifest) as one task,
-``BatchStageOperator`` a batch stage as one Job.
+``BatchStageOperator`` a batch stage as one Job, ``CronJobOperator`` hands a stage's schedule to a CronJob.
 
 Importing this package loads the Task SDK's ``BaseOperator``, the spec and the operator class, nothing more: the
 Kubernetes clients, the cncf hooks and what only a running task needs are imported when it runs, so DAG files stay
@@ -14,11 +14,15 @@ from airflow_elastic.operators.training_group import TrainingGroupOperator
 
 if TYPE_CHECKING:
     from airflow_elastic.operators.batch_stage import BatchStageOperator
+    from airflow_elastic.operators.cronjob import CronJobOperator
 
-__all__ = ["BatchStageOperator", "TrainingGroupOperator"]
+__all__ = ["BatchStageOperator", "CronJobOperator", "TrainingGroupOperator"]
 
 #: Operators imported on first use, so a DAG file loads only the ones it uses.
-_LAZY = {"BatchStageOperator": "airflow_elastic.operators.batch_stage"}
+_LAZY = {
+    "BatchStageOperator": "airflow_elastic.operators.batch_stage",
+    "CronJobOperator": "airflow_elastic.operators.cronjob",
+}
 
 
 def __getattr__(name: str) -> Any:

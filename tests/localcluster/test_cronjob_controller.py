@@ -271,3 +271,22 @@ def test_kubectl_shows_cronjobs_with_upstream_columns(kubectl, batch, namespace,
     assert cells[7:9] == ["False", "0"] or cells[7:9] == ["False", "1"]
     wide = kubectl("get", "cj", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
     assert wide[-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
+
+
+def test_the_clock_from_the_shell(clock):
+    from tests.localcluster.test_cli_cluster import cli
+
+    before = clock.controller_time()
+    moved = cli("clock", "--advance", "7200", state_dir=clock.state_dir)
+    assert moved.returncode == 0, moved.stderr
+    shown = datetime.fromisoformat(moved.stdout.strip().removeprefix("controller time: "))
+    assert timedelta(hours=2) <= shown - before < timedelta(hours=2, minutes=1)
+    assert cli("clock", "--set", "2030-01-01T00:00:00Z", state_dir=clock.state_dir).stdout.startswith(
+        "controller time: 2030-01-01T00:00:0"
+    )
+    reset = cli("clock", "--reset", state_dir=clock.state_dir)
+    assert abs(datetime.fromisoformat(reset.stdout.strip().split(": ", 1)[1]) - datetime.now(UTC)) < timedelta(
+        minutes=1
+    )
+    refused = cli("clock", "--set", "2030-01-01T00:00:00", state_dir=clock.state_dir)
+    assert refused.returncode == 1 and "no UTC offset" in refused.stderr

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from airflow_elastic import BatchStage, Resources
-from airflow_elastic.operators.cronjob import CronJobOperator
+from airflow_elastic.operators import CronJobOperator
 
 PARAMS = {
     "namespace": Param("default", type="string"),
