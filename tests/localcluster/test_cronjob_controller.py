@@ -290,3 +290,28 @@ def test_the_clock_from_the_shell(clock):
     )
     refused = cli("clock", "--set", "2030-01-01T00:00:00", state_dir=clock.state_dir)
     assert refused.returncode == 1 and "no UTC offset" in refused.stderr
+
+
+def test_kubectl_apply_patches_the_template_containers_by_name(kubectl, batch, namespace):
+    manifest = """apiVersion: batch/v1
+kind: CronJob
+metadata: {name: applied}
+spec:
+  schedule: "@hourly"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - {name: main, image: busybox, command: ["echo", "%s"]}
+"""
+    for word in ("first", "second"):  # the second apply is a strategic merge patch keyed on the container name
+        assert kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest % word).returncode == 0
+    (container,) = read_template_containers(batch, namespace, "applied")
+    assert (container["image"], container["command"]) == ("busybox", ["echo", "second"])
+
+
+def read_template_containers(batch, namespace: str, name: str) -> list[dict[str, Any]]:
+    cj = batch.api_client.sanitize_for_serialization(batch.read_namespaced_cron_job(name, namespace))
+    return cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]

@@ -56,11 +56,14 @@ def _jobset_schema() -> Node:
 
 
 def _cronjob_spec(job_template: Node) -> Node:
-    """``CronJobSpec`` from the batch/v1 schema, its ``jobTemplate`` with the Job spec the other kinds use."""
+    """``CronJobSpec`` from the batch/v1 schema, its ``jobTemplate`` with the Job spec the other kinds use and the
+    core/v1 pod template (whose ``x-kubernetes-patch-*`` keys let ``kubectl apply`` patch containers by name)."""
     spec = copy.deepcopy(schemas.batch_v1("CronJob")["components"]["schemas"]["io.k8s.api.batch.v1.CronJobSpec"])
+    job_spec = copy.deepcopy(job_template["properties"]["spec"])
+    job_spec["properties"]["template"] = _ref("PodTemplateSpec")
     spec["properties"]["jobTemplate"] = {
         "type": "object",
-        "properties": {"metadata": _ref("ObjectMeta", _META), "spec": job_template["properties"]["spec"]},
+        "properties": {"metadata": _ref("ObjectMeta", _META), "spec": job_spec},
     }
     return spec
 
