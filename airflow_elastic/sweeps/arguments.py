@@ -23,7 +23,29 @@ def name_problems(group: TrainingGroup, max_trials: int) -> list[str]:
     return names.budget_problems(length, roles, group.leader.name)
 
 
+def templated(value: Any) -> bool:
+    """A Jinja string, rendered when the task runs (then checked again: :func:`rendered_count`)."""
+    return isinstance(value, str) and "{{" in value
+
+
+def rendered_count(name: str, value: Any, minimum: int) -> int:
+    """A count as rendered from a template (``"4"`` or ``4``).
+
+    Raises:
+        SpecError: not an integer >= ``minimum`` once rendered.
+    """
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise SpecError([(name, f"must be an integer >= {minimum}, got {value!r} once rendered")])
+    return number
+
+
 def _count(name: str, value: Any, minimum: int) -> list[Problem]:
+    if templated(value):
+        return []
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         return [(name, f"must be an integer >= {minimum}, got {value!r}")]
     return []
@@ -79,7 +101,7 @@ def sweep_problems(
     problems += _positive("max_gpu_hours", max_gpu_hours) + _positive("max_wall_clock", max_wall_clock)
     if on_kill_action not in ("delete", "keep"):
         problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
-    if isinstance(group, TrainingGroup) and not _count("max_trials", max_trials, 1):
+    if isinstance(group, TrainingGroup) and not templated(max_trials) and not _count("max_trials", max_trials, 1):
         for problem in name_problems(group, max_trials):
             problems.append(("group.name", f"{group.name!r} is too long for trial JobSet names: {problem}"))
     return problems

@@ -47,8 +47,8 @@ class HyperparameterSweepOperator(BaseOperator):
             early stopping.
         mode: ``"min"`` or ``"max"``.
         algorithm: ``"tpe"``, ``"random"`` or ``"grid"`` (every combination of the ``choice``/``randint`` values).
-        max_trials: trials to run at most (a grid stops at its size).
-        max_parallel: trial groups in flight at most; a freed slot is refilled at once.
+        max_trials: trials to run at most (a grid stops at its size). Templated (e.g. ``"{{ params.trials }}"``).
+        max_parallel: trial groups in flight at most; a freed slot is refilled at once. Templated.
         max_failed_trials: genuinely failed trials tolerated; one more fails the sweep (preemptions never count).
         seed: the sampler's seed (the same seed and history give the same suggestions).
         early_stopping: ``None``, ``"median"`` or ``"asha"``; ``stopping_options`` are the rule's keyword options.
@@ -72,7 +72,7 @@ class HyperparameterSweepOperator(BaseOperator):
             completed.
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id", "warm_start", "report_uri")
+    template_fields = ("namespace", "kubernetes_conn_id", "warm_start", "report_uri", "max_trials", "max_parallel")
     ui_color = "#e8daef"
 
     def __init__(
@@ -83,8 +83,8 @@ class HyperparameterSweepOperator(BaseOperator):
         objective: str,
         mode: Literal["min", "max"] = "min",
         algorithm: str = "tpe",
-        max_trials: int,
-        max_parallel: int = 1,
+        max_trials: int | str,
+        max_parallel: int | str = 1,
         max_failed_trials: int = 0,
         seed: int | None = None,
         early_stopping: str | None = None,
@@ -152,8 +152,11 @@ class HyperparameterSweepOperator(BaseOperator):
 
     def _sweep(self, context: Context) -> SweepRun:
         """This resumption's sweep, its state loaded afresh from ``task_state_store``."""
+        from airflow_elastic.sweeps.arguments import rendered_count
         from airflow_elastic.sweeps.run import SweepRun
 
+        self.max_trials = rendered_count("max_trials", self.max_trials, 1)
+        self.max_parallel = rendered_count("max_parallel", self.max_parallel, 1)
         hook = self.hook()
         return SweepRun(self, context, hook, self.namespace or hook.get_namespace() or "default")
 

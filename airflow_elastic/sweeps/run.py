@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from airflow_elastic.triggers.sweep import SweepTrigger
 
 STATE_KEY = "sweep"
+#: Trial coordinator ports spread over this many ports (:func:`trial_port`).
+PORT_SPREAD = 1000
 #: A failed trial's cause with this prefix was a preemption past the group's budget: never charged.
 PREEMPTED = "preempted: "
 
@@ -173,6 +175,7 @@ class SweepRun:
             # ``{{ trial.* }}`` first (Airflow's context has no ``trial``), then the Airflow templates, per trial.
             raw = trial_group(self.op.group, trial.params, number=trial.number, sweep=self.sweep)
             group = render_group(raw, lambda value: self.op.render_template(value, self.context))
+            group = group.with_changes(coordinator_port=trial_port(group.coordinator_port, trial.number))
             ttl = self.op.ttl_seconds_after_finished
 
             def render(name: str, namespace: str, identity: Any, *, group: Any = None) -> dict[str, Any]:
@@ -419,6 +422,15 @@ class SweepRun:
             "trials": [_public(t) for t in history.trials],
             "report": report,
         }
+
+
+def trial_port(port: int, number: int) -> int:
+    """Trial ``number``'s coordinator port: the group's plus ``(number - 1) % PORT_SPREAD`` (kept below 65536).
+
+    On a real cluster every pod has its own network namespace and the offset changes nothing; on one host (the
+    local cluster) concurrent trials' rendezvous stores, which bind every address, would otherwise collide."""
+    offset = (number - 1) % PORT_SPREAD
+    return port + offset if port + offset <= 65535 else port - offset
 
 
 def _last(trial: Trial) -> float | None:
