@@ -4,7 +4,8 @@ Create (or adopt) this task instance's Job, wait without holding a worker slot (
 worker, stream the log of its index-0 pod, and finish with ``{name, namespace, succeeded, failed, duration,
 metrics}`` or a failure naming the pod, its reason and exit code. Before the Job starts, the CronJob semantics Airflow
 does not give by itself are applied (``concurrency_policy``, ``starting_deadline``), and after it ends the history
-limits; the decisions are :mod:`airflow_elastic.stages`'s, this module only carries them out.
+limits (:mod:`~airflow_elastic.operators.stage_cron`); the decisions are :mod:`airflow_elastic.stages`'s, the
+operator only carries them out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_elastic.spec import SpecError
 from airflow_elastic.stage import BatchStage
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 STATE_KEY = "batch_stage"
 #: Names one submission may step over (finished or foreign Jobs) before giving up.
 MAX_EPOCH_STEPS = 20
-#: How long ``replace`` waits for the previous run's Job to be gone (foreground deletion: its pods first).
-REPLACE_TIMEOUT = 600.0
 #: Re-defer at most this often when the trigger reports an error while the Job still runs.
 MAX_REDEFERS = 3
 _REDEFER_KEY = "batch_stage_redefers"
@@ -162,6 +161,7 @@ class BatchStageOperator(BaseOperator):
     ) -> dict[str, Any]:
         from airflow_elastic import stages
         from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, ServerError
+        from airflow_elastic.operators import stage_cron as cron
 
         store = context["task_state_store"]
         record = dict(record) if isinstance(record, Mapping) and record.get("name") else None
@@ -185,8 +185,17 @@ class BatchStageOperator(BaseOperator):
                 )
                 epoch += 1
                 continue
-            if not checked:  # this task instance's first Job: the CronJob rules decide whether it starts at all
-                self._before_start(context, hook, stage, identity, namespace, first=record is None)
+            if not checked:  # before this task instance's Job: the CronJob rules decide whether it starts at all
+                cron.before_start(
+                    hook,
+                    namespace,
+                    stage.name,
+                    identity,
+                    policy=self.concurrency_policy,
+                    starting_deadline=self.starting_deadline if record is None else None,  # its first Job only
+                    data_interval_end=context.get("data_interval_end"),
+                    log=self.log,
+                )
                 checked = True
             store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": ""})
             body = self._manifest(stage, name, namespace, identity)
@@ -212,87 +221,6 @@ class BatchStageOperator(BaseOperator):
         from airflow_elastic.render.job import render_job
 
         return render_job(stage, name=name, namespace=namespace, labels=identity.labels())
-
-    # ---------------------------------------------------------------------------------- CronJob semantics
-
-    def _stage_jobs(self, hook: JobSetHook, namespace: str, identity: TaskIdentity) -> list[dict[str, Any]]:
-        """This stage's Jobs of this DAG and task, every run (what a CronJob's history and active list hold)."""
-        from airflow_elastic.operators.identity import DAG_LABEL, TASK_LABEL
-        from airflow_elastic.render.job import STAGE_LABEL
-
-        labels = identity.labels()
-        selector = f"{STAGE_LABEL}={self.stage.name},{DAG_LABEL}={labels[DAG_LABEL]},{TASK_LABEL}={labels[TASK_LABEL]}"
-        return hook.list_jobs(namespace, selector)
-
-    def _before_start(
-        self,
-        context: Context,
-        hook: JobSetHook,
-        stage: BatchStage,
-        identity: TaskIdentity,
-        namespace: str,
-        *,
-        first: bool,
-    ) -> None:
-        """Skip on a missed starting deadline (first Job only) or ``forbid``; delete the active Job on ``replace``."""
-        from airflow_elastic import stages
-        from airflow_elastic.operators.identity import RUN_LABEL
-
-        if first:
-            now = datetime.datetime.now(datetime.UTC)
-            late = stages.missed_start(now, context.get("data_interval_end"), self.starting_deadline)
-            if late is not None:
-                message = (
-                    f"Stage {stage.name!r} missed its starting deadline by {datetime.timedelta(seconds=round(late))} "
-                    f"(data interval end {context.get('data_interval_end')} + starting_deadline "
-                    f"{datetime.timedelta(seconds=self.starting_deadline or 0)}); skipping this run"
-                )
-                self.log.warning("%s", message)
-                raise AirflowSkipException(message)
-        if self.concurrency_policy == "allow":
-            return
-        active = stages.active_of_other_runs(
-            self._stage_jobs(hook, namespace, identity), RUN_LABEL, identity.labels()[RUN_LABEL]
-        )
-        decision = stages.concurrency(self.concurrency_policy, active)
-        if decision.skip:
-            self.log.warning("Skipping stage %r: %s", stage.name, decision.skip)
-            raise AirflowSkipException(decision.skip)
-        for name in decision.delete:
-            self.log.info("Replacing: deleting Job %s/%s of the previous run (foreground)", namespace, name)
-            hook.delete_job(namespace, name, propagation="Foreground")
-        for name in decision.delete:
-            self._wait_gone(hook, namespace, name)
-
-    def _wait_gone(self, hook: JobSetHook, namespace: str, name: str) -> None:
-        from airflow_elastic.hooks.errors import NotFound
-
-        deadline = time.monotonic() + REPLACE_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                hook.get_job(namespace, name)
-            except NotFound:
-                self.log.info("Job %s/%s and its pods are gone", namespace, name)
-                return
-            time.sleep(min(self.poll_interval, 1.0))
-        raise AirflowException(f"Job {namespace}/{name} was still being deleted after {REPLACE_TIMEOUT:.0f} s")
-
-    def _clean_history(self, hook: JobSetHook, namespace: str, identity: TaskIdentity) -> None:
-        """Delete this stage's finished Jobs beyond the history limits (background, as the CronJob controller)."""
-        from airflow_elastic import stages
-        from airflow_elastic.hooks.errors import KubernetesApiError
-
-        try:
-            doomed = stages.expired(
-                self._stage_jobs(hook, namespace, identity),
-                succeeded_limit=self.successful_jobs_history_limit,
-                failed_limit=self.failed_jobs_history_limit,
-            )
-            for name in doomed:
-                self.log.info("History limit: deleting finished Job %s/%s", namespace, name)
-                hook.delete_job(namespace, name, propagation="Background")
-        except KubernetesApiError as error:  # housekeeping: the stage's own verdict stands
-            self.log.warning("Could not apply the history limits in %s: %s", namespace, error)
 
     # ------------------------------------------------------------------------------------------- waiting
 
@@ -359,6 +287,7 @@ class BatchStageOperator(BaseOperator):
     # -------------------------------------------------------------------------------------------- finish
 
     def _finish(self, context: Context, hook: JobSetHook, event: StageEvent) -> dict[str, Any]:
+        from airflow_elastic.operators import stage_cron as cron
         from airflow_elastic.operators.identity import TaskIdentity
         from airflow_elastic.state import PodFailure
 
@@ -376,7 +305,15 @@ class BatchStageOperator(BaseOperator):
         record = store.get(STATE_KEY)
         if isinstance(record, Mapping) and record.get("name") == event.name:
             store.set(STATE_KEY, {**record, "closed": True})
-        self._clean_history(hook, event.namespace, TaskIdentity.from_ti(context["ti"]))
+        cron.clean_history(
+            hook,
+            event.namespace,
+            self.stage.name,
+            TaskIdentity.from_ti(context["ti"]),
+            succeeded_limit=self.successful_jobs_history_limit,
+            failed_limit=self.failed_jobs_history_limit,
+            log=self.log,
+        )
         if event.status == "failed":
             failures = [PodFailure(**f).describe() for f in event.failures]
             for line in failures:
