@@ -236,7 +236,8 @@ class LocalCluster(FaultInjection, ClockControl):
         """Requests the server answered after mark ``since``: dicts with ``verb`` (get, list, watch, create,
         update, patch, delete, deletecollection), ``resource`` (e.g. ``jobsets.jobset.x-k8s.io``),
         ``subresource``, ``namespace``, ``name``, ``code``, ``bytes`` (of the reply body), ``user_agent``, ``method``,
-        ``path``, ``query``.
+        ``path``, ``query``, ``closed_by_client`` (a watch or followed log the client closed before the server ended
+        it).
         Filters match exactly, except ``user_agent`` (a substring)."""
         items = self.get("/debug/requests?" + urllib.parse.urlencode({"since": since}))["items"]
         return [

@@ -6,6 +6,7 @@ resource, client) so tests and benchmarks can count what clients really sent. Er
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -90,6 +91,12 @@ def _verb(request: web.Request, target: Target) -> str:
     raise errors.MethodNotAllowed(f"the server does not allow this method on the requested resource: {method}")
 
 
+def _body_bytes(response: web.StreamResponse) -> int:
+    if isinstance(getattr(response, "body", None), bytes):
+        return len(response.body)  # type: ignore[attr-defined]
+    return response.sent if isinstance(response, streams.Stream) else response.body_length
+
+
 def _status_response(err: errors.ApiError) -> web.Response:
     body = json.dumps(err.status()).encode()
     return web.Response(body=body, status=err.code, content_type="application/json", headers=err.headers or None)
@@ -146,6 +153,11 @@ class ApiServer:
             if request.path not in PUBLIC:
                 self._authenticate(request)
             response = await handler(request)
+        except asyncio.CancelledError:
+            # The client closed a watch or followed log (handler_cancellation): it was still sent, and got its bytes.
+            if (stream := request.get(streams.STREAM)) is not None:
+                self._record(request, start, stream, closed=True)
+            raise
         except errors.ApiError as err:
             response = _status_response(err)
         except ValueError as err:  # malformed query parameters or bodies
@@ -155,18 +167,23 @@ class ApiServer:
             response = _status_response(errors.ApiError(f"an error on the server ({err!r}) has prevented the request"))
         if request.path.startswith("/debug/"):
             return response  # reading the log does not count as a request
+        self._record(request, start, response)
+        return response
+
+    def _record(self, request: web.Request, start: float, response: web.StreamResponse, closed: bool = False) -> None:
+        """Log one answered request; ``closed``: a stream the client closed before the server ended it."""
         entry = request["audit"]
         entry |= {
             "method": request.method,
             "query": request.query_string,
             "code": response.status,
             # A plain reply's body, or what a stream (watch, followed log) wrote so far.
-            "bytes": len(response.body) if isinstance(getattr(response, "body", None), bytes) else response.body_length,
+            "bytes": _body_bytes(response),
             "user_agent": request.headers.get("User-Agent", ""),
             "seconds": round(time.monotonic() - start, 6),
+            "closed_by_client": closed,
         }
         self.requests.add(entry)
-        return response
 
     def _authenticate(self, request: web.Request) -> None:
         header = request.headers.get("Authorization", "")

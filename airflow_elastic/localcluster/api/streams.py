@@ -25,6 +25,19 @@ from airflow_elastic.localcluster.store import Store
 
 DEFAULT_WATCH_SECONDS = 1800  # the real server's minRequestTimeout
 LOG_FOLLOW_INTERVAL = 0.2
+#: Where a streaming endpoint leaves its prepared response on the request: a stream the client closes cancels the
+#: handler, and the request log still records what was sent (``ApiServer._middleware``).
+STREAM = "stream"
+
+
+class Stream(web.StreamResponse):
+    """A chunked reply that counts the body bytes it wrote (:attr:`sent`), also when the client closes it first."""
+
+    sent = 0
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.sent += len(data)
+        await super().write(data)
 
 
 def _line(event: str, obj: Any) -> bytes:
@@ -42,8 +55,9 @@ async def watch(request: web.Request, store: Store, target: Target, bookmark_sec
     initial_end = flag(request, "sendInitialEvents")
     if initial_end:
         since = None
-    response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    response = Stream(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
     await response.prepare(request)
+    request[STREAM] = response
     try:
         stream = store.watch(res, target.namespace, since, labels, fields)
     except errors.Gone as err:
@@ -195,8 +209,9 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
         body = body[:limit]
     if not flag(request, "follow"):
         return web.Response(body=body, content_type="text/plain")
-    response = web.StreamResponse(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
+    response = Stream(headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"})
     await response.prepare(request)
+    request[STREAM] = response
     await response.write(body)
     offset = len(raw)
     while True:
