@@ -210,6 +210,12 @@ class AsyncJobSetHook(BaseHook):
         """The events of a namespace matching ``field_selector`` and the list's ``resourceVersion``."""
         return await self._run(ops.list_versioned("events", namespace, field_selector))
 
+    async def list_jobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The batch/v1 Jobs of a namespace and the list's ``resourceVersion`` (where :meth:`watch_jobs` starts)."""
+        return await self._run(ops.list_versioned("jobs", namespace, label_selector))
+
     def watch_jobsets(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[dict[str, Any]]:
@@ -233,6 +239,12 @@ class AsyncJobSetHook(BaseHook):
     ) -> AsyncIterator[dict[str, Any]]:
         """The event changes after ``resource_version`` matching ``field_selector``; see :meth:`watch_jobsets`."""
         return self._watch(ops.watch("events", namespace, field_selector, resource_version, timeout_seconds))
+
+    def watch_jobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The batch/v1 Job changes after ``resource_version``; see :meth:`watch_jobsets`."""
+        return self._watch(ops.watch("jobs", namespace, label_selector, resource_version, timeout_seconds))
 
     async def _watch(self, op: ops.Operation) -> AsyncIterator[dict[str, Any]]:
         await self._checked_extras()

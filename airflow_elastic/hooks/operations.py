@@ -290,13 +290,14 @@ WATCHABLE: dict[str, tuple[str, str, dict[str, str]]] = {
     "jobsets": ("CustomObjectsApi", "list_namespaced_custom_object", _JOBSETS),
     "pods": ("CoreV1Api", "list_namespaced_pod", {}),
     "events": ("CoreV1Api", "list_namespaced_event", {}),
+    "jobs": ("BatchV1Api", "list_namespaced_job", {}),
 }
 #: The selector each watchable kind is narrowed by: events by fields (``type=Warning``), the others by labels.
 SELECTOR_OF = {"events": "field_selector"}
 
 
 def list_versioned(kind: str, namespace: str, selector: str | None) -> Operation:
-    """A list of ``kind`` (``jobsets``, ``pods``, ``events``) that keeps its ``resourceVersion``: ``(items,
+    """A list of ``kind`` (``jobsets``, ``pods``, ``events``, ``jobs``) that keeps its ``resourceVersion``: ``(items,
     resourceVersion)``; ``selector`` is a field selector for events (:data:`SELECTOR_OF`), else a label selector."""
     api, method, fixed = WATCHABLE[kind]
     return Operation(

@@ -39,6 +39,14 @@ events the cluster keeps until their TTL. A hook that cannot watch a kind shares
 trigger asks for a list *begun after* the observation it judges; the first to ask on the loop starts it, every other
 trigger asking at about the same time awaits the same request. Logs are read per trigger, and only while its log pod
 exists.
+
+**batch/v1 Jobs too.** ``subscribe(..., kind="jobs")`` observes the namespace's Jobs instead of JobSets, with
+everything above unchanged (its own registry entry, list-then-watch through the hook's ``list_jobs_versioned`` /
+``watch_jobs``, or one ``list_jobs`` per interval for a hook without them): snapshots then hold Jobs by name
+(:attr:`Snapshot.objects`), and ``name=`` wakes the subscriber on a change of that Job. A Job's pods come from the same
+shared pod cache: ``observer.cached("pods", "batch.kubernetes.io/job-name")`` (every pod the Job controller creates
+carries that label, and the legacy ``job-name``, since Kubernetes 1.27), filtered by the label's value, with
+``after=`` the Job's resourceVersion as for a JobSet.
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ log = logging.getLogger(__name__)
 #: The label every JobSet rendered by this provider carries (``render.jobset.MANAGED_BY_LABEL=MANAGER``).
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=airflow-elastic"
 
-ObserverKey = tuple[int, str, str, str, str]
+ObserverKey = tuple[int, str, str, str, str, str]  # loop, connection id, extras digest, namespace, selector, kind
+#: What an observer can observe: the primary object of each wait (``subscribe(kind=...)``).
+KINDS = ("jobsets", "jobs")
 #: The longest a pod read waits for the pod stream to pass the JobSet change it is read for (seconds).
 CATCH_UP_SECONDS = 0.25
 
@@ -91,17 +101,23 @@ def selects(label_selector: str | None, obj: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The namespace's JobSets: one list, or the watched cache as it was when published.
+    """The namespace's JobSets (or Jobs): one list, or the watched cache as it was when published.
 
     Attributes:
         started: ``time.monotonic()`` when the list request was sent, or when the cache was published.
-        jobsets: JobSet name → JobSet dict (empty when ``error`` is set).
+        jobsets: name → object of the observed kind, JobSets unless subscribed with ``kind="jobs"`` (empty when
+            ``error`` is set).
         error: why the list failed (after the hook's own retries), else ``None``.
     """
 
     started: float
     jobsets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     error: BaseException | None = None
+
+    @property
+    def objects(self) -> Mapping[str, Mapping[str, Any]]:
+        """Name → object of the observed kind (the same mapping as :attr:`jobsets`, named for any kind)."""
+        return self.jobsets
 
 
 class Subscription:
@@ -150,16 +166,23 @@ class JobSetObserver:
         hook: AsyncJobSetHookProtocol,
         namespace: str,
         label_selector: str | None,
+        kind: str = "jobsets",
     ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"JobSetObserver kind must be one of {KINDS}, got {kind!r}")
         self.key = key
         self.loop = loop
         self.hook = hook
         self.namespace = namespace
         self.label_selector = label_selector
+        self.kind = kind
         self.subscribers: set[Subscription] = set()
         self.polls = 0
-        self.watching = isinstance(hook, WatchingHookProtocol)
-        self.jobsets: Informer | None = None
+        # Pods and events are watched with WatchingHookProtocol; the observed kind needs its own two methods too.
+        self.watching = isinstance(hook, WatchingHookProtocol) and all(
+            callable(getattr(hook, method, None)) for method in (f"list_{kind}_versioned", f"watch_{kind}")
+        )
+        self.informer: Informer | None = None  # the observed kind's cache (with a watching hook)
         self._caches: dict[tuple[str, str], Informer] = {}  # (kind, selector) -> its watched cache
         self._informers: set[asyncio.Task[None]] = set()
         self._intervals: Counter[float] = Counter()  # poll interval -> subscribers asking for it
@@ -179,8 +202,9 @@ class JobSetObserver:
         label_selector: str | None = MANAGED_SELECTOR,
         poll_interval: float = 10.0,
         name: str | None = None,
+        kind: str = "jobsets",
     ) -> AsyncIterator[Subscription]:
-        """Share the JobSet list of ``namespace`` with every other waiter on this loop and cluster.
+        """Share the JobSet (or Job) list of ``namespace`` with every other waiter on this loop and cluster.
 
         Args:
             hook: used for the list when this subscription starts the poller (later subscribers share it).
@@ -191,15 +215,20 @@ class JobSetObserver:
             poll_interval: seconds between lists this subscriber wants; the poller uses the smallest.
             name: the JobSet this subscriber waits for: a watched change of it is delivered at once (``None``: only
                 the periodic snapshots).
+            kind: what is observed: ``jobsets`` (batch/v1 ``jobs``: snapshots hold Jobs, see the module docstring).
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`KINDS`.
 
         Yields:
             The subscription; leaving the block (normally, by an exception or by cancellation) unsubscribes.
         """
         loop = asyncio.get_running_loop()
-        key: ObserverKey = (id(loop), *connection_identity(conn_id, connection_extras), namespace, label_selector or "")
+        identity = connection_identity(conn_id, connection_extras)
+        key: ObserverKey = (id(loop), *identity, namespace, label_selector or "", kind)
         observer = cls.registry.get(key)
         if observer is None or observer.loop is not loop or observer.loop.is_closed():
-            observer = cls(key, loop, hook, namespace, label_selector)
+            observer = cls(key, loop, hook, namespace, label_selector, kind)
             cls.registry[key] = observer
         subscription = Subscription(observer, max(poll_interval, 0.01), name)
         observer._add(subscription)
@@ -207,6 +236,11 @@ class JobSetObserver:
             yield subscription
         finally:
             observer._remove(subscription)
+
+    @property
+    def jobsets(self) -> Informer | None:
+        """The observed kind's watched cache (:attr:`informer`; the name is from when JobSets were the only kind)."""
+        return self.informer
 
     @property
     def interval(self) -> float:
@@ -219,7 +253,7 @@ class JobSetObserver:
         self._intervals[subscription.poll_interval] += 1
         self._by_name.setdefault(subscription.name, set()).add(subscription)
         if self._task is None or self._task.done():
-            self._task = self.loop.create_task(self._poll(), name=f"jobset-observer {self.namespace}")
+            self._task = self.loop.create_task(self._poll(), name=f"{self.kind} observer {self.namespace}")
         else:
             self._changed.set()  # the interval may have shrunk
 
@@ -265,9 +299,9 @@ class JobSetObserver:
         return informer
 
     async def _watch_while_subscribed(self) -> None:
-        self.jobsets = jobsets = self._informer("jobsets", self.label_selector, self._jobset_changed)
+        self.informer = informer = self._informer(self.kind, self.label_selector, self._object_changed)
         while self.subscribers:
-            await jobsets.settled.wait()
+            await informer.settled.wait()
             started = time.monotonic()
             if (snapshot := self._cached()) is not None:
                 self.polls += 1
@@ -276,15 +310,15 @@ class JobSetObserver:
             await self._sleep_until_next(started)
 
     def _cached(self) -> Snapshot | None:
-        """The JobSet cache as a snapshot now (its error if it could not be listed; ``None`` while it is stale)."""
-        jobsets = self.jobsets
-        if jobsets is None or not jobsets.settled.is_set():
+        """The observed cache as a snapshot now (its error if it could not be listed; ``None`` while it is stale)."""
+        informer = self.informer
+        if informer is None or not informer.settled.is_set():
             return None
-        if jobsets.error is not None:
-            return Snapshot(time.monotonic(), error=jobsets.error)
-        return Snapshot(time.monotonic(), MappingProxyType(jobsets.items))
+        if informer.error is not None:
+            return Snapshot(time.monotonic(), error=informer.error)
+        return Snapshot(time.monotonic(), MappingProxyType(informer.items))
 
-    def _jobset_changed(self, name: str | None) -> None:
+    def _object_changed(self, name: str | None) -> None:
         if name is None or (snapshot := self._cached()) is None:
             return  # a (re-)list: the next periodic snapshot carries it
         for subscription in list(self._by_name.get(name, ())):
@@ -295,7 +329,7 @@ class JobSetObserver:
         (kind, selector), started by the first trigger that asks: no request once it is listed.
 
         Args:
-            kind: ``pods`` or ``events``.
+            kind: ``pods``, ``events`` or ``jobs``.
             selector: which of them.
             after: the resourceVersion of the JobSet being judged: the cache is first given up to
                 :data:`CATCH_UP_SECONDS` (at most half the interval) to pass it (:meth:`Informer.caught_up`), so a
@@ -318,10 +352,10 @@ class JobSetObserver:
         while self.subscribers:
             started = time.monotonic()
             try:
-                items = await self.hook.list_jobsets(self.namespace, self.label_selector)
+                items = await getattr(self.hook, f"list_{self.kind}")(self.namespace, self.label_selector)
                 snapshot = Snapshot(started, {j["metadata"]["name"]: j for j in items})
             except Exception as exc:  # delivered, judged by each subscriber; the poller keeps going
-                log.warning("listing JobSets in %s failed: %s", self.namespace, exc)
+                log.warning("listing %s in %s failed: %s", self.kind, self.namespace, exc)
                 snapshot = Snapshot(started, error=exc)
             self.polls += 1
             for subscription in list(self.subscribers):
