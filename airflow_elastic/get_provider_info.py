@@ -30,13 +30,13 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Kubernetes JobSet",
-                "python-modules": ["airflow_elastic.operators.training_group"],
+                "python-modules": ["airflow_elastic.operators.training_group", "airflow_elastic.sweeps.operator"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "Kubernetes JobSet",
-                "python-modules": ["airflow_elastic.triggers.training_group"],
+                "python-modules": ["airflow_elastic.triggers.training_group", "airflow_elastic.triggers.sweep"],
             }
         ],
         "sensors": [

@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from airflow_elastic.hooks.jobset import JobSetHook
     from airflow_elastic.sweeps.run import SweepRun
 
-#: Trigger errors in a row tolerated (re-deferring) before the task fails.
-MAX_REDEFERS = 3
-
 
 class HyperparameterSweepOperator(BaseOperator):
     """Run up to ``max_trials`` trials of ``group`` with sampled parameters, ``max_parallel`` at a time, and return
@@ -169,14 +166,6 @@ class HyperparameterSweepOperator(BaseOperator):
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: record what it saw, refill the freed slots, wait again (or finish)."""
         run = self._running = self._sweep(context)
-        if event.get("status") == "error":
-            errors = int(run.state.get("redefers") or 0) + 1
-            if errors > MAX_REDEFERS:
-                raise AirflowException(f"waiting for the sweep's trials failed {errors} times: {event.get('message')}")
-            self.log.warning("The sweep's trigger failed (%s); waiting again", event.get("message"))
-            run.state["redefers"] = errors
-        else:
-            run.state["redefers"] = 0
         run.apply(event)
         return self._loop(context, run)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
 from airflow_elastic import cascade
 from airflow_elastic.hooks.errors import KubernetesApiError
@@ -23,7 +23,7 @@ from airflow_elastic.operators.resubmission import Attempts
 from airflow_elastic.render import render_jobset
 from airflow_elastic.render.trial import trial_group
 from airflow_elastic.state import GroupEvent, PodFailure
-from airflow_elastic.sweeps import sampler
+from airflow_elastic.sweeps import outcome, sampler
 from airflow_elastic.sweeps.arguments import trial_base
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 from airflow_elastic.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, TrialStore, sweep_id
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from airflow_elastic.triggers.sweep import SweepTrigger
 
 STATE_KEY = "sweep"
+#: Failed waits in a row tolerated (waiting again) before the task fails; the trial groups keep running.
+MAX_REDEFERS = 3
 #: Trial coordinator ports spread over this many ports (:func:`trial_port`).
 PORT_SPREAD = 1000
 #: A failed trial's cause with this prefix was a preemption past the group's budget: never charged.
@@ -262,7 +264,13 @@ class SweepRun:
     # ------------------------------------------------------------------------------------------ events
 
     def apply(self, event: Mapping[str, Any]) -> None:
-        """Record what the trigger saw: intermediate values, trials to stop, verdicts, a spent budget."""
+        """Record what the trigger saw: intermediate values, trials to stop, verdicts, a spent budget.
+
+        Raises:
+            AirflowException: the wait failed more than :data:`MAX_REDEFERS` times in a row (the trigger itself,
+                or every trial it watched could not be observed).
+        """
+        self._count_wait_errors(event)
         running = {t.number: t for t in self.history.running()}
         for item in event.get("intermediates") or []:
             if int(item["number"]) in running:
@@ -280,12 +288,31 @@ class SweepRun:
         self.save()
         self._check_failures()
 
+    def _count_wait_errors(self, event: Mapping[str, Any]) -> None:
+        verdicts = event.get("verdicts") or []
+        failed = event.get("status") == "error" or (verdicts and all(v["event"]["status"] == "error" for v in verdicts))
+        if not failed:
+            self.state["wait_errors"] = 0
+            return
+        errors = int(self.state.get("wait_errors") or 0) + 1
+        message = event.get("message") or "; ".join(v["event"].get("message", "") for v in verdicts)
+        if errors > MAX_REDEFERS:
+            self.save()
+            raise AirflowException(f"waiting for the sweep's trials failed {errors} times in a row: {message}")
+        self.log.warning("Waiting for the sweep's trials failed (%s); waiting again", message)
+        self.state["wait_errors"] = errors
+
     def _verdict(self, trial: Trial, event: GroupEvent) -> None:
         if event.status == "error":  # the group may still run: the next wait looks again
             self.log.warning("trial %d: %s", trial.number, event.message)
             return
         if event.status == "timeout":  # a sweep budget or execution_timeout: every trial stops
-            self.stop_all(self.budget_spent(time.time()) or "execution_timeout reached")
+            spent = self.budget_spent(time.time())
+            self.stop_all(spent or "execution_timeout reached")
+            if not spent:
+                self.state["finished"] = True
+                self.save()
+                raise AirflowTaskTimeout(f"execution_timeout ({self.op.execution_timeout}) reached; trials stopped")
             return
         store = self._store(trial)
         submission = ident.recorded(store)
@@ -372,6 +399,7 @@ class SweepRun:
         self.stop_all(f"{len(charged)} trials failed, more than max_failed_trials={self.op.max_failed_trials}")
         self.state["finished"] = True
         self.save()
+        outcome.write(self.history, self.op, self.context, self.log)  # what ran, for the post-mortem
         raise AirflowFailException(
             f"The sweep failed: {len(charged)} trial(s) failed, more than max_failed_trials="
             f"{self.op.max_failed_trials}: {listing}"
@@ -381,47 +409,10 @@ class SweepRun:
 
     def finish(self) -> dict[str, Any]:
         """The result: the best trial, every trial, the report (paths logged); raises when none completed."""
-        from airflow_elastic.operators.checkpoint_storage import checkpoint_storage
-        from airflow_elastic.spec import Checkpointing
-        from airflow_elastic.sweeps.report import write_report
-
         self.state["finished"] = True
         self.save()
-        op, history = self.op, self.history
-        checkpoint = self.op.group.checkpoint
-        uri = op.report_uri or (op.render_template(checkpoint.uri, self.context) if checkpoint else None)
-        conn_id = op.report_conn_id if op.report_uri else (checkpoint.conn_id if checkpoint else None)
-        report = None
-        if uri:
-            storage = checkpoint_storage(Checkpointing(uri, conn_id=conn_id)) if conn_id else None
-            report = write_report(
-                history, objective=op.objective, mode=op.mode, uri=uri, conn_id=conn_id, storage=storage
-            )
-            self.log.info("Sweep report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.items())))
-        else:
-            self.log.info("No sweep report: the group has no checkpoint URI and no report_uri was given")
-        best = history.best(op.mode)
-        if best is None:
-            states = {s: len(history.with_state(s)) for s in ("failed", "pruned", "stopped")}
-            if history.trials and len(history.failed()) == len(history.trials):
-                listing = "; ".join(f"trial {t.number}: {t.cause}" for t in history.failed())
-                raise AirflowFailException(f"Every trial of the sweep failed ({len(history.trials)}): {listing}")
-            raise AirflowFailException(f"No trial of the sweep completed with a {op.objective!r}: {states}")
-        self.log.info(
-            "Best %s=%s (trial %d) of %d trial(s): %s",
-            op.objective,
-            best.value,
-            best.number,
-            len(history.trials),
-            best.params,
-        )
-        return {
-            "best_params": best.params,
-            "best_value": best.value,
-            "best_trial": best.number,
-            "trials": [_public(t) for t in history.trials],
-            "report": report,
-        }
+        report = outcome.write(self.history, self.op, self.context, self.log)
+        return outcome.result(self.history, self.op, report, self.log)
 
 
 def trial_port(port: int, number: int) -> int:
@@ -435,11 +426,3 @@ def trial_port(port: int, number: int) -> int:
 
 def _last(trial: Trial) -> float | None:
     return trial.intermediate[trial.last_step] if trial.last_step is not None else None
-
-
-def _public(trial: Trial) -> dict[str, Any]:
-    data = trial.to_json()
-    return {
-        k: data[k]
-        for k in ("number", "params", "state", "value", "intermediate", "cause", "jobset", "gpu_hours", "preemptions")
-    }

@@ -203,3 +203,32 @@ def test_failures_median_stopping_and_preemption(
     [trial] = preempted["trials"]
     assert trial["state"] == "complete" and trial["preemptions"] >= 1, trial
     assert preempted["best_value"] < 1e-9, preempted
+
+
+def test_sync_mode_warm_start_and_the_wall_clock_budget(
+    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+):
+    base = tmp_path / "ckpt"
+    with JobSetRecorder(k8s_client, namespace) as recorder:
+        result = dags_test("sweep_more", cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+    out = result.stdout
+    states = task_states(airflow_db, "sweep_more")
+    assert states == {"sync": "success", "warm": "success", "budget": "success"}, tail(out, 200)
+
+    # (1) On the worker (deferrable=False) the same decisions: both grid points ran, side by side.
+    sync = xcom(airflow_db, "sweep_more", "sync")
+    assert [(t["params"], t["state"]) for t in sync["trials"]] == [({"x": 0.9}, "complete"), ({"x": 0.3}, "complete")]
+    assert sync["best_params"] == {"x": 0.3}
+    # (2) Warm-started from it: its best parameters are the first trial, then the sampler takes over.
+    warm = xcom(airflow_db, "sweep_more", "warm")
+    assert warm["trials"][0]["params"] == {"x": 0.3}, warm["trials"]
+    assert warm["trials"][1]["params"] != {"x": 0.3}
+    # (3) The wall-clock budget: the trials in flight when it ran out were stopped (their groups deleted), the best so
+    # far returned, and the log says why; far fewer than 40 trials ran.
+    budget = xcom(airflow_db, "sweep_more", "budget")
+    stopped = [t for t in budget["trials"] if t["state"] == "stopped"]
+    assert stopped and all("max_wall_clock" in t["cause"] for t in stopped), budget["trials"]
+    assert any(t["state"] == "complete" for t in budget["trials"]) and len(budget["trials"]) < 40
+    assert budget["best_value"] == min(t["value"] for t in budget["trials"] if t["state"] == "complete")
+    assert all(t["jobset"] in recorder.ended for t in stopped), (stopped, recorder.ended)
+    assert "max_wall_clock (10 s) reached" in out

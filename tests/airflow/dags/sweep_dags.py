@@ -6,6 +6,8 @@ one-pod group checkpointing under ``{{ params.base }}/<task>/trial-<n>``.
 * ``sweep_tpe``: TPE over two continuous parameters, three trials at a time.
 * ``sweep_behaviours``: ``failing`` (trials with x > 0.5 crash; one failure tolerated), ``median`` (a grid whose last
   trial is clearly bad, median stopping), ``preempted`` (the test reclaims the trial's spot node mid-run).
+* ``sweep_more``: ``sync`` (``deferrable=False``), ``warm`` (warm-started from ``sync``'s result), ``budget``
+  (``max_wall_clock`` ends a sweep that would run 40 trials).
 """
 
 from __future__ import annotations
@@ -73,5 +75,39 @@ with DAG("sweep_behaviours", schedule=None, catchup=False, params=PARAMS, tags=[
         algorithm="grid",
         max_trials=1,
         max_failed_trials=0,
+        **COMMON,
+    )
+
+with DAG("sweep_more", schedule=None, catchup=False, params=PARAMS, tags=["test"]):
+    sync = HyperparameterSweepOperator(
+        task_id="sync",
+        group=group("sw-sync"),
+        space={"x": choice([0.9, 0.3])},
+        algorithm="grid",
+        max_trials=2,
+        max_parallel=2,
+        deferrable=False,
+        **COMMON,
+    )
+    warm = HyperparameterSweepOperator(
+        task_id="warm",
+        group=group("sw-warm"),
+        space={"x": uniform(0.0, 1.0)},
+        algorithm="random",
+        max_trials=2,
+        seed=1,
+        warm_start="{{ ti.xcom_pull(task_ids='sync') }}",
+        **COMMON,
+    )
+    sync >> warm
+    HyperparameterSweepOperator(
+        task_id="budget",
+        group=group("sw-budget", EPOCHS="8", EPOCH_SECONDS="0.3"),
+        space={"x": uniform(0.0, 1.0)},
+        algorithm="random",
+        max_trials=40,
+        max_parallel=2,
+        max_wall_clock=10,
+        seed=2,
         **COMMON,
     )

@@ -1,0 +1,137 @@
+"""``HyperparameterSweepOperator``: bad input refused when the DAG file is parsed, and the per-trial identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_elastic import Role, TrainingGroup
+from airflow_elastic.operators.identity import TaskIdentity
+from airflow_elastic.spec import SpecError
+from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, uniform
+from airflow_elastic.sweeps.operator import load_warm_start
+from airflow_elastic.sweeps.run import trial_port
+from airflow_elastic.sweeps.trial_groups import TrialIdentity, TrialStore, sweep_id
+
+GROUP = TrainingGroup(name="sw", image="img", roles=[Role("leader", command=["python", "t.py"])])
+GOOD = {"group": GROUP, "space": {"x": uniform(0, 1)}, "objective": "loss", "max_trials": 4}
+
+
+def fields(**bad) -> set[str]:
+    with pytest.raises(SpecError) as error:
+        HyperparameterSweepOperator(task_id="s", **{**GOOD, **bad})
+    return {path for path, _ in error.value.problems}
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"space": {}}, "space"),
+        ({"algorithm": "bayes"}, "algorithm"),
+        ({"algorithm": "grid"}, "space['x']"),  # a grid over a float range
+        ({"max_parallel": 0}, "max_parallel"),
+        ({"objective": 3}, "objective"),
+        ({"mode": "best"}, "mode"),
+        ({"max_trials": 0}, "max_trials"),
+        ({"max_failed_trials": -1}, "max_failed_trials"),
+        ({"early_stopping": "hyperband"}, "early_stopping"),
+        ({"early_stopping": "median", "stopping_options": {"patience": 3}}, "early_stopping_options['patience']"),
+        ({"on_kill_action": "orphan"}, "on_kill_action"),
+        ({"max_wall_clock": -5}, "max_wall_clock"),
+        ({"group": "not a group"}, "group"),
+    ],
+)
+def test_bad_input_is_refused_at_parse_time_naming_the_field(bad, field):
+    assert field in fields(**bad)
+
+
+def test_every_problem_is_reported_at_once():
+    assert {"space", "mode", "max_parallel"} <= fields(space={}, mode="avg", max_parallel=0)
+
+
+def test_a_group_name_too_long_for_the_trial_names_is_refused():
+    long = TrainingGroup(name="g" * 18, image="img", roles=[Role("leader", command=["t"])])
+    assert "group.name" in fields(group=long, max_trials=100)
+
+
+def test_templated_counts_are_checked_once_rendered():
+    op = HyperparameterSweepOperator(task_id="s", **{**GOOD, "max_trials": "{{ params.n }}"})
+    assert op.max_trials == "{{ params.n }}"
+    from airflow_elastic.sweeps.arguments import rendered_count
+
+    assert rendered_count("max_trials", "7", 1) == 7
+    with pytest.raises(SpecError, match="max_trials"):
+        rendered_count("max_trials", "0", 1)
+
+
+def test_a_good_sweep_builds():
+    op = HyperparameterSweepOperator(task_id="s", **{**GOOD, "space": {"x": choice([1, 2])}, "algorithm": "grid"})
+    assert (op.max_trials, op.max_parallel, op.mode) == (4, 1, "min")
+
+
+def test_trial_names_are_deterministic_per_trial_and_attempt_and_owned_only_by_their_trial():
+    ti = TaskIdentity("dag", "sweep", "run-1")
+    sweep = sweep_id(ti, 0)
+    one, two = TrialIdentity.of(ti, sweep, 1), TrialIdentity.of(ti, sweep, 2)
+    assert one.name("sw-t1", 0) == TrialIdentity.of(ti, sweep, 1).name("sw-t1", 0)
+    assert len({one.name("sw-t1", 0), one.name("sw-t1", 1), two.name("sw-t1", 0)}) == 3
+    labels = one.labels()
+    assert labels["airflow-elastic.io/sweep"] == sweep and labels["airflow-elastic.io/trial"] == "1"
+    assert one.owns({"metadata": {"labels": labels}}) and not two.owns({"metadata": {"labels": labels}})
+    assert sweep_id(ti, 1) != sweep  # a new sweep after a cleared task
+
+
+def test_each_trial_keeps_its_own_keys_in_the_task_state_store():
+    store: dict[str, object] = {}
+
+    class Store:
+        get, set = store.get, store.__setitem__
+
+    TrialStore(Store, "s", 1).set("training_group", {"name": "a"})
+    TrialStore(Store, "s", 2).set("training_group", {"name": "b"})
+    assert TrialStore(Store, "s", 1).get("training_group") == {"name": "a"}
+    assert TrialStore(Store, "s", 3).get("training_group", "none") == "none"
+
+
+def test_concurrent_trials_get_different_coordinator_ports():
+    assert [trial_port(29500, n) for n in (1, 2, 3)] == [29500, 29501, 29502]
+    assert trial_port(65500, 200) < 65536
+
+
+def test_a_warm_start_rendered_into_a_template_is_read_back():
+    result = {"best_params": {"x": 0.3}, "trials": []}
+    assert load_warm_start(str(result)) == result
+    assert load_warm_start('{"best_params": {"x": 0.3}}') == {"best_params": {"x": 0.3}}
+    assert load_warm_start(None) is None and load_warm_start("None") is None
+    with pytest.raises(SpecError, match="warm_start"):
+        load_warm_start("[1, 2]")
+
+
+class DictStore(dict):
+    def set(self, key: str, value: object) -> None:
+        self[key] = value
+
+
+class FakeTi:
+    dag_id, task_id, run_id, map_index, try_number = "dag", "sweep", "run-1", -1, 1
+
+
+def test_a_wait_that_keeps_failing_for_every_trial_fails_the_task_instead_of_waiting_forever():
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_elastic.state import GroupEvent
+    from airflow_elastic.sweeps.history import SweepHistory, Trial
+    from airflow_elastic.sweeps.run import MAX_REDEFERS, SweepRun
+
+    op = HyperparameterSweepOperator(task_id="s", **GOOD)
+    run = SweepRun(op, {"task_state_store": DictStore(), "ti": FakeTi()}, hook=None, namespace="ns")
+    run.history = SweepHistory([Trial(1, {"x": 0.5}, "running", jobset="sw-t1-abc")])
+    unobservable = GroupEvent("error", "sw-t1-abc", "ns", message="cannot observe JobSet ns/sw-t1-abc: 503")
+    event = {"status": "verdicts", "verdicts": [{"number": 1, "event": unobservable.to_payload()}]}
+    for _ in range(MAX_REDEFERS):
+        run.apply(event)  # the group may still run: wait again
+    assert run.history.trial(1).state == "running"
+    run.apply({"status": "verdicts", "verdicts": []})  # a good look in between starts the count again
+    for _ in range(MAX_REDEFERS):
+        run.apply(event)
+    with pytest.raises(AirflowException, match="failed 4 times in a row"):
+        run.apply(event)

@@ -1,0 +1,118 @@
+"""``SweepTrigger``: one wait for every running trial, fired by a verdict, an early stop or a spent budget."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from typing import Any
+
+from airflow_elastic.sweeps.history import SweepHistory, Trial
+from airflow_elastic.sweeps.markers import format_line
+from airflow_elastic.triggers.observer import JobSetObserver
+from airflow_elastic.triggers.sweep import SweepTrigger
+from tests.triggers.fakes import FakeHook, condition, jobset, pod
+
+NS = "ns"
+RUNNING = {"replicatedJobsStatus": [{"name": "leader", "ready": 1}]}
+
+
+def trials(*numbers: int) -> list[dict[str, Any]]:
+    return [
+        {"number": n, "name": f"sw-t{n}", "watch": {"uid": f"uid-sw-t{n}", "metrics_role": "leader"}} for n in numbers
+    ]
+
+
+def run(trigger: SweepTrigger, hook: FakeHook) -> dict[str, Any]:
+    trigger.hook = hook  # type: ignore[misc]
+
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    payload = asyncio.run(asyncio.wait_for(first(), 20))
+    assert JobSetObserver.registry == {}  # the one subscription was given up
+    return payload
+
+
+def rebuilt(trigger: SweepTrigger) -> SweepTrigger:
+    """The trigger as the triggerer rebuilds it from ``serialize()``."""
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def test_one_trigger_watches_every_trial_and_fires_on_the_first_verdict():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING), "sw-t2": jobset("sw-t2", **RUNNING)}
+    hook.pods = [pod("sw-t1", "leader", phase="Running"), pod("sw-t2", "leader", phase="Running")]
+    hook.on_list = lambda n: hook.jobsets["sw-t2"].update(
+        jobset("sw-t2", conditions=[condition("Completed", "AllJobsCompleted")])
+    )
+    trigger = rebuilt(SweepTrigger(trials(1, 2), NS, "k8s", poll_interval=0.01, objective="loss"))
+    payload = run(trigger, hook)
+    assert payload["status"] == "verdicts"
+    [verdict] = payload["verdicts"]
+    assert (verdict["number"], verdict["event"]["status"], verdict["event"]["name"]) == (2, "succeeded", "sw-t2")
+    assert hook.calls["list_jobsets"] >= 1 and hook.namespaces == {NS}
+
+
+def test_the_stopping_rule_stops_a_trial_from_the_intermediate_values_in_its_leaders_log():
+    history = SweepHistory(
+        [
+            Trial(1, {"x": 0.3}, "complete", 0.0, intermediate={1: 0.1, 2: 0.1}),
+            Trial(2, {"x": 0.4}, "complete", 0.01, intermediate={1: 0.2, 2: 0.1}),
+            Trial(3, {"x": 9.0}, "running"),
+        ]
+    )
+    hook = FakeHook()
+    hook.jobsets = {"sw-t3": jobset("sw-t3", **RUNNING)}
+    leader = pod("sw-t3", "leader", phase="Running")
+    hook.pods = [leader]
+    hook.logs = {
+        leader["metadata"]["name"]: f"starting\n{format_line(1, {'loss': 50.0})}\n{format_line(2, {'loss': 40.0})}\n"
+    }
+    trigger = SweepTrigger(
+        trials(3),
+        NS,
+        "k8s",
+        history=history.to_json(),
+        objective="loss",
+        early_stopping="median",
+        stopping_options={"min_trials_required": 2, "start_step": 2},
+        poll_interval=0.01,
+        log_role="leader",
+    )
+    payload = run(rebuilt(trigger), hook)
+    assert payload["status"] == "stop", payload
+    [stop] = payload["stops"]
+    assert stop["number"] == 3 and "median" in stop["reason"], stop
+    assert payload["intermediates"] == [{"number": 3, "values": [[1, 50.0], [2, 40.0]]}]
+    assert hook.deleted == []  # the operator deletes the group, not the trigger
+
+
+def test_a_passing_budget_deadline_fires_with_the_trials_still_running():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING)}
+    hook.pods = [pod("sw-t1", "leader", phase="Running")]
+    trigger = SweepTrigger(trials(1), NS, "k8s", poll_interval=0.01, deadline=time.time() + 0.3)
+    payload = run(trigger, hook)
+    assert payload["status"] == "budget" and payload["verdicts"] == [], payload
+
+
+def test_a_failure_of_the_wait_is_an_event_not_an_exception():
+    hook = FakeHook()
+    trigger = SweepTrigger(trials(1), NS, "k8s", poll_interval=0.01)
+    trigger._observe = None  # type: ignore[assignment,method-assign]  # anything that breaks the loop itself
+    payload = run(trigger, hook)
+    assert payload["status"] == "error" and "failed" in payload["message"], payload
+
+
+def test_on_kill_deletes_every_running_trial_in_the_foreground():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1"), "sw-t2": jobset("sw-t2"), "other": jobset("other")}
+    trigger = SweepTrigger(trials(1, 2), NS, "k8s")
+    trigger.hook = hook  # type: ignore[misc]
+    asyncio.run(trigger.on_kill())
+    assert sorted(hook.deleted) == [(NS, "sw-t1", "Foreground"), (NS, "sw-t2", "Foreground")]
