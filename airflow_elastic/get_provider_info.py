@@ -15,8 +15,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Elastic training",
         # Only what the package contains (tests/test_provider_info.py maps each claim to the code behind it).
         "description": (
-            "Distributed ML training on Kubernetes JobSets: training groups, preemption classification, "
-            "checkpoint resume and an embedded local cluster."
+            "Distributed ML training on Kubernetes JobSets: training groups, batch stages, preemption "
+            "classification, checkpoint resume and an embedded local cluster."
         ),
         "versions": [__version__],
         "integrations": [
@@ -24,20 +24,33 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Kubernetes JobSet",
                 "external-doc-url": "https://jobset.sigs.k8s.io/",
                 "tags": ["software"],
-            }
+            },
+            {
+                "integration-name": "Kubernetes Job",
+                "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+                "tags": ["software"],
+            },
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
         "operators": [
             {
                 "integration-name": "Kubernetes JobSet",
                 "python-modules": ["airflow_elastic.operators.training_group", "airflow_elastic.sweeps.operator"],
-            }
+            },
+            {
+                "integration-name": "Kubernetes Job",
+                "python-modules": ["airflow_elastic.operators.batch_stage"],
+            },
         ],
         "triggers": [
             {
                 "integration-name": "Kubernetes JobSet",
                 "python-modules": ["airflow_elastic.triggers.training_group", "airflow_elastic.triggers.sweep"],
-            }
+            },
+            {
+                "integration-name": "Kubernetes Job",
+                "python-modules": ["airflow_elastic.triggers.batch_stage"],
+            },
         ],
         "sensors": [
             {

@@ -31,4 +31,5 @@ def test_example_dags_import_without_errors(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}
     assert "example_training" in result["dags"]
+    assert "example_batch_stage" in result["dags"]
     assert "example_sweep" in result["dags"]

@@ -21,6 +21,7 @@ KINDS = {"operators": BaseOperator, "sensors": BaseSensorOperator, "triggers": B
 #: Each comma-separated claim of the description, and an object that implements it.
 CLAIMS = {
     "training groups": "airflow_elastic.spec:TrainingGroup",
+    "batch stages": "airflow_elastic.stage:BatchStage",
     "preemption classification": "airflow_elastic.classify:classify",
     "checkpoint resume": "airflow_elastic.checkpoints:latest_complete",
     "an embedded local cluster": "airflow_elastic.localcluster:LocalCluster",

@@ -150,10 +150,19 @@ class CronJobHookProtocol(Protocol):
 
 @runtime_checkable
 class AsyncJobHookProtocol(Protocol):
-    """:class:`JobHookProtocol` as coroutines (the batch stage's trigger); ``AsyncJobSetHook`` satisfies it."""
+    """:class:`JobHookProtocol` as coroutines, and the list-then-watch of Jobs the shared observer keeps for the batch
+    stage's trigger (``subscribe(kind="jobs")``); ``AsyncJobSetHook`` satisfies it."""
 
     async def create_job(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
 
     async def get_job(self, namespace: str, name: str) -> JSON: ...
 
     async def delete_job(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None: ...
+
+    async def list_jobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
+    def watch_jobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...

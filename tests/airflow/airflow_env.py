@@ -82,14 +82,19 @@ def migrate_db(home: Path) -> Path:
 
 
 def dags_test(
-    dag_id: str, env: dict[str, str], conf: dict[str, Any] | None = None, *, timeout: float = DAGS_TEST_TIMEOUT
+    dag_id: str,
+    env: dict[str, str],
+    conf: dict[str, Any] | None = None,
+    *,
+    timeout: float = DAGS_TEST_TIMEOUT,
+    logical_date: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``airflow dags test <dag_id>`` (one DAG run, deferred tasks' triggers run inline).
+    """Run ``airflow dags test <dag_id> [logical_date]`` (one DAG run, deferred tasks' triggers run inline).
 
     Returns the finished process (stdout and stderr combined in ``stdout``) whatever its exit code: assert on
     :func:`task_states`, which records what really happened, and use :func:`tail` for the failure message.
     """
-    command = [AIRFLOW, "dags", "test", dag_id]
+    command = [AIRFLOW, "dags", "test", dag_id, *([logical_date] if logical_date else [])]
     if conf is not None:
         command += ["--conf", json.dumps(conf)]
     try:

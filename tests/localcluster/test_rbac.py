@@ -81,8 +81,8 @@ def cronjob_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
 
 
 def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
-    """The async hook's streams: list-then-watch (the triggers' shared observer; each watch ends after 1 s), and the
-    followed log (404 is fine: the request was authorised)."""
+    """The async hook's streams: list-then-watch (the triggers' shared observer, of JobSets or Jobs; each watch ends
+    after 1 s), and the followed log (404 is fine: the request was authorised)."""
     return {
         "list_jobsets_versioned": (namespace,),
         "list_pods_versioned": (namespace,),
@@ -90,6 +90,8 @@ def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
         "watch_jobsets": (namespace, None, "", 1),
         "watch_pods": (namespace, None, "", 1),
         "watch_events": (namespace, "type=Warning", "", 1),
+        "list_jobs_versioned": (namespace,),
+        "watch_jobs": (namespace, None, "", 1),
         "stream_pod_log": (namespace, "rbac-leader-0-0-xxxxx", "trainer", LogRequest(follow=True)),
     }
 
