@@ -30,6 +30,11 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
                 "tags": ["software"],
             },
+            {
+                "integration-name": "Kubernetes CronJob",
+                "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/",
+                "tags": ["software"],
+            },
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
         "operators": [
@@ -40,6 +45,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Kubernetes Job",
                 "python-modules": ["airflow_elastic.operators.batch_stage"],
+            },
+            {
+                "integration-name": "Kubernetes CronJob",
+                "python-modules": ["airflow_elastic.operators.cronjob"],
             },
         ],
         "triggers": [
