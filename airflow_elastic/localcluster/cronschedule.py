@@ -4,8 +4,9 @@ Accepted: five fields (minute hour day-of-month month day-of-week; numbers, ``*`
 month and weekday names), the descriptors ``@yearly``/``@annually``/``@monthly``/``@weekly``/``@daily``/
 ``@midnight``/``@hourly``, ``@every <duration>``, and a leading ``TZ=<zone>``/``CRON_TZ=<zone>`` (what the controller
 prepends for ``spec.timeZone``, ``formatSchedule`` in ``cronjob_controllerv2.go``). robfig rejects what croniter
-would also take (seconds or year fields, ``L``, ``#``, ``H``), so those are refused here too. One known difference:
-in a daylight-saving gap croniter runs a skipped wall time at the gap's end, robfig skips that day.
+would also take (seconds or year fields, ``L``, ``#``, ``H``), so those are refused here too. A wall time that a
+daylight-saving change skips does not fire that day, as in robfig (croniter would fire at the gap's end); a repeated
+one fires twice in both.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class Schedule:
             found = croniter(self.expression, start).get_next(datetime)
         except CroniterBadDateError:
             return datetime.min.replace(tzinfo=UTC)  # robfig's zero time: a schedule that never fires
+        minutes, hours = croniter(self.expression).expanded[:2]
+        if not (minutes == ["*"] or found.minute in minutes) or not (hours == ["*"] or found.hour in hours):
+            return self.next(found)  # croniter moved a time skipped by a DST change to the gap's end: robfig skips it
         return found.astimezone(UTC)
 
 

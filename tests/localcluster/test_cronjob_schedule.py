@@ -64,6 +64,19 @@ def test_rejected_like_upstream(text, message):
         parse(text)
 
 
+def test_a_wall_time_skipped_by_daylight_saving_does_not_fire_that_day():
+    schedule = parse("TZ=Europe/Berlin 30 2 * * *")  # 02:30 does not exist on 2026-03-29 (02:00 -> 03:00)
+    assert schedule.next(datetime(2026, 3, 28, 23, 0, tzinfo=UTC)) == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+    hourly = parse("TZ=Europe/Berlin 0 * * * *")  # unaffected: 03:00 CEST follows 01:00 CET
+    assert hourly.next(datetime(2026, 3, 29, 0, 0, tzinfo=UTC)) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    repeated = parse("TZ=Europe/Berlin 30 2 * * *")  # 02:30 happens twice on 2026-10-25: both fire, as in robfig
+    first = repeated.next(datetime(2026, 10, 24, 22, 0, tzinfo=UTC))
+    assert (first, repeated.next(first)) == (
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+    )
+
+
 def test_only_the_latest_missed_slot_and_the_missed_count():
     schedule = parse("*/5 * * * *")
     now = T0 + timedelta(hours=1, minutes=2)
