@@ -115,11 +115,15 @@ with DAG("batch_stage_history", schedule=None, catchup=False, params=PARAMS, tag
 
     @task
     def earlier_runs(**context) -> list[str]:
-        made = [
-            previous_run_job(context, "stage_history", HISTORY.with_changes(command=command), f"scheduled__{i}")
-            for i, command in enumerate([["python", "-c", "pass"]] * 3 + [["python", "-c", "raise SystemExit(1)"]] * 2)
-        ]
-        names = [job["metadata"]["name"] for job in made]
+        import time
+
+        commands = [["python", "-c", "pass"]] * 3 + [["python", "-c", "raise SystemExit(1)"]] * 2
+        names = []
+        for i, command in enumerate(commands):
+            if i:
+                time.sleep(1.1)  # start times have whole seconds: equal ones would be ordered by name, as upstream
+            job = previous_run_job(context, "stage_history", HISTORY.with_changes(command=command), f"scheduled__{i}")
+            names.append(job["metadata"]["name"])
         wait_finished(context, names)
         return names
 
