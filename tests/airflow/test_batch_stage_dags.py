@@ -169,3 +169,23 @@ def test_the_example_dag_runs_unchanged(cluster_airflow_env, airflow_db, namespa
     (job,) = jobs(k8s_client, namespace).values()
     assert job.spec.template.spec.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}
     assert "shard 0/3 for " in result.stdout, tail(result.stdout)
+
+
+def test_a_timeout_event_deletes_the_job_and_times_the_task_out(local_cluster: LocalCluster, namespace, monkeypatch):
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.render import render_job
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STAGE_CLUSTER", json.dumps(kubernetes_connection(local_cluster.kubeconfig, namespace))
+    )
+    built = BatchStage("slow", image="python:3.12", command=["python", "-c", "import time; time.sleep(300)"])
+    hook = JobSetHook("stage_cluster")
+    hook.create_job(namespace, render_job(built, name="slow-abc123", namespace=namespace))
+    operator = BatchStageOperator(task_id="stage", stage=built, kubernetes_conn_id="stage_cluster")
+    event = {"status": "timeout", "name": "slow-abc123", "namespace": namespace, "message": "execution_timeout reached"}
+    with pytest.raises(AirflowTaskTimeout, match="slow-abc123"):
+        operator.execute_complete({"ti": TaskInstance(), "task_state_store": StateStore()}, event)
+    deleted = local_cluster.requests(verb="delete", resource=JOB_RESOURCE, namespace=namespace)
+    assert [r["name"] for r in deleted] == ["slow-abc123"]

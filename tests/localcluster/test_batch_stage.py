@@ -125,3 +125,24 @@ def test_a_stage_lands_on_the_cpu_pool_while_gpu_nodes_stay_tainted(tmp_path):
                 ("nvidia.com/gpu", "present", "NoSchedule")
             }
         hook.close()
+
+
+def test_trigger_fires_timeout_once_its_deadline_passed(hook, connection, namespace):
+    import time
+
+    body = render_job(stage("slow", "import time; time.sleep(60)"), name="slow-abc123", namespace=namespace)
+    uid = hook.create_job(namespace, body)["metadata"]["uid"]
+    trigger = BatchStageTrigger(
+        "slow-abc123",
+        namespace,
+        connection,
+        uid=uid,
+        poll_interval=0.2,
+        deadline=time.time() + 1,
+        connection_extras=hook.get_connection_extras(),
+    )
+    payload = run_trigger(trigger)
+    assert (payload["status"], payload["message"]) == ("timeout", "execution_timeout reached")
+    assert not hook.get_job(namespace, "slow-abc123")["status"].get(
+        "conditions"
+    )  # the operator deletes, not the trigger
