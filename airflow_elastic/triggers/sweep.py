@@ -1,7 +1,8 @@
 """``SweepTrigger``: one wait in the triggerer for every running trial of a hyperparameter sweep.
 
-One subscription to the shared :class:`~airflow_elastic.triggers.observer.JobSetObserver` of the namespace serves all
-the sweep's trials (not one trigger per trial). Each trial is judged by its own
+The shared :class:`~airflow_elastic.triggers.observer.JobSetObserver` of the namespace (one JobSet list and watch)
+serves all the sweep's trials: one trigger, not one per trial, subscribed once per trial name so that a trial's
+watched change is delivered at once. Each trial is judged by its own
 :class:`~airflow_elastic.watch.Watch` (the decision every wait makes), through a :class:`TrainingGroupTrigger`
 that is composed, never run: its ``_settle`` fetches what the watch asks for out of the shared caches, its log
 follower copies the trial leader's log to the task log prefixed with the trial (``[trial 3] [pod] line``).
@@ -19,6 +20,7 @@ intermediate value gathered; it never raises (``status="error"`` instead).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -30,7 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
-from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot
+from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.watch import Observation
 
@@ -65,6 +67,19 @@ class TrialLog:
 
     def exception(self, message: str, *args: Any, **_: Any) -> None:
         self._write("exception", message, *args)
+
+
+async def first_snapshot(subscriptions: list[Subscription], timeout: float | None) -> Snapshot | None:
+    """The newest snapshot the first of ``subscriptions`` to be delivered one brings (``None``: ``timeout`` passed)."""
+    waits = [asyncio.ensure_future(s.next(timeout)) for s in subscriptions]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    found = [w.result() for w in waits if not w.cancelled() and w.exception() is None and w.result() is not None]
+    return max(found, key=lambda snapshot: snapshot.started, default=None)
 
 
 class SweepTrigger(BaseTrigger):
@@ -242,22 +257,31 @@ class SweepTrigger(BaseTrigger):
             await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
         for view in self._views.values():
             view.__dict__["hook"] = self.hook
-        async with JobSetObserver.subscribe(
-            self.hook,
-            conn_id=self.kubernetes_conn_id,
-            connection_extras=self.connection_extras,
-            namespace=self.namespace,
-            label_selector=MANAGED_SELECTOR,
-            poll_interval=self.poll_interval,
-        ) as subscription:
+        async with contextlib.AsyncExitStack() as stack:
+            # One observer (one JobSet list and watch for the namespace); a subscription per trial only so that a
+            # watched change of any trial is delivered at once instead of at the next periodic snapshot.
+            subscriptions = [
+                await stack.enter_async_context(
+                    JobSetObserver.subscribe(
+                        self.hook,
+                        conn_id=self.kubernetes_conn_id,
+                        connection_extras=self.connection_extras,
+                        namespace=self.namespace,
+                        label_selector=MANAGED_SELECTOR,
+                        poll_interval=self.poll_interval,
+                        name=view.name,
+                    )
+                )
+                for view in self._views.values()
+            ]
             looked = False
             while True:
                 wait = self._until_deadline(time.time()) if looked else None
-                snapshot = await subscription.next(wait)
+                snapshot = await first_snapshot(subscriptions, wait)
                 looked = True
                 verdicts = {}
                 for number, view in self._views.items():
-                    view._observer = subscription.observer
+                    view._observer = subscriptions[0].observer
                     verdict = await self._observe(view, snapshot)
                     if verdict is not None:
                         verdicts[number] = verdict
