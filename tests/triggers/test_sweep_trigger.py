@@ -116,3 +116,28 @@ def test_on_kill_deletes_every_running_trial_in_the_foreground():
     trigger.hook = hook  # type: ignore[misc]
     asyncio.run(trigger.on_kill())
     assert sorted(hook.deleted) == [(NS, "sw-t1", "Foreground"), (NS, "sw-t2", "Foreground")]
+
+
+def test_a_watched_trial_end_is_judged_at_once_not_at_the_next_periodic_look():
+    """With a poll interval far longer than the test's bound, only a delivery of the watched change can end the wait
+    in time: the observer's periodic snapshot would come an hour later."""
+    from tests.triggers.test_fanin import WatchingHook, until
+
+    hook = WatchingHook()
+    for name in ("sw-t1", "sw-t2"):
+        hook.update_jobset(jobset(name, **RUNNING))
+    hook.pods = [pod("sw-t1", "leader", phase="Running"), pod("sw-t2", "leader", phase="Running")]
+    trigger = SweepTrigger(trials(1, 2), NS, "k8s", poll_interval=3600)
+    trigger.hook = hook  # type: ignore[misc]
+
+    async def scenario() -> dict[str, Any]:
+        events = trigger.run()
+        first = asyncio.ensure_future(anext(events))
+        await until(lambda: hook.streams["jobsets"])  # the one JobSet watch is open
+        await asyncio.sleep(0.05)
+        hook.update_jobset(jobset("sw-t1", conditions=[condition("Completed", "AllJobsCompleted")]))
+        return (await asyncio.wait_for(first, 10)).payload
+
+    payload = asyncio.run(scenario())
+    assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(1, "succeeded")], payload
+    assert hook.calls["watch_jobsets"] == 1 and hook.calls["list_jobsets"] == 1  # one shared list and watch
