@@ -35,7 +35,9 @@ object per poll, the cncf style), API load would grow with the number of waits. 
 Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started
 by the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods,
 the end's Warning events cost none per wait, and the bytes moved are the changes, not the finished JobSets, pods and
-events the cluster keeps until their TTL. A hook that cannot watch a kind shares its lists by :class:`SharedRead`: a
+events the cluster keeps until their TTL. A cache only a rare read needs (the namespace's unfiltered events, for a startup
+diagnosis) is kept only while a wait that read it is subscribed (``cached(..., reader=subscription)``): its watch
+closes and its objects go with the last such wait, instead of living as long as the loop. A hook that cannot watch a kind shares its lists by :class:`SharedRead`: a
 trigger asks for a list *begun after* the observation it judges; the first to ask on the loop starts it, every other
 trigger asking at about the same time awaits the same request. Logs are read per trigger, and only while its log pod
 exists.
@@ -184,7 +186,9 @@ class JobSetObserver:
         )
         self.informer: Informer | None = None  # the observed kind's cache (with a watching hook)
         self._caches: dict[tuple[str, str], Informer] = {}  # (kind, selector) -> its watched cache
-        self._informers: set[asyncio.Task[None]] = set()
+        self._informers: dict[Informer, asyncio.Task[None]] = {}
+        self._held: set[tuple[str, str]] = set()  # caches kept for the observer's life (read without a reader)
+        self._readers: dict[tuple[str, str], set[Subscription]] = {}  # the others: kept while one of these waits
         self._intervals: Counter[float] = Counter()  # poll interval -> subscribers asking for it
         self._by_name: dict[str | None, set[Subscription]] = {}
         self._changed = asyncio.Event()
@@ -267,6 +271,7 @@ class JobSetObserver:
             named.discard(subscription)
             if not named:
                 self._by_name.pop(subscription.name, None)
+            self._release_unread(subscription)
         if self.subscribers:
             return
         if self.registry.get(self.key) is self:
@@ -279,9 +284,9 @@ class JobSetObserver:
         try:
             await (self._watch_while_subscribed() if self.watching else self._poll_while_subscribed())
         finally:  # the session the lists reused on the first subscriber's hook (it may have closed it already)
-            for task in self._informers:
+            for task in self._informers.values():
                 task.cancel()
-            await asyncio.gather(*self._informers, return_exceptions=True)
+            await asyncio.gather(*self._informers.values(), return_exceptions=True)
             close = getattr(self.hook, "close", None)
             if close is not None:
                 await close()
@@ -295,7 +300,7 @@ class JobSetObserver:
             on_change,
             lambda: self.interval,
         )
-        self._informers.add(self.loop.create_task(informer.run(), name=f"{kind} informer {self.namespace}"))
+        self._informers[informer] = self.loop.create_task(informer.run(), name=f"{kind} informer {self.namespace}")
         return informer
 
     async def _watch_while_subscribed(self) -> None:
@@ -324,7 +329,9 @@ class JobSetObserver:
         for subscription in list(self._by_name.get(name, ())):
             subscription._deliver(snapshot)
 
-    async def cached(self, kind: str, selector: str | None, after: str = "") -> list[dict[str, Any]]:
+    async def cached(
+        self, kind: str, selector: str | None, after: str = "", reader: Subscription | None = None
+    ) -> list[dict[str, Any]]:
         """The namespace's ``kind`` matching ``selector`` (a field selector for events) from a watched cache, one per
         (kind, selector), started by the first trigger that asks: no request once it is listed.
 
@@ -334,19 +341,38 @@ class JobSetObserver:
             after: the resourceVersion of the JobSet being judged: the cache is first given up to
                 :data:`CATCH_UP_SECONDS` (at most half the interval) to pass it (:meth:`Informer.caught_up`), so a
                 JobSet that just finished is judged with its pods' last states.
+            reader: the subscription of a wait that reads this cache once or rarely (the startup diagnosis reads
+                the namespace's unfiltered events): the cache is kept only while such a reader is still subscribed,
+                then its watch is closed and its objects dropped. ``None``: kept for the observer's life (the pods
+                and Warning events every wait reads).
 
         Raises:
             KubernetesApiError: they could not be listed (after the hook's retries).
         """
-        informer = self._caches.get((kind, selector or ""))
+        key = (kind, selector or "")
+        informer = self._caches.get(key)
         if informer is None:
-            informer = self._caches[kind, selector or ""] = self._informer(kind, selector, lambda name: None)
+            informer = self._caches[key] = self._informer(kind, selector, lambda name: None)
+        if reader is None:
+            self._held.add(key)
+        elif reader in self.subscribers:
+            self._readers.setdefault(key, set()).add(reader)
         await informer.settled.wait()
         if informer.error is not None:
             raise informer.error
         if after:
             await informer.caught_up(after, min(CATCH_UP_SECONDS, self.interval / 2))
         return list(informer.items.values())
+
+    def _release_unread(self, leaving: Subscription) -> None:
+        """Close the caches whose last reader was ``leaving`` (and that no reader-less read holds)."""
+        for key, readers in list(self._readers.items()):
+            readers.discard(leaving)
+            if readers:
+                continue
+            del self._readers[key]
+            if key not in self._held and (informer := self._caches.pop(key, None)) is not None:
+                self._informers.pop(informer).cancel()  # not awaited: we may be inside a cancelled trigger
 
     async def _poll_while_subscribed(self) -> None:
         while self.subscribers:

@@ -149,6 +149,7 @@ class TrainingGroupTrigger(BaseTrigger):
         self._fired = False
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
         self._observer: JobSetObserver | None = None
+        self._subscription: Subscription | None = None
         self._version = ""  # the resourceVersion of the JobSet being judged
         self._logs = LogFollower(self, self._group_pods)
 
@@ -217,7 +218,7 @@ class TrainingGroupTrigger(BaseTrigger):
                 poll_interval=self.poll_interval,
                 name=self.name,
             ) as subscription:
-                self._observer = subscription.observer
+                self._observer, self._subscription = subscription.observer, subscription
                 outcome = await self._follow(subscription, unlabelled=selector is None)
             if isinstance(outcome, GroupEvent):
                 return outcome
@@ -310,7 +311,10 @@ class TrainingGroupTrigger(BaseTrigger):
     def _shared(self, kind: str, selector: str | None, send: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Any:
         """``send``'s list shared with every trigger on the loop that needs it after the same JobSet list."""
         if self._observer is not None and self._observer.watching:  # a watched cache: no request per poll
-            return self._observer.cached(kind, selector, self._version if kind == "pods" else "")
+            # The unfiltered events (the startup diagnosis, read once) are kept only while a wait that read them
+            # waits; the pods and Warning events that every wait reads, for the loop's life.
+            reader = self._subscription if kind == "events" and selector is None else None
+            return self._observer.cached(kind, selector, self._version if kind == "pods" else "", reader)
         identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
         return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
 
