@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -115,6 +115,7 @@ def run_report(
     promotion: Promotion,
     objective: str,
     locations: Mapping[str, str],
+    evidence: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The run report from the steps' results (the XComs of sweep, train and evaluate).
 
@@ -124,6 +125,7 @@ def run_report(
             ``metrics``...).
         evaluation: the evaluation stage's metrics; ``objective``: the sweep's objective name.
         locations: where the artefacts were written (``model``, ``plot``, ``report``, ...).
+        evidence: the stopped pods the operator saved on the final JobSet (see :func:`preemptions_survived`).
     """
     trials = list(sweep.get("trials") or [])
     states: dict[str, int] = {}
@@ -140,7 +142,11 @@ def run_report(
         "promotion": promotion.to_json(),
         "training": {
             "jobset": train.get("name"),
-            "preemptions_survived": preemptions_survived(train),
+            "preemptions_survived": preemptions_survived(train, evidence),
+            "preemptions": train.get("preemptions"),
+            "disrupted_pods": sorted(
+                {f"{r.get('pod')} ({r.get('cause')})" for r in evidence if r.get("budget") == "preemption"}
+            ),
             "failures": train.get("failures"),
             "spot_share": train.get("spot_share"),
             "gpu_hours": train.get("gpu_hours"),
@@ -152,14 +158,18 @@ def run_report(
     }
 
 
-def preemptions_survived(train: Mapping[str, Any]) -> int:
-    """Disruptions the final training absorbed: the operator's free restarts and resubmissions (``preemptions``),
-    plus the elastic role's replaced pods the trainer recovered from without a group restart (its ``resumes``
-    within one attempt: the operator sees no restart for those)."""
-    counted = int(train.get("preemptions") or 0)
-    resumes = [r for r in (train.get("metrics") or {}).get("resumes") or [] if isinstance(r, Mapping)]
-    elastic = sum(1 for r in resumes if r.get("checkpoint") in ("peer_lost", "sigterm"))
-    return max(counted, elastic)
+def preemptions_survived(train: Mapping[str, Any], evidence: Iterable[Mapping[str, Any]] = ()) -> int:
+    """Disruptions the final training absorbed (a lower bound).
+
+    A disruption costs a free restart or a resubmission, which the operator counts (``preemptions``), or, in an
+    elastic role, only a replaced pod and a group its launcher re-formed, which no restart shows. ``evidence`` is
+    what the operator's wait saved on the final JobSet (``saved.restore(jobset).records``: the decisive stopped pod
+    of each restart attempt, classified): an attempt whose decisive stop was charged to the preemption budget
+    survived at least one disruption. The larger of the two counts: a restart and the reclaim that caused it are
+    one disruption.
+    """
+    attempts = {int(r.get("attempt", 0)) for r in evidence if r.get("budget") == "preemption"}
+    return max(int(train.get("preemptions") or 0), len(attempts))
 
 
 def report_lines(report: Mapping[str, Any]) -> list[str]:
@@ -173,14 +183,18 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
         f"run {report['run_id']} -> version {report['version']}",
         f"sweep: {trials['total']} trials ({counts}); best {objective['name']}={_short(objective['best_value'])} "
         f"(trial {objective['best_trial']}): {params}",
-        "test: " + ", ".join(f"{k}={_short(v)}" for k, v in sorted(test.items()) if not isinstance(v, list | dict)),
+        "test: " + ", ".join(f"{k}={_short(v)}" for k, v in sorted(test.items()) if _number(v)),
         f"training: {training['preemptions_survived']} preemption(s) survived, {training['failures'] or 0} "
         f"failure(s), spot share {_short(training['spot_share'])}, {_short(training['gpu_hours'])} GPU-hours, "
-        f"{_short(training['lost_steps'])} lost step(s)",
+        f"lost steps {'not measured' if training['lost_steps'] is None else training['lost_steps']}",
         f"promotion: {promotion['reason']}",
     ]
     lines += [f"{name}: {where}" for name, where in report["locations"].items()]
     return lines
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _short(value: Any) -> str:

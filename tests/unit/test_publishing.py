@@ -87,8 +87,8 @@ SWEEP = {
 }
 
 
-def train_result(preemptions: int = 0, resumes: list | None = None) -> dict:
-    metrics = {"step": 40, "loss": 0.1, "resumes": resumes or []}
+def train_result(preemptions: int = 0) -> dict:
+    metrics = {"epoch": 20, "val_loss": 0.1, "params": {"lr": 0.01}}
     return {"name": "digits-abc", "preemptions": preemptions, "failures": 0, "spot_share": 0.5, "gpu_hours": 0.0,
             "lost_steps": 0, "attempts": [{}], "metrics": metrics}  # fmt: skip
 
@@ -99,8 +99,9 @@ def test_the_run_report_gathers_every_step_and_reads_as_lines():
         run_id="manual__x",
         version="manual__x",
         sweep=SWEEP,
-        train=train_result(preemptions=1),
-        evaluation={"test_accuracy": 0.97, "test_loss": 0.1, "rows": 360},
+        train=train_result(preemptions=0),
+        evidence=[record(0, "preemption", pod="digits-final-abc-worker-0-0-x")],
+        evaluation={"test_accuracy": 0.97, "test_loss": 0.1, "rows": 360, "checkpoint": "/c/step-20"},
         promotion=promotion,
         objective="val_loss",
         locations={"model": "/m/manual__x/model", "plot": "/m/manual__x/sweep/sweep.png"},
@@ -109,22 +110,34 @@ def test_the_run_report_gathers_every_step_and_reads_as_lines():
     assert report["objective"] == {"name": "val_loss", "best_value": 0.21, "best_trial": 3}
     assert report["trials"] == {"total": 3, "complete": 2, "pruned": 1} and report["sweep_preemptions"] == 1
     assert report["training"]["preemptions_survived"] == 1 and report["promotion"]["promote"] is True
-    assert "resumes" not in report["training"]["final"]  # lists stay in the trainer's own metrics
+    assert report["training"]["disrupted_pods"] == ["digits-final-abc-worker-0-0-x (spot_reclaim)"]
+    assert "params" not in report["training"]["final"]  # nested values stay in the trainer's own metrics
     text = "\n".join(publishing.report_lines(report))
     assert "best val_loss=0.21 (trial 3): hidden=64, lr=0.01" in text
-    assert "test: rows=360, test_accuracy=0.97, test_loss=0.1" in text
-    assert "1 preemption(s) survived" in text and "promoted" in text
+    assert "test: rows=360, test_accuracy=0.97, test_loss=0.1\n" in text  # numbers only: paths are listed below
+    assert "1 preemption(s) survived" in text and "promoted" in text and "lost steps 0" in text
     assert "plot: /m/manual__x/sweep/sweep.png" in text
 
 
+def record(attempt: int, budget: str, pod: str = "p") -> dict:
+    return {
+        "attempt": attempt,
+        "pod": pod,
+        "cause": "spot_reclaim" if budget == "preemption" else "x",
+        "budget": budget,
+    }
+
+
 def test_elastic_recoveries_count_as_survived_preemptions():
-    # A reclaimed elastic worker is replaced without a group restart: the operator counts no preemption, the
-    # trainer records that it resumed from an emergency checkpoint.
-    resumes = [{"from": 12, "reached": 12, "lost_steps": 0, "checkpoint": "peer_lost"}]
-    assert publishing.preemptions_survived(train_result(0, resumes)) == 1
-    # Periodic resumes alone are not evidence of a disruption the trainer survived.
-    assert publishing.preemptions_survived(train_result(0, [{"checkpoint": "periodic"}])) == 0
-    assert publishing.preemptions_survived(train_result(2, resumes)) == 2
+    # A reclaimed elastic worker is replaced without a group restart: the operator counts no preemption; the
+    # evidence its wait saved on the JobSet shows the reclaim.
+    assert publishing.preemptions_survived(train_result(0), [record(0, "preemption")]) == 1
+    # A free restart and the reclaim that caused it (the decisive stop of attempt 0) are one disruption.
+    assert publishing.preemptions_survived(train_result(1), [record(0, "preemption")]) == 1
+    assert publishing.preemptions_survived(train_result(1), [record(0, "preemption"), record(1, "preemption")]) == 2
+    # Stops charged to no budget (pods the JobSet stopped itself) or to failures are not disruptions survived.
+    assert publishing.preemptions_survived(train_result(0), [record(0, "none"), record(1, "failure")]) == 0
+    assert publishing.preemptions_survived(train_result(2)) == 2
 
 
 def test_publishing_is_pure():
