@@ -62,3 +62,62 @@ def test_prepare_is_deterministic_for_a_seed_and_differs_across_seeds(tmp_path):
 def test_prepare_without_an_output_says_what_to_set(tmp_path):
     out, metrics = run_stage("prepare_digits.py", tmp_path, {})
     assert out.returncode != 0 and "pass --output URI or set DATA_URI" in out.stderr and metrics == {}
+
+
+def trained_checkpoint(tmp_path: Path, data: Path, epochs: int) -> tuple[Path, float]:
+    """A checkpoint in ``train_digits.py``'s layout after ``epochs`` epochs in process, and its test accuracy."""
+    import importlib.util
+
+    import torch
+
+    from airflow_elastic import checkpoints
+
+    sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location("train_digits", SCRIPTS / "train_digits.py")
+    assert spec is not None and spec.loader is not None
+    train_digits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_digits)
+    params = {**train_digits.DEFAULTS, "lr": 0.01}
+    torch.manual_seed(0)
+    net = train_digits.build(params)
+    optimizer = torch.optim.Adam(net.parameters(), lr=params["lr"])
+    x, y = (torch.from_numpy(a) for a in load_split(data, "train"))
+    for _ in range(epochs):
+        for first in range(0, len(y), 64):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[first : first + 64]), y[first : first + 64]).backward()
+            optimizer.step()
+    net.eval()
+    tx, ty = (torch.from_numpy(a) for a in load_split(data, "test"))
+    with torch.no_grad():
+        accuracy = float((net(tx).argmax(1) == ty).float().mean())
+    uri = tmp_path / "ckpt"
+    step = Path(checkpoints.step_dir(str(uri), epochs))
+    step.mkdir(parents=True)
+    state = {"model": net.state_dict(), "optimizer": {}, "epoch": epochs, "params": params, "architecture": {}}
+    torch.save(state, step / train_digits.MODEL_FILE)
+    (step / checkpoints.MARKER).write_bytes(checkpoints.marker_bytes(epochs, 2))
+    return uri, accuracy
+
+
+@pytest.mark.parametrize("epochs", [0, 5])
+def test_evaluate_scores_the_newest_complete_checkpoint_on_the_held_out_split(tmp_path, epochs):
+    pytest.importorskip("torch")
+    out, _ = run_stage("prepare_digits.py", tmp_path, {"DATA_URI": str(tmp_path / "data")})
+    assert out.returncode == 0, out.stderr
+    uri, accuracy = trained_checkpoint(tmp_path, tmp_path / "data", epochs)
+    (uri / "step-000000099").mkdir()  # newer, but incomplete: never chosen
+    env = {"MODEL_URI": f"file://{uri}", "DATA_URI": str(tmp_path / "data")}
+    out, metrics = run_stage("evaluate_digits.py", tmp_path, env)
+    assert out.returncode == 0, out.stderr
+    assert metrics["test_accuracy"] == pytest.approx(accuracy) and metrics["test_rows"] == 360
+    assert metrics["epoch"] == epochs and metrics["checkpoint"].endswith(f"step-{epochs:09d}")
+    assert set(metrics["per_digit_accuracy"]) == {str(d) for d in range(10)}
+    # Trained, it is a real classifier; untrained, it guesses (so the score is the model's, not a constant).
+    assert metrics["test_accuracy"] > 0.9 if epochs else metrics["test_accuracy"] < 0.3
+
+
+def test_evaluate_without_a_checkpoint_says_where_it_looked(tmp_path):
+    out, metrics = run_stage("evaluate_digits.py", tmp_path, {"MODEL_URI": str(tmp_path / "none")})
+    assert out.returncode != 0 and f"no complete checkpoint under {tmp_path / 'none'}" in out.stderr
+    assert metrics == {}
