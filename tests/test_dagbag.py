@@ -33,3 +33,4 @@ def test_example_dags_import_without_errors(tmp_path):
     assert "example_training" in result["dags"]
     assert "example_batch_stage" in result["dags"]
     assert "example_sweep" in result["dags"]
+    assert "nightly_training" in result["dags"]

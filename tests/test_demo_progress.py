@@ -25,13 +25,14 @@ def test_progress_shows_each_task_and_only_the_lines_that_say_how_far_it_got():
     progress = Progress(["prepare", "sweep", "train"], emit=shown.append, clock=lambda: next(clock))
     output = [
         *lines("[DAG TEST] starting task_id=prepare map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
-        *lines(f"[prepare-digits-abc-0-x1] wrote train 1077 rows, val 360 rows to /d {TRIGGER}"),
+        *lines(f"[prepare-digits-abc-0-x1] wrote train 1077 rows, val 360 rows to /d [x] {TRIGGER}"),
         *lines(f"[prepare-digits-abc-0-x1] importing numpy {TRIGGER}"),
         *lines(f"Task instance state updated    {STATE} new_state=success rows_affected=1"),
         *lines("[DAG TEST] end task task_id=prepare map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563"),
         *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
         *lines(f"Task instance state updated    {STATE} new_state=deferred rows_affected=1"),
         *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),
+        *lines(f'[trial 4] [digits-t4-x-leader-0-0-y] AE_INTERMEDIATE {{"step": 1}} {TRIGGER}'),  # a trial's log
         *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
         *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),  # re-run after resume
         f"{T} [error    ] Task failed with exception [task] loc=task_runner.py:1",
@@ -43,10 +44,36 @@ def test_progress_shows_each_task_and_only_the_lines_that_say_how_far_it_got():
         progress.feed(line)
     assert shown == [
         "[prepare] started (task 1/3)",
-        "[prepare] wrote train 1077 rows, val 360 rows to /d",
+        "[prepare] wrote train 1077 rows, val 360 rows to /d [x]",  # brackets in a message are the message's
         "[prepare] success after 5 s",
         "[sweep] started (task 2/3)",
         "[sweep] trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running",
         "[sweep] error: Task failed with exception",
         "[sweep] success after 5 s",
+    ]
+
+
+def test_the_final_training_shows_every_fifth_epoch_and_its_recovery():
+    shown: list[str] = []
+    progress = Progress(["train"], emit=shown.append, clock=lambda: 0.0)
+    pod = "[digits-final-abc-leader-0-0-x]"
+    output = [
+        *lines("[DAG TEST] starting task_id=train map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
+        *(
+            lines(f'{pod} AE_INTERMEDIATE {{"step": {n}, "metrics": {{"val_loss": 0.123456}}}} {TRIGGER}')[0]
+            for n in range(1, 11)
+        ),
+        *lines(f"{pod} saved emergency checkpoint at epoch 10 (peer_lost) {TRIGGER}"),
+        *lines(f"{pod} waiting up to 0 s for the group restart to stop this pod {TRIGGER}"),
+        *lines(f"{pod} resumed from epoch 10 (/c/step-000000010) {TRIGGER}"),
+        *lines(f'{pod} AE_INTERMEDIATE {{"step": 10, "metrics": {{"val_loss": 0.123456}}}} {TRIGGER}'),  # again
+    ]
+    for line in output:
+        progress.feed(line)
+    assert shown == [
+        "[train] started (task 1/1)",
+        "[train] epoch 5: val_loss=0.1235",
+        "[train] epoch 10: val_loss=0.1235",
+        "[train] saved emergency checkpoint at epoch 10 (peer_lost)",
+        "[train] resumed from epoch 10 (/c/step-000000010)",
     ]

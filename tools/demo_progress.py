@@ -9,12 +9,14 @@ and every error.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-#: The message of an Airflow log line: ``<time> [info     ] <message> [<logger>] ...``.
-LOG_LINE = re.compile(r"^\S+ \[(info|warning|error|critical)\s*\] (.*?) \[[\w.<>-]+\](?: |$)")
+#: The message of an Airflow log line: ``<time> [info     ] <message> [<logger>] key=value ...`` (a message may hold
+#: brackets too: the logger is the last bracketed name before the key=value pairs).
+LOG_LINE = re.compile(r"^\S+ \[(info|warning|error|critical)\s*\] (.*) \[[\w.<>-]+\](?: \w+=.*)?$")
 STARTED = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
 ENDED = re.compile(r"\[DAG TEST\] end task task_id=(\S+)")
 NEW_STATE = re.compile(r"new_state=(\w+)")
@@ -24,21 +26,26 @@ POD_LINE = re.compile(r"^\[([a-z0-9][a-z0-9.-]*)\] (.*)$")
 #: task id -> messages worth showing while that task runs (pod lines are matched on the pod's own text).
 SHOW: Mapping[str, re.Pattern[str]] = {
     "prepare": re.compile(r"wrote |rows"),
-    "sweep": re.compile(r"trial \d+(/\d+)?\b|best |warm|budget"),
+    "sweep": re.compile(r"^trial \d+/\d+ |^best |warm|budget"),  # the sweep's own lines, not its trials' logs
     "train": re.compile(
-        r"resum|saved .*checkpoint|lost|restart|preempt|resubmit|rank 0/|final metrics|epoch \d+/\d+|"
+        r"resum|saved .*checkpoint|lost|restart|preempt|resubmit|rank 0/|final metrics|^epoch \d+: |"
         r"attempt \d+:|succeeded after"
     ),
     "evaluate": re.compile(r"test|accuracy|loaded"),
-    "publish": re.compile(r"^(run |sweep:|test:|training:|promotion:|model:|plot:|report:|checkpoints:|latest)"),
+    "publish": re.compile(r"^promotion:"),  # the whole report is printed at the end
 }
+#: Lines those patterns catch that say nothing to a person watching.
+HIDE = re.compile(r"^waiting up to|^Checkpoint interval")
+#: The final training's per-epoch validation (``runtime.report_intermediate``), shown every ``EPOCH_EVERY`` epochs.
+EPOCH = re.compile(r'^AE_INTERMEDIATE (\{"step": (\d+), "metrics": .*\})$')
+EPOCH_EVERY = 5
 
 
 class Progress:
     """Feed it ``airflow dags test`` output line by line; it calls ``emit`` with the lines worth showing.
 
     Args:
-        tasks: the DAG's task ids in running order (for ``task 2/5``).
+        tasks: the DAG's task ids (for ``task 2/5``).
         emit: where lines go (``print``).
         clock: seconds, for the duration of each task.
     """
@@ -84,8 +91,7 @@ class Progress:
         if task in self.started:
             return  # a deferred task resumes: same task, not a new step
         self.started[task] = self.clock()
-        where = f" (task {self.tasks.index(task) + 1}/{len(self.tasks)})" if task in self.tasks else ""
-        self.say(task, f"started{where}")
+        self.say(task, f"started (task {len(self.started)}/{len(self.tasks)})")
 
     def _end(self, task: str) -> None:
         seconds = self.clock() - self.started.get(task, self.clock())
@@ -99,13 +105,29 @@ class Progress:
             return
         pod = POD_LINE.match(message)
         text = pod.group(2) if pod else message
-        if not show.search(text):
+        if task == "train" and (epoch := EPOCH.match(text)):
+            text = _epoch(epoch.group(1))
+        if not text or not show.search(text) or HIDE.search(text):
             return
         key = f"{task}:{text}"
         if key in self.seen:  # a trigger re-run after a deferral repeats the lines it already showed
             return
         self.seen.add(key)
         self.say(task, _cut(text))
+
+
+def _epoch(marker: str) -> str:
+    """``epoch 5: val_loss=0.31, val_accuracy=0.93`` for every ``EPOCH_EVERY``-th epoch, else empty."""
+    try:
+        report = json.loads(marker)
+        step, metrics = int(report["step"]), dict(report["metrics"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+    if step % EPOCH_EVERY:
+        return ""
+    return f"epoch {step}: " + ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()
+    )
 
 
 def _cut(text: str, limit: int = 220) -> str:

@@ -1,0 +1,372 @@
+"""The flagship nightly pipeline: prepare the data, sweep, train the best configuration, evaluate, publish.
+
+Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
+
+    previous_sweep ─┐
+    prepare ────────┴─> sweep ──> train ──> evaluate ──> publish
+
+* ``prepare`` (batch stage, CPU pool, ``forbid``): splits scikit-learn's digits into train/val/test ``.npz`` under
+  ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
+* ``sweep``: a TPE sweep of the PyTorch digits classifier (``scripts/train_digits.py``, DDP over gloo), each trial a
+  two-pod group on spot capacity, validation loss the objective; warm-started from the previous run's sweep.
+* ``train``: the best parameters trained for longer, the leader on on-demand capacity (it writes the checkpoints),
+  two elastic workers on spot (torchrun's c10d rendezvous: a reclaimed worker is replaced without a group restart),
+  checkpointed under ``<root>/checkpoints/digits/<version>/final``.
+* ``evaluate`` (batch stage, CPU pool): the final checkpoint's accuracy and loss on the held-out test split
+  (``scripts/evaluate_digits.py``).
+* ``publish``: model, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted to
+  ``<root>/models/digits/latest/`` only if the test accuracy does not regress (:mod:`airflow_elastic.publishing`).
+
+Data flows only through XCom and object storage: each step's result is the next one's argument or template, and
+every artefact lives under ``root``: the ``root`` param, else the Airflow Variable ``nightly_training_root``, else
+``/tmp/airflow-elastic/nightly`` (works on the local cluster, whose pods are local processes; on a real cluster give a
+URI every pod and the Airflow workers reach, e.g. ``gs://bucket/nightly``, with its fsspec driver in the images).
+``<version>`` is the run id made path-safe (``publishing.version_name``).
+
+**Warm start from object storage, not XCom.** ``previous_sweep`` reads the sweep result the last publish wrote
+(``<root>/models/digits/LAST_RUN.json`` names it): unlike the previous DAG run's XCom, it survives a metadata-DB
+cleanup (``airflow db clean``), a new Airflow deployment, cleared or failed runs in between, and ``airflow dags
+test`` with a fresh DB; and it is the sweep the published model came from.
+
+Locally (``make demo`` does all of it, with a spot reclaim during ``train``)::
+
+    airflow-elastic cluster up --detach --image-map dags/image-map.yaml   # prints AIRFLOW_CONN_LOCAL_CLUSTER=...
+    airflow dags test nightly_training --conf '{"scripts": "'$PWD'/dags/scripts"}'
+
+The stages' and the final training's commands name the scripts under the ``scripts`` param (``/workspace/scripts``
+in ``docker/trainer/Dockerfile``'s image, built with ``--build-arg SCRIPT=train_digits.py``); the sweep trials run the
+image's entrypoint, ``train_digits.py`` (``dags/image-map.yaml`` maps it locally).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from airflow_elastic import (
+    BatchStage,
+    Checkpointing,
+    Elastic,
+    FailurePolicy,
+    Placement,
+    Resources,
+    Role,
+    SuccessPolicy,
+    TrainingGroup,
+    publishing,
+)
+from airflow_elastic.operators import BatchStageOperator, TrainingGroupOperator
+from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
+
+#: The digits trainer image: torch 2.13 (CPU), scikit-learn, the scripts under /workspace/scripts; its entrypoint
+#: runs ``train_digits.py``.
+DIGITS_IMAGE = "ghcr.io/airflow-elastic/digits-trainer:0.1.0"
+DEFAULT_ROOT = "/tmp/airflow-elastic/nightly"
+ROOT_VARIABLE = "nightly_training_root"
+ROOT = f"{{{{ params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}') }}}}"
+VERSION = "{{ run_id | version }}"
+DATA = f"{ROOT}/data/digits/{VERSION}"
+MODELS = f"{ROOT}/models/digits"
+SCRIPTS = "{{ params.scripts }}"
+#: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
+CONN_ID = "local_cluster"
+#: What the promotion rule compares: the evaluation's test accuracy, higher is better.
+PROMOTION_METRIC = "test_accuracy"
+
+#: Batch stages belong on the CPU pool, at low priority, away from the GPU/spot nodes training needs.
+CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-demand"}, priority_class="batch-low")
+STAGE_RESOURCES = Resources(cpu="1", memory="1Gi")
+TRAINER_RESOURCES = Resources(cpu="500m", memory="1Gi")
+SPOT = Placement(spot=True)
+#: The rendezvous port. torchrun's store binds every address, and on the local cluster every address is the host's:
+#: not torchrun's conventional 29400, which other groups on the same machine may hold.
+PORT = 29471
+
+
+#: torchrun's elastic launch: c10d rendezvous at the leader's pod, the node range from the environment contract
+#: (``NNODES=2:3``), and a launcher restart per lost peer (``--max-restarts``).
+TORCHRUN_FLAGS = {
+    "nnodes": "$(NNODES)",
+    "nproc-per-node": "$(NPROC_PER_NODE)",
+    "rdzv-backend": "c10d",
+    "rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
+    "rdzv-id": "$(AE_JOBSET)",
+    "max-restarts": "5",
+}
+
+
+def torchrun(hosts_store: bool) -> tuple[str, ...]:
+    """The final training's command; only the leader hosts the rendezvous store, so a reclaimed worker does not
+    take it along."""
+    flags = {**TORCHRUN_FLAGS, "rdzv-conf": f"is_host={int(hosts_store)},last_call_timeout=5"}
+    return ("torchrun", *(f"--{flag}={value}" for flag, value in flags.items()), f"{SCRIPTS}/train_digits.py")
+
+
+#: One sweep trial: a leader and a worker, both on spot (a reclaimed trial resumes from its own checkpoint).
+trial = TrainingGroup(
+    name="digits",
+    image=DIGITS_IMAGE,
+    roles=[Role("leader", resources=TRAINER_RESOURCES), Role("worker", resources=TRAINER_RESOURCES)],
+    placement=SPOT,
+    success=SuccessPolicy(roles=("leader",)),  # the leader's result is the trial's; the JobSet then stops the worker
+    failure=FailurePolicy(max_failures=1, max_preemptions=5),
+    checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/sweep", keep=2),
+    env={"DATA_URI": DATA, "EPOCHS": "{{ params.sweep_epochs }}", "PYTHONUNBUFFERED": "1"},
+)
+
+#: The final training: the leader on on-demand capacity, two elastic workers on spot.
+final = TrainingGroup(
+    name="digits-final",
+    image=DIGITS_IMAGE,
+    roles=[
+        Role("leader", resources=TRAINER_RESOURCES, command=torchrun(True)),
+        Role("worker", replicas=2, resources=TRAINER_RESOURCES, placement=SPOT, command=torchrun(False)),
+    ],
+    elastic=Elastic(1, 2, role="worker"),
+    success=SuccessPolicy(roles=("leader",)),
+    failure=FailurePolicy(max_failures=1, max_preemptions=5),
+    checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/final", keep=3),
+    env={
+        "DATA_URI": DATA,
+        "EPOCHS": "{{ params.final_epochs }}",
+        "TRAIN_PARAMS": "{{ ti.xcom_pull(task_ids='sweep')['best_params'] | tojson }}",  # the sweep's best
+        # torch 2.13's shared rendezvous store tells a replacement joining a later round nothing: do not share it.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "PYTHONUNBUFFERED": "1",
+    },
+    coordinator_port=PORT,
+)
+
+
+def stage(name: str, script: str, env: dict[str, str]) -> BatchStage:
+    return BatchStage(
+        name,
+        image=DIGITS_IMAGE,
+        command=["python", f"{SCRIPTS}/{script}"],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        resources=STAGE_RESOURCES,
+        placement=CPU_POOL,
+    )
+
+
+with DAG(
+    "nightly_training",
+    schedule="0 2 * * *",
+    start_date=pendulum.datetime(2026, 1, 1, tz="Europe/Amsterdam"),
+    catchup=False,
+    max_active_runs=1,
+    user_defined_filters={"version": publishing.version_name},
+    params={
+        "root": Param(
+            "", type="string", description=f"storage root; empty: Variable {ROOT_VARIABLE}, else {DEFAULT_ROOT}"
+        ),
+        "scripts": Param("/workspace/scripts", type="string", description="the scripts' folder in the trainer image"),
+        "sweep_epochs": Param(6, type="integer", minimum=1, description="epochs per sweep trial"),
+        "final_epochs": Param(20, type="integer", minimum=1, description="epochs of the final training"),
+        "tolerance": Param(0.0, type="number", minimum=0, description="test-accuracy drop still promoted"),
+    },
+    tags=["example", "airflow-elastic", "nightly", "pytorch"],
+) as dag:
+
+    @task
+    def previous_sweep(params: dict[str, Any] | None = None) -> dict[str, Any] | str:
+        """The sweep result of the last published run (``LAST_RUN.json`` names it); ``""`` on the first night
+        (``None`` would store no XCom, and the sweep pulling a missing XCom logs an error)."""
+        return read_previous_sweep(models_root(params or {})) or ""
+
+    prepare = BatchStageOperator(
+        task_id="prepare",
+        stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
+        concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
+        kubernetes_conn_id=CONN_ID,
+        poll_interval=1,
+    )
+    sweep = HyperparameterSweepOperator(
+        task_id="sweep",
+        group=trial,
+        space={
+            "lr": loguniform(1e-3, 3e-1),
+            "hidden": choice([32, 64, 128]),
+            "dropout": uniform(0.0, 0.4),
+            "layers": randint(1, 3),
+        },
+        objective="val_loss",
+        mode="min",
+        algorithm="tpe",
+        max_trials=6,
+        max_parallel=2,
+        max_failed_trials=2,
+        seed=7,
+        early_stopping="median",
+        warm_start=previous_sweep(),
+        report_uri=f"{ROOT}/reports/digits/{VERSION}/sweep",
+        kubernetes_conn_id=CONN_ID,
+        poll_interval=1,
+    )
+    train = TrainingGroupOperator(
+        task_id="train",
+        group=final,
+        kubernetes_conn_id=CONN_ID,
+        poll_interval=1,
+        startup_timeout=300,
+    )
+    evaluate = BatchStageOperator(
+        task_id="evaluate",
+        stage=stage(
+            "evaluate-digits",
+            "evaluate_digits.py",
+            {"DATA_URI": DATA, "MODEL_URI": "{{ ti.xcom_pull(task_ids='train')['checkpoint'] }}"},
+        ),
+        kubernetes_conn_id=CONN_ID,
+        poll_interval=1,
+    )
+
+    @task
+    def publish(
+        sweep: dict[str, Any],
+        train: dict[str, Any],
+        evaluation: dict[str, Any],
+        params: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Write this run's version, promote it if the test metric does not regress, return the run report.
+
+        The seam for serving (a later ``InferenceService`` step): take this result, and roll out
+        ``locations["latest"]`` when ``promotion["promote"]``."""
+        evidence = training_evidence(train)
+        return publish_run(
+            models_root(params or {}), str(run_id), sweep, train, evaluation["metrics"], evidence, params
+        )
+
+    prepare >> sweep >> train >> evaluate
+    publish(sweep.output, train.output, evaluate.output)
+
+
+# ------------------------------------------------------------------------------------------------ publishing I/O
+
+
+def models_root(params: dict[str, Any]) -> Any:
+    """``<root>/models/digits`` as an ``ObjectStoragePath``."""
+    from airflow.sdk import ObjectStoragePath, Variable
+
+    root = params.get("root") or Variable.get(ROOT_VARIABLE, default=DEFAULT_ROOT)
+    return ObjectStoragePath(str(root).rstrip("/")) / "models" / "digits"
+
+
+def read_json(path: Any) -> Any:
+    import json
+
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_json(path: Any, value: Any) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def copy_tree(source: Any, target: Any) -> None:
+    """Every file under ``source`` to the same relative path under ``target`` (any two storages)."""
+    for item in source.rglob("*"):
+        if item.is_file():
+            destination = target / str(item.relative_to(source))
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(item.read_bytes())
+
+
+def training_evidence(train: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stopped pods the final training's wait classified and saved on its JobSet (kept after it finished):
+    the evidence of reclaims an elastic role absorbed, which no restart count shows."""
+    import logging
+
+    from airflow_elastic import saved
+    from airflow_elastic.hooks.errors import KubernetesApiError
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+    try:
+        jobset = JobSetHook(CONN_ID).get_jobset(train["namespace"], train["name"])
+    except KubernetesApiError as error:
+        logging.getLogger("airflow.task").warning("no disruption evidence from JobSet %s: %s", train["name"], error)
+        return []
+    evidence = saved.restore(jobset)
+    return list(evidence.records) if evidence is not None else []
+
+
+def read_previous_sweep(root: Any) -> dict[str, Any] | None:
+    last = read_json(root / publishing.LAST_RUN)
+    return read_json(root / last["version"] / "sweep.json") if last else None
+
+
+def publish_run(
+    root: Any,
+    run_id: str,
+    sweep: dict[str, Any],
+    train: dict[str, Any],
+    evaluation: dict[str, Any],
+    evidence: list[dict[str, Any]],
+    params: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Write the version ``run_id`` under ``root``, promote it to ``latest`` unless its test metric regresses,
+    point ``LAST_RUN.json`` at it, and return the run report."""
+    import logging
+
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_elastic import checkpoints
+
+    log = logging.getLogger("airflow.task")
+    version = publishing.version_name(run_id)
+    target = root / version
+    step = checkpoints.latest_complete(None, train["checkpoint"])  # the final training's last complete checkpoint
+    if step is None:
+        raise ValueError(f"no complete checkpoint under {train['checkpoint']}: nothing to publish")
+    copy_tree(ObjectStoragePath(step.path), target / "model")
+    for path in (sweep.get("report") or {}).values():
+        if path:
+            (target / "sweep").mkdir(parents=True, exist_ok=True)
+            source = ObjectStoragePath(path)
+            (target / "sweep" / source.name).write_bytes(source.read_bytes())
+    write_json(target / "metrics.json", evaluation)
+    write_json(target / "sweep.json", sweep)
+    latest = root / publishing.LATEST
+    promotion = publishing.decide(
+        evaluation,
+        read_json(latest / "metrics.json"),
+        metric=PROMOTION_METRIC,
+        mode="max",
+        tolerance=float((params or {}).get("tolerance") or 0.0),
+    )
+    plot = (sweep.get("report") or {}).get("png")
+    locations = {
+        "version": str(target),
+        "model": str(target / "model"),
+        "plot": str(target / "sweep" / ObjectStoragePath(plot).name) if plot else "-",
+        "report": str(target / "report.json"),
+        "checkpoints": str(train["checkpoint"]),
+        "latest": str(latest),
+    }
+    report = publishing.run_report(
+        evidence=evidence,
+        run_id=run_id,
+        version=version,
+        sweep=sweep,
+        train=train,
+        evaluation=evaluation,
+        promotion=promotion,
+        objective="val_loss",
+        locations=locations,
+    )
+    write_json(target / "report.json", report)
+    if promotion.promote:  # readers trust latest/ only with its marker, which goes first and comes back last
+        if latest.exists():
+            (latest / publishing.LATEST_MARKER).unlink(missing_ok=True)
+            latest.rmdir(recursive=True)
+        copy_tree(target, latest)
+        write_json(latest / publishing.LATEST_MARKER, {"version": version, "run_id": run_id})
+    write_json(root / publishing.LAST_RUN, {"version": version, "run_id": run_id})
+    for line in publishing.report_lines(report):
+        log.info("%s", line)
+    return report
