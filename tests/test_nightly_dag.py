@@ -1,0 +1,57 @@
+"""The flagship DAG's shape (``dags/nightly_training.py``): its schedule, the data flow between its tasks, and where
+each step runs. ``tests/test_demo.py`` runs it end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def nightly() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("nightly_training_shape", ROOT / "dags" / "nightly_training.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_runs_nightly_at_two_in_a_named_timezone_one_run_at_a_time(nightly):
+    dag = nightly.dag
+    assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "Europe/Amsterdam"
+    assert dag.catchup is False and dag.max_active_runs == 1
+
+
+def test_each_step_feeds_the_next(nightly):
+    tasks = nightly.dag.task_dict
+    downstream = {task_id: sorted(task.downstream_task_ids) for task_id, task in tasks.items()}
+    assert downstream == {
+        "previous_sweep": ["sweep"],
+        "prepare": ["sweep"],
+        "sweep": ["publish", "train"],
+        "train": ["evaluate", "publish"],
+        "evaluate": ["publish"],
+        "publish": [],
+    }
+    # The final training takes the sweep's best parameters; the evaluation the training's checkpoints.
+    assert "xcom_pull(task_ids='sweep')['best_params']" in tasks["train"].group.env["TRAIN_PARAMS"]
+    assert "xcom_pull(task_ids='train')['checkpoint']" in tasks["evaluate"].stage.env["MODEL_URI"]
+
+
+def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_demand(nightly):
+    tasks = nightly.dag.task_dict
+    for stage_task in ("prepare", "evaluate"):
+        placement = tasks[stage_task].stage.placement
+        assert placement.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}, stage_task
+        assert placement.priority_class == "batch-low" and not placement.spot
+    assert tasks["prepare"].concurrency_policy == "forbid"
+    trial = tasks["sweep"].group
+    assert trial.placement.spot and all(role.placement is None for role in trial.roles)
+    final = tasks["train"].group
+    leader, workers = final.roles
+    assert not (leader.placement or final.placement).spot and workers.placement.spot
+    assert final.elastic is not None and final.elastic.role == "worker" and final.checkpoint is not None
