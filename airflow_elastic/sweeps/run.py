@@ -249,7 +249,7 @@ class SweepRun:
             [{"number": t.number, "name": t.jobset, "watch": self._watch(t)} for t in self.history.running()],
             self.namespace,
             self.op.kubernetes_conn_id,
-            history=self.history.to_json(),
+            history=self.history.to_json() if self.op.early_stopping else None,  # only the rule reads it
             objective=self.op.objective,
             mode=self.op.mode,
             early_stopping=self.op.early_stopping,

@@ -205,15 +205,14 @@ def test_failures_median_stopping_and_preemption(
     assert preempted["best_value"] < 1e-9, preempted
 
 
-def test_sync_mode_warm_start_and_the_wall_clock_budget(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+def test_sync_mode_warm_start_the_wall_clock_budget_and_all_failed(
+    cluster_airflow_env, airflow_db, namespace, local_cluster: LocalCluster, tmp_path: Path
 ):
-    base = tmp_path / "ckpt"
-    with JobSetRecorder(k8s_client, namespace) as recorder:
-        result = dags_test("sweep_more", cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+    base, mark = tmp_path / "ckpt", local_cluster.request_count()
+    result = dags_test("sweep_more", cluster_airflow_env, {"namespace": namespace, "base": str(base)})
     out = result.stdout
     states = task_states(airflow_db, "sweep_more")
-    assert states == {"sync": "success", "warm": "success", "budget": "success"}, tail(out, 200)
+    assert states == {"sync": "success", "warm": "success", "budget": "success", "all_failed": "failed"}, tail(out, 200)
 
     # (1) On the worker (deferrable=False) the same decisions: both grid points ran, side by side.
     sync = xcom(airflow_db, "sweep_more", "sync")
@@ -230,5 +229,8 @@ def test_sync_mode_warm_start_and_the_wall_clock_budget(
     assert stopped and all("max_wall_clock" in t["cause"] for t in stopped), budget["trials"]
     assert any(t["state"] == "complete" for t in budget["trials"]) and len(budget["trials"]) < 40
     assert budget["best_value"] == min(t["value"] for t in budget["trials"] if t["state"] == "complete")
-    assert all(t["jobset"] in recorder.ended for t in stopped), (stopped, recorder.ended)
+    deletes = {r["name"] for r in local_cluster.requests(since=mark, verb="delete", resource=JOBSET_RESOURCE)}
+    assert {t["jobset"] for t in stopped} <= deletes, (stopped, deletes)
     assert "max_wall_clock (10 s) reached" in out
+    # (4) Every trial failed (within max_failed_trials): the task fails and says so, with each cause.
+    assert "Every trial of the sweep failed (2): trial 1: " in out and "trial 2: " in out, tail(out, 100)

@@ -7,7 +7,7 @@ one-pod group checkpointing under ``{{ params.base }}/<task>/trial-<n>``.
 * ``sweep_behaviours``: ``failing`` (trials with x > 0.5 crash; one failure tolerated), ``median`` (a grid whose last
   trial is clearly bad, median stopping), ``preempted`` (the test reclaims the trial's spot node mid-run).
 * ``sweep_more``: ``sync`` (``deferrable=False``), ``warm`` (warm-started from ``sync``'s result), ``budget``
-  (``max_wall_clock`` ends a sweep that would run 40 trials).
+  (``max_wall_clock`` ends a sweep that would run 40 trials), ``all_failed`` (every trial crashes, all tolerated).
 """
 
 from __future__ import annotations
@@ -109,5 +109,16 @@ with DAG("sweep_more", schedule=None, catchup=False, params=PARAMS, tags=["test"
         max_parallel=2,
         max_wall_clock=10,
         seed=2,
+        **COMMON,
+    )
+    HyperparameterSweepOperator(
+        task_id="all_failed",
+        group=group("sw-allfail", FAIL_ABOVE_X="-1"),
+        space={"x": uniform(0.0, 1.0)},
+        algorithm="random",
+        max_trials=2,
+        max_parallel=2,
+        max_failed_trials=2,
+        seed=4,
         **COMMON,
     )
