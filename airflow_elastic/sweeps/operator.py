@@ -67,6 +67,9 @@ class HyperparameterSweepOperator(BaseOperator):
         SpecError: bad arguments (named), at parse time.
         AirflowFailException: more than ``max_failed_trials`` trials failed (the message lists them), or none
             completed.
+        AirflowTaskTimeout: ``execution_timeout`` passed (the running trials are stopped first).
+        AirflowException: waiting for the trials failed more than three times in a row (the trials keep running;
+            a retry adopts them).
     """
 
     template_fields = ("namespace", "kubernetes_conn_id", "warm_start", "report_uri", "max_trials", "max_parallel")
@@ -209,7 +212,10 @@ def load_warm_start(value: Mapping[str, Any] | str | None) -> dict[str, Any] | N
     try:
         loaded = json.loads(value)
     except ValueError:
-        loaded = ast.literal_eval(value)
+        try:
+            loaded = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise SpecError([("warm_start", f"is not a sweep result (a dict): {value!r:.200}")]) from None
     if not isinstance(loaded, dict):
         raise SpecError([("warm_start", f"must be a previous sweep's result (a dict), got {type(loaded).__name__}")])
     return loaded

@@ -104,6 +104,8 @@ def test_a_warm_start_rendered_into_a_template_is_read_back():
     assert load_warm_start(None) is None and load_warm_start("None") is None
     with pytest.raises(SpecError, match="warm_start"):
         load_warm_start("[1, 2]")
+    with pytest.raises(SpecError, match="warm_start"):
+        load_warm_start("{'best_params': ")  # a cut or garbled rendering
 
 
 class DictStore(dict):
