@@ -1,0 +1,115 @@
+"""The DAGs of ``bench/goodput.py``: one per strategy, built from a settings dict the bench writes into a DAG file.
+
+* ``elastic`` (strategies 1 and 2): ``TrainingGroupOperator`` as documented, deferrable; strategy 2 switches the
+  trainer's emergency checkpoints and ``runtime.peer_loss`` off (``EMERGENCY_CHECKPOINT=0``, ``PEER_GUARD=0``). Without
+  the helper a surviving peer's collective error often fails its pod before the reclaimed one is marked, and the
+  cluster counts that as a genuine failure, so strategy 2 gets ``max_failures`` as large as its preemption budget
+  (with the example's ``max_failures=1`` it would end the task at the second such reclaim instead of measuring).
+* ``handrolled`` (strategy 3): what a team writes without this provider. The cncf provider has no JobSet operator,
+  and its ``KubernetesJobOperator`` runs one pod template, so it cannot put the leader on on-demand and the workers on
+  spot; the team applies the same JobSet with the cncf ``KubernetesHook``, polls its conditions, and raises when it
+  failed, so Airflow ``retries`` start it again. The JobSet has a plain counted failure policy (``maxRestarts: 0``,
+  no rules, no ``podFailurePolicy``), so every disruption fails it and burns a retry plus a scheduler round trip
+  (``retry_delay``). Each try names its JobSet after the try number; the trainer resumes from the latest complete
+  checkpoint in the shared checkpoint directory, as a sensible team's trainer does.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import time
+from typing import Any
+
+from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, TrainingGroup
+
+IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"  # the example's image, mapped to the bench trainer
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+
+
+def group(settings: dict[str, Any]) -> TrainingGroup:
+    """The PyTorch DDP example's group: leader on on-demand (it writes the checkpoints), workers on spot."""
+    resources = Resources(cpu="500m", memory="1Gi", gpu=1)
+    emergency = "1" if settings["emergency"] else "0"
+    return TrainingGroup(
+        name=settings["name"],
+        image=IMAGE,
+        roles=[
+            Role("leader", resources=resources),
+            Role("worker", replicas=settings["workers"], resources=resources, placement=Placement(spot=True)),
+        ],
+        failure=FailurePolicy(max_failures=settings["max_failures"], max_preemptions=settings["max_preemptions"]),
+        checkpoint=Checkpointing(uri=settings["checkpoint_uri"], keep=3),
+        env={
+            "TRAIN_STEPS": str(settings["steps"]),
+            "STEP_SECONDS": str(settings["step_seconds"]),
+            "CHECKPOINT_EVERY": str(settings["every"]),
+            "CHECKPOINT_SECONDS": str(settings["checkpoint_seconds"]),
+            "EMERGENCY_CHECKPOINT": emergency,
+            "PEER_GUARD": emergency,
+            "PEER_TIMEOUT": "30",
+            "PYTHONUNBUFFERED": "1",
+        },
+        coordinator_port=29400,
+    )
+
+
+def plain_jobset(settings: dict[str, Any]) -> dict[str, Any]:
+    """The same JobSet as a team writes it: a counted failure policy with no rules, Jobs without podFailurePolicy."""
+    from airflow_elastic.render import render_jobset
+
+    manifest = render_jobset(group(settings), namespace=settings["namespace"])
+    manifest["spec"]["failurePolicy"] = {"maxRestarts": 0}
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        job = rjob["template"]["spec"]
+        job.pop("podFailurePolicy", None)
+        job["backoffLimit"] = 0
+    return manifest
+
+
+def run_handrolled(manifest: dict[str, Any], conn_id: str, poll: float, try_number: int) -> dict[str, Any]:
+    """Apply the JobSet for this try, poll until it completed (return) or failed (raise: Airflow retries)."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    body = copy.deepcopy(manifest)
+    name = body["metadata"]["name"] = f"{manifest['metadata']['name']}-try{try_number}"
+    namespace = body["metadata"]["namespace"]
+    hook = KubernetesHook(conn_id=conn_id)
+    group_, version, plural = JOBSETS
+    hook.create_custom_object(group=group_, version=version, plural=plural, body=body, namespace=namespace)
+    while True:
+        jobset = hook.get_custom_object(group=group_, version=version, plural=plural, name=name, namespace=namespace)
+        conditions = {c["type"]: c for c in (jobset.get("status") or {}).get("conditions") or []}
+        if conditions.get("Completed", {}).get("status") == "True":
+            return {"name": name}
+        if conditions.get("Failed", {}).get("status") == "True":
+            raise RuntimeError(f"JobSet {namespace}/{name} failed: {conditions['Failed'].get('message')}")
+        time.sleep(poll)
+
+
+def build(settings: dict[str, Any]) -> Any:
+    """The DAG of ``settings["strategy"]`` (``elastic`` or ``handrolled``)."""
+    from airflow.sdk import DAG, task
+
+    with DAG(settings["dag_id"], schedule=None, catchup=False) as dag:
+        if settings["strategy"] == "handrolled":
+            manifest = json.loads(json.dumps(plain_jobset(settings)))
+
+            @task(retries=settings["retries"], retry_delay=datetime.timedelta(seconds=settings["retry_delay"]))
+            def train(ti=None) -> dict[str, Any]:
+                return run_handrolled(manifest, settings["conn_id"], settings["poll"], ti.try_number)
+
+            train()
+        else:
+            from airflow_elastic.operators import TrainingGroupOperator
+
+            TrainingGroupOperator(
+                task_id="train",
+                group=group(settings),
+                namespace=settings["namespace"],
+                kubernetes_conn_id=settings["conn_id"],
+                poll_interval=settings["poll"],
+                startup_timeout=180,
+            )
+    return dag
