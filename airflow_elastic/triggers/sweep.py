@@ -135,6 +135,7 @@ class SweepTrigger(BaseTrigger):
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
         self.intermediates: dict[int, dict[int, float]] = {}
+        self._decided: dict[int, int] = {}  # trial -> the last step the stopping rule judged
         self._fired = False
         self._views = {int(t["number"]): self._view(t) for t in self.trials}
 
@@ -202,15 +203,24 @@ class SweepTrigger(BaseTrigger):
         from airflow_elastic.sweeps.history import SweepHistory
 
         history = SweepHistory.from_json(self.history)
+        # Steps the operator recorded were judged by an earlier wait; each newer one is judged in order, however
+        # many one log read brought (an ASHA rung crossed by an earlier line is not skipped).
+        decided = {t.number: -1 if t.last_step is None else t.last_step for t in history.trials}
+        decided.update(self._decided)
         for number, values in self.intermediates.items():
             for step, value in values.items():
                 history.record_intermediate(number, step, value)
         stops = {}
         for trial in history.running():
-            if trial.number in self._views and trial.number in self.intermediates:
-                reason = stopping.decide(self.early_stopping, trial, history, mode=self.mode, **self.stopping_options)
-                if reason:
-                    stops[trial.number] = reason
+            since = decided.get(trial.number, -1)
+            if trial.number not in self._views or trial.last_step is None or trial.last_step <= since:
+                continue
+            reason = stopping.decide(
+                self.early_stopping, trial, history, mode=self.mode, since_step=since, **self.stopping_options
+            )
+            self._decided[trial.number] = trial.last_step
+            if reason:
+                stops[trial.number] = reason
         return stops
 
     # ----------------------------------------------------------------------------------------------- run
@@ -285,10 +295,10 @@ class SweepTrigger(BaseTrigger):
                     verdict = await self._observe(view, snapshot)
                     if verdict is not None:
                         verdicts[number] = verdict
-                if verdicts:
-                    return self._payload("verdicts", verdicts=verdicts)
-                if stops := self._stops():
-                    return self._payload("stop", stops=stops)
+                # Judged with every verdict too: what this look read is recorded, and never judged again.
+                stops = {n: why for n, why in self._stops().items() if n not in verdicts}
+                if verdicts or stops:
+                    return self._payload("verdicts" if verdicts else "stop", verdicts=verdicts, stops=stops)
                 if self.deadline is not None and time.time() >= self.deadline:
                     return self._payload("budget", message="the sweep's budget deadline passed")
 

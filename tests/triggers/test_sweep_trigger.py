@@ -141,3 +141,34 @@ def test_a_watched_trial_end_is_judged_at_once_not_at_the_next_periodic_look():
     payload = asyncio.run(scenario())
     assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(1, "succeeded")], payload
     assert hook.calls["watch_jobsets"] == 1 and hook.calls["list_jobsets"] == 1  # one shared list and watch
+
+
+def test_every_step_one_log_read_brings_is_judged_not_only_the_latest():
+    """Steps 1, 2 and 4 arrive in one read: ASHA stops the trial at the rung of step 1, which judging step 4 alone
+    (where it leads) would skip."""
+    history = SweepHistory(
+        [
+            Trial(1, {"x": 1}, "complete", 0.1, intermediate={1: 0.1, 2: 0.1, 4: 0.1}),
+            Trial(2, {"x": 2}, "complete", 5.0, intermediate={1: 0.2, 2: 0.2, 4: 5.0}),
+            Trial(3, {"x": 3}, "running"),
+        ]
+    )
+    hook = FakeHook()
+    hook.jobsets = {"sw-t3": jobset("sw-t3", **RUNNING)}
+    leader = pod("sw-t3", "leader", phase="Running")
+    hook.pods = [leader]
+    lines = [format_line(step, {"loss": value}) for step, value in ((1, 9.0), (2, 9.0), (4, 0.05))]
+    hook.logs = {leader["metadata"]["name"]: "\n".join(lines) + "\n"}
+    trigger = SweepTrigger(
+        trials(3),
+        NS,
+        "k8s",
+        history=history.to_json(),
+        objective="loss",
+        early_stopping="asha",
+        stopping_options={"min_resource": 1, "reduction_factor": 2},
+        poll_interval=0.01,
+        log_role="leader",
+    )
+    payload = run(trigger, hook)
+    assert [(s["number"], "step 1" in s["reason"]) for s in payload["stops"]] == [(3, True)], payload
