@@ -1,0 +1,100 @@
+"""The report of ``bench/goodput.py``: its tables (markdown) and its plot (matplotlib, Agg), from the measured rows."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+STRATEGIES = {"elastic": "1 airflow-elastic", "periodic": "2 periodic only", "handrolled": "3 hand-rolled retries"}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The main grid as markdown, with goodput and wall-time ratios against strategy 3 at the same MTBR."""
+    lines = [
+        "| MTBR (x interval) | strategy | succeeded | goodput | x strategy 3 | lost steps | restart overhead (s) "
+        "| GPU-h requested | GPU-h lost | reclaims | interruptions | Airflow tries on reclaims |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        same = [r for r in rows if r["strategy"] == "handrolled" and r["mtbr_intervals"] == row["mtbr_intervals"]]
+        base = same[0] if same else {}
+        ratio = row.get("goodput") / base["goodput"] if row.get("goodput") and base.get("goodput") else None
+        cells = [
+            f"{row['mtbr_intervals']:g}",
+            STRATEGIES[row["strategy"]],
+            "yes" if row["succeeded"] else f"no ({row['state']})",
+            _num(row.get("goodput"), ".2f"),
+            _num(ratio, ".2f"),
+            _num(row.get("lost_steps"), "d"),
+            _num(row.get("restart_overhead"), ".1f"),
+            _num(row.get("gpu_hours"), ".4f"),
+            _num(row.get("lost_gpu_hours"), ".4f"),
+            str(row["reclaims"]),
+            _num(row.get("interruptions"), "d"),
+            str(row["tries_on_reclaims"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| checkpoint interval (s) | goodput | operator's advice (s) |", "| --- | --- | --- |"]
+    for row in rows:
+        cells = [f"{row['interval_seconds']:g}", _num(row.get("goodput"), ".2f"), _num(row.get("advice_seconds"), "g")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def young_daly(rows: list[dict[str, Any]]) -> str:
+    measured = [r for r in rows if r.get("goodput")]
+    advice = [r["advice_seconds"] for r in rows if r.get("advice_seconds")]
+    if not measured or not advice:
+        return "Young/Daly: no measured goodput or no advice in the task logs"
+    best = max(measured, key=lambda r: r["goodput"])["interval_seconds"]
+    advised = statistics.median(advice)
+    off = (advised - best) / best
+    return (
+        f"Young/Daly: measured optimum {best:g} s, the operator advises {advised:g} s (median of its runs): "
+        f"{off:+.0%} of the optimum ({'within' if abs(off) <= 0.3 else 'outside'} ±30 %)"
+    )
+
+
+def _num(value: Any, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _ticks(axes: Any, values: list[float]) -> None:
+    """A log-2 axis labelled with the measured values themselves."""
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(sorted(set(values)), [f"{v:g}" for v in sorted(set(values))])
+    axes.minorticks_off()
+
+
+def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    for strategy, label in STRATEGIES.items():
+        points = sorted((r["mtbr_intervals"], r.get("goodput") or 0.0) for r in rows if r["strategy"] == strategy)
+        left.plot(*zip(*points, strict=True), marker="o", label=label)
+    left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
+    _ticks(left, [r["mtbr_intervals"] for r in rows])
+    left.set_title("goodput under spot reclaims")
+    left.legend()
+    if sweep:
+        points = sorted((r["interval_seconds"], r.get("goodput") or 0.0) for r in sweep)
+        right.plot(*zip(*points, strict=True), marker="o", label="measured (strategy 2)")
+        advice = [r["advice_seconds"] for r in sweep if r.get("advice_seconds")]
+        if advice:
+            right.axvline(statistics.median(advice), color="tab:red", linestyle="--", label="operator's advice")
+        _ticks(right, [r["interval_seconds"] for r in sweep])
+        right.legend()
+    right.set(xlabel="checkpoint interval (s)", ylabel="goodput", ylim=(0, 1.05))
+    right.set_title("Young/Daly check")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
