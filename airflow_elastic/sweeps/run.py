@@ -25,8 +25,9 @@ from airflow_elastic.render.trial import trial_group
 from airflow_elastic.state import GroupEvent, PodFailure
 from airflow_elastic.sweeps import outcome, sampler
 from airflow_elastic.sweeps.arguments import trial_base
+from airflow_elastic.sweeps.budgets import Budgets
 from airflow_elastic.sweeps.history import SweepHistory, Trial
-from airflow_elastic.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, TrialStore, sweep_id
+from airflow_elastic.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, TrialStore, sweep_id, trial_port
 from airflow_elastic.templating import render_group
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 STATE_KEY = "sweep"
 #: Failed waits in a row tolerated (waiting again) before the task fails; the trial groups keep running.
 MAX_REDEFERS = 3
-#: Trial coordinator ports spread over this many ports (:func:`trial_port`).
-PORT_SPREAD = 1000
 #: A failed trial's cause with this prefix was a preemption past the group's budget: never charged.
 PREEMPTED = "preempted: "
 
@@ -98,29 +97,20 @@ class SweepRun:
     def _gpus(self) -> int:
         return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self.group.roles)
 
-    def gpu_hours(self, now: float) -> float:
-        """GPU-hours of the finished trials plus the running ones' so far."""
-        running = sum(max(now - (t.started_at or now), 0.0) for t in self.history.running()) * self._gpus() / 3600
-        return sum(t.gpu_hours for t in self.history.finished()) + running
+    @property
+    def budgets(self) -> Budgets:
+        op = self.op
+        return Budgets(
+            op.max_wall_clock, op.max_gpu_hours, self._gpus(), float(self.state.get("started") or time.time())
+        )
 
     def budget_spent(self, now: float) -> str:
         """Which sweep budget is spent (empty: none)."""
-        op = self.op
-        if op.max_wall_clock is not None and now - float(self.state["started"]) >= op.max_wall_clock:
-            return f"max_wall_clock ({op.max_wall_clock:.0f} s) reached"
-        if op.max_gpu_hours is not None and self.gpu_hours(now) >= op.max_gpu_hours:
-            return f"max_gpu_hours ({op.max_gpu_hours:g}) used up ({self.gpu_hours(now):.4f})"
-        return ""
+        return self.budgets.spent(self.history, now)
 
     def budget_deadline(self, now: float) -> float | None:
-        """The epoch second the first budget runs out at the current rate (``None``: no budget binds)."""
-        op, found = self.op, []
-        if op.max_wall_clock is not None:
-            found.append(float(self.state["started"]) + op.max_wall_clock)
-        rate = len(self.history.running()) * self._gpus()
-        if op.max_gpu_hours is not None and rate:
-            found.append(now + max(op.max_gpu_hours - self.gpu_hours(now), 0.0) * 3600 / rate)
-        return min(found) if found else None
+        """When the first sweep budget runs out (``None``: none binds)."""
+        return self.budgets.deadline(self.history, now)
 
     def over(self) -> bool:
         """No more trials may start: the trial budget, the grid or a sweep budget is spent."""
@@ -413,15 +403,6 @@ class SweepRun:
         self.save()
         report = outcome.write(self.history, self.op, self.context, self.log)
         return outcome.result(self.history, self.op, report, self.log)
-
-
-def trial_port(port: int, number: int) -> int:
-    """Trial ``number``'s coordinator port: the group's plus ``(number - 1) % PORT_SPREAD`` (kept below 65536).
-
-    On a real cluster every pod has its own network namespace and the offset changes nothing; on one host (the
-    local cluster) concurrent trials' rendezvous stores, which bind every address, would otherwise collide."""
-    offset = (number - 1) % PORT_SPREAD
-    return port + offset if port + offset <= 65535 else port - offset
 
 
 def _last(trial: Trial) -> float | None:

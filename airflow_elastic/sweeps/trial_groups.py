@@ -20,6 +20,9 @@ from airflow_elastic import names
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.render.trial import SWEEP_LABEL, TRIAL_LABEL, trial_labels
 
+#: Trial coordinator ports spread over this many ports (:func:`trial_port`).
+PORT_SPREAD = 1000
+
 
 def sweep_id(identity: ident.TaskIdentity, generation: int) -> str:
     """The sweep's label value: the task id (as a label value, cut) plus a hash of the task instance and the
@@ -67,3 +70,12 @@ class TrialStore:
 
     def set(self, key: str, value: Any) -> None:
         self.store.set(self.prefix + key, value)
+
+
+def trial_port(port: int, number: int) -> int:
+    """Trial ``number``'s coordinator port: the group's plus ``(number - 1) % PORT_SPREAD`` (kept below 65536).
+
+    On a real cluster every pod has its own network namespace and the offset changes nothing; on one host (the
+    local cluster) concurrent trials' rendezvous stores, which bind every address, would otherwise collide."""
+    offset = (number - 1) % PORT_SPREAD
+    return port + offset if port + offset <= 65535 else port - offset
