@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_elastic import cascade, saved
-from airflow_elastic.evidence import Evidence, Stop, decisive, node_names
+from airflow_elastic.evidence import Evidence, Stop, attempt_causes, decisive, node_names
 from airflow_elastic.state import (
     BelowMin,
     GroupEvent,
@@ -188,6 +188,10 @@ class Watch:
         self.started = False
         self.suspended_since: float | None = None
         self._stops: list[Stop] = []
+        #: Restart attempt -> when the watch first saw the group restarted past it: a counted in-cluster restart may
+        #: still turn out to be a node-loss cascade (its lost node shows only later), looked for within the window.
+        self._restarted: dict[int, float] = {}
+        self._restarts_seen = 0
         #: The JobSet and its status as last judged (what a deadline passing between looks reports).
         self.last: tuple[Obj | None, GroupStatus | None] = (None, None)
 
@@ -237,6 +241,7 @@ class Watch:
             return Step(need=records, observation=obs, status=status)
         self.errors = 0
         self.last = (jobset, status)
+        records += self._restart_cascades(obs, status)
         hold, root = self._settle_failure(obs, status)
         records += [root] if root else []
         step = Step(observation=obs, status=status) if hold else self._decide(obs, jobset, status, timed_out)
@@ -257,9 +262,10 @@ class Watch:
             )
         if timed_out:
             return self._end(obs, "timeout", jobset, status, message=f"{self.where} passed its deadline")
-        if self.max_preemptions is not None and status.free_restarts > self.max_preemptions:
+        disrupted = status.free_restarts + self._node_losses(status)
+        if self.max_preemptions is not None and disrupted > self.max_preemptions:
             message = (
-                f"{self.where} was disrupted {status.free_restarts} time(s); the preemption budget allowed "
+                f"{self.where} was disrupted {disrupted} time(s); the preemption budget allowed "
                 f"{self.max_preemptions} more"
             )
             return self._end(obs, "preemption_budget_exhausted", jobset, status, message=message)
@@ -304,8 +310,14 @@ class Watch:
         if obs.nodes is None:
             self._stops = self.evidence.observe(obs.pods)
             names = node_names(self._stops)
+            if self.settle_seconds > 0:  # each attempt the group restarted past: did a node vanish under it?
+                self._restarted |= {attempt: obs.now for attempt in range(self._restarts_seen, status.restarts)}
+                self._restarts_seen = max(self._restarts_seen, status.restarts)
             if self.settle_seconds > 0 and status.phase == "Failed":
                 pods = cascade.unaccounted(cascade.attempt_pods(obs.pods, status.restarts))
+                names |= {node for node in map(cascade.node_of, pods) if node}
+            for attempt in self._restarted:
+                pods = cascade.unaccounted(cascade.attempt_pods(obs.pods, attempt))
                 names |= {node for node in map(cascade.node_of, pods) if node}
             if names:
                 return Need(nodes=frozenset(names))
@@ -329,11 +341,42 @@ class Watch:
         failed = [r["pod"] for r in found if r.get("budget") == "failure"]
         root = cascade.root_cause(pods, obs.nodes or {}, attempt, failed)
         if root is not None:
-            first = next((i for i, r in enumerate(records) if int(r.get("attempt", 0)) == attempt), len(records))
-            records.insert(first, root)
+            self._put_first(root)
             return False, root
         self.held_since = self.held_since if self.held_since is not None else obs.now
         return bool(cascade.unaccounted(pods)) and obs.now - self.held_since < self.settle_seconds, None
+
+    def _restart_cascades(self, obs: Observation, status: GroupStatus) -> list[dict[str, Any]]:
+        """Root-cause records of in-cluster restarts that were node-loss cascades: with ``maxRestarts > 0`` the
+        survivors' exit 1 makes the JobSet restart the group, counted as a failure (``restartsCountTowardsMax``),
+        while the pod whose node vanished still shows ``Running``. An attempt charged to the failure budget is
+        looked at until its lost node shows (the record then charges it to the preemption budget, first among the
+        attempt's records), every pod of it is accounted for, or ``settle_seconds`` passed since the restart."""
+        roots = []
+        for attempt, since in list(self._restarted.items()):
+            found = [r for r in self.evidence.records if int(r.get("attempt", 0)) == attempt]
+            failed = [r["pod"] for r in found if r.get("budget") == "failure"]
+            explained = (decisive(found) or {}).get("budget", "failure") != "failure"
+            pods = cascade.attempt_pods(obs.pods or (), attempt)
+            root = None if explained or not failed else cascade.root_cause(pods, obs.nodes or {}, attempt, failed)
+            if root is not None:
+                self._put_first(root)
+                roots.append(root)
+            if explained or root is not None or not cascade.unaccounted(pods) or obs.now - since >= self.settle_seconds:
+                del self._restarted[attempt]
+        return roots
+
+    def _put_first(self, root: dict[str, Any]) -> None:
+        """Put a root-cause record first among its attempt's records (the attempt's decisive cause)."""
+        records, attempt = self.evidence.records, int(root.get("attempt", 0))
+        first = next((i for i, r in enumerate(records) if int(r.get("attempt", 0)) == attempt), len(records))
+        records.insert(first, root)
+
+    def _node_losses(self, status: GroupStatus) -> int:
+        """How many of the counted restarts were node-loss cascades (charged to the preemption budget instead)."""
+        causes = attempt_causes(self.evidence.records)
+        lost = sum(1 for k, r in causes.items() if k < status.restarts and r and r.get("rule") == cascade.RULE)
+        return min(lost, status.restarts_counted)
 
     def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
         if status.phase != "Suspended":
@@ -368,6 +411,7 @@ class Watch:
                 "reason": status.reason,
                 "restarts": status.restarts,
                 "restarts_counted": status.restarts_counted,
+                "restarts_node_loss": self._node_losses(status),
                 **fields,
             }
         if self.capture_evidence:

@@ -54,6 +54,11 @@ BUSY = ServerError(503, "ServiceUnavailable", "busy")
 # A worker's node vanished (the fake nodes are all gone): its pod never reported, its peer's collective failed.
 SURVIVOR = dict(fakes.pod(NAME, "worker", phase="Failed", exit_code=1, index=0), spec={"nodeName": "n1"})
 SILENT = dict(fakes.pod(NAME, "worker", phase="Running", index=1), spec={"nodeName": "n2"})
+# The same with maxRestarts > 0: the JobSet restarted the group (counted: a survivor failed) while the pod of the lost
+# node still shows Running; attempt 1 then runs and finishes.
+RESTARTED = group(ready=(1, 3), restarts=1, restartsCountTowardsMax=1)
+ATTEMPT_1 = [fakes.pod(NAME, role, phase="Running", index=i, attempt=1) for role, i in (("leader", 0), ("worker", 0))]
+LEADER_METRICS_1 = fakes.pod(NAME, "leader", phase="Succeeded", exit_code=0, message='{"loss": 0.5}', attempt=1)
 
 
 @dataclass
@@ -99,6 +104,15 @@ SCENARIOS = {
     "success": Scenario([(group(DONE), [LEADER_METRICS])]),
     "failure": Scenario([(group(FAILED, restarts=1, restartsCountTowardsMax=1), [LEADER_FAILED])]),
     "node-loss cascade": Scenario([(group(FAILED), [SURVIVOR, SILENT])]),
+    "node-loss cascade restarted in cluster": Scenario(
+        [
+            (RESTARTED, [SURVIVOR, SILENT, *ATTEMPT_1]),
+            (group(DONE, restarts=1, restartsCountTowardsMax=1), [LEADER_METRICS_1]),
+        ]
+    ),
+    "node-loss cascade restarted, no budget": Scenario(
+        [(RESTARTED, [SURVIVOR, SILENT, *ATTEMPT_1]), (RESTARTED, ATTEMPT_1)], {"max_preemptions": 0, "deadline": 1.0}
+    ),
 }
 
 
@@ -181,7 +195,11 @@ EXPECTED = {
     "success": "succeeded",
     "failure": "failed",
     "node-loss cascade": "failed",  # with evidence: its root cause is the silent pod's lost node
+    "node-loss cascade restarted in cluster": "succeeded",  # with evidence: the restart charged to node loss
+    "node-loss cascade restarted, no budget": "timeout",  # plain: no budget spent; with evidence: see below
 }
+#: The verdicts that only evidence gives: the counted restart was a node loss, so it spends the preemption budget.
+WITH_EVIDENCE = {"node-loss cascade restarted, no budget": "preemption_budget_exhausted"}
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "evidence"])
@@ -189,7 +207,15 @@ EXPECTED = {
 def test_sync_and_async_loops_give_the_same_verdict(name, capture):
     extra = {"capture_evidence": capture, "metrics_role": "leader"}
     sync, deferred = sync_verdict(SCENARIOS[name], **extra), async_verdict(SCENARIOS[name], **extra)
-    assert sync.status == EXPECTED[name]
+    assert sync.status == (WITH_EVIDENCE.get(name, EXPECTED[name]) if capture else EXPECTED[name])
     assert sync == deferred
     if capture and name == "node-loss cascade":
         assert (sync.evidence[0]["pod"], sync.evidence[0]["rule"]) == (SILENT["metadata"]["name"], "node-loss-cascade")
+    if name.startswith("node-loss cascade restarted"):
+        # The watch charges the counted restart to node loss (the operator then spends the preemption budget), and
+        # the record it logs for attempt 0 names the lost node, ahead of the survivor's exit 1.
+        assert sync.restarts_counted == 1 and sync.restarts_node_loss == (1 if capture else 0)
+        if capture:
+            root = sync.evidence[0]
+            assert (root["attempt"], root["pod"], root["node"]) == (0, SILENT["metadata"]["name"], "n2")
+            assert (root["cause"], root["budget"], root["rule"]) == ("node_loss", "preemption", "node-loss-cascade")
