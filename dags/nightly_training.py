@@ -5,8 +5,8 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
     previous_sweep ─┐
     prepare ────────┴─> sweep ──> train ──> evaluate ──> publish
 
-* ``prepare`` (batch stage, CPU pool, ``forbid``): splits scikit-learn's digits into train/val/test ``.npz`` under
-  ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
+* ``prepare`` (batch stage, CPU pool, ``forbid``, skipped when more than 4 hours late): splits scikit-learn's
+  digits into train/val/test ``.npz`` under ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
 * ``sweep``: a TPE sweep of the PyTorch digits classifier (``scripts/train_digits.py``, DDP over gloo), each trial a
   two-pod group on spot capacity, validation loss the objective; warm-started from the previous run's sweep.
 * ``train``: the best parameters trained for longer, the leader on on-demand capacity (it writes the checkpoints),
@@ -40,6 +40,7 @@ image's entrypoint, ``train_digits.py`` (``dags/image-map.yaml`` maps it locally
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pendulum
@@ -75,6 +76,9 @@ CONN_ID = "local_cluster"
 #: What the promotion rule compares: the evaluation's test accuracy, higher is better.
 PROMOTION_METRIC = "test_accuracy"
 
+#: A night that cannot start its preparation within this of 02:00 is skipped (a CronJob's startingDeadlineSeconds):
+#: the pipeline would otherwise train into the day, beside the traffic it is kept away from.
+STARTING_DEADLINE = timedelta(hours=4)
 #: Batch stages belong on the CPU pool, at low priority, away from the GPU/spot nodes training needs.
 CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-demand"}, priority_class="batch-low")
 STAGE_RESOURCES = Resources(cpu="1", memory="1Gi")
@@ -180,6 +184,7 @@ with DAG(
         task_id="prepare",
         stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
         concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
+        starting_deadline=STARTING_DEADLINE,
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )

@@ -48,7 +48,7 @@ def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_deman
         placement = tasks[stage_task].stage.placement
         assert placement.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}, stage_task
         assert placement.priority_class == "batch-low" and not placement.spot
-    assert tasks["prepare"].concurrency_policy == "forbid"
+    assert tasks["prepare"].concurrency_policy == "forbid" and tasks["prepare"].starting_deadline == 4 * 3600
     trial = tasks["sweep"].group
     assert trial.placement.spot and all(role.placement is None for role in trial.roles)
     final = tasks["train"].group
