@@ -14,9 +14,8 @@ Measured from the server's request log (``LocalCluster.requests(since=mark)``: t
 with the bytes of each reply):
 
 - requests and bytes per poll interval while the waits run (JobSet lists, watches or GETs, plus the pods, events and
-  logs the trigger reads; each watch stream the shared design opens counts as one request, its bytes counted by
-  the client, event by event: the server logs a stream only when it ends on its own, and these end when the
-  observer closes them);
+  logs the trigger reads; each watch stream the shared design opens counts as one request, with the bytes the
+  server sent on it: the server logs a stream the client closed too);
 - the same bytes without the first LIST of each kind (the shared design's one-time cost, which carries whatever the
   namespace holds), run once with no finished JobSets kept and once with ``--kept`` of them (finished, labelled as
   the provider labels them, nobody waiting): the steady bytes per poll must not grow with them;
@@ -57,32 +56,21 @@ from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 CONN_ID = "bench_fanin"
-WAIT_VERBS = ("get", "list")
+WAIT_VERBS = ("get", "list", "watch")
 JOBSETS = f"{PLURAL}.{GROUP}"
 log = logging.getLogger("bench.trigger_fanin")
 
 
-#: One record per watch stream the waits opened (``count_watches``), shaped like the server's request log entries.
-STREAMS: list[dict[str, Any]] = []
-
-
-def count_watches() -> None:
-    """Wrap ``AsyncJobSetHook``'s watch methods so each stream's requests and bytes land in :data:`STREAMS`."""
-    for kind, resource in (("jobsets", JOBSETS), ("pods", "pods")):
-        method = getattr(AsyncJobSetHook, f"watch_{kind}")
-
-        def counted(self: AsyncJobSetHook, namespace: str, *args: Any, _method: Any = method, _res: str = resource):
-            record = {"verb": "watch", "resource": _res, "subresource": "", "namespace": namespace, "bytes": 0}
-            STREAMS.append(record)
-
-            async def stream() -> Any:
-                async for event in _method(self, namespace, *args):
-                    record["bytes"] += len(json.dumps(event)) + 1  # one JSON line, as the server writes it
-                    yield event
-
-            return stream()
-
-        setattr(AsyncJobSetHook, f"watch_{kind}", counted)
+def logged_since(cluster: LocalCluster, mark: int, namespace: str) -> list[dict[str, Any]]:
+    """The waits' requests in the server's log, once the streams they closed at their end are logged too (the server
+    logs a stream when it notices the close, a moment later)."""
+    count, deadline = -1, time.monotonic() + 5.0
+    while (
+        now := len(found := cluster.requests(since=mark, namespace=namespace))
+    ) != count and time.monotonic() < deadline:
+        count = now
+        time.sleep(0.3)
+    return [r for r in found if r["verb"] in WAIT_VERBS]
 
 
 def kept_finished(custom: client.CustomObjectsApi, namespace: str, count: int) -> None:
@@ -239,8 +227,7 @@ def measure(
     wrong = [n for n in names if events[n]["status"] != wanted[plan[n][1]]]
     if wrong:
         raise SystemExit(f"{design} N={size}: wrong verdicts for {wrong[:5]} ({len(wrong)} in all)")
-    requests = [r for r in cluster.requests(since=mark, namespace=namespace) if r["verb"] in WAIT_VERBS]
-    requests += [r for r in STREAMS if r["namespace"] == namespace]
+    requests = logged_since(cluster, mark, namespace)
     client.CoreV1Api(custom.api_client).delete_namespace(namespace)
     status = [r for r in requests if r["resource"] == JOBSETS]
     first_lists = {r["resource"]: r for r in reversed(requests) if r["verb"] == "list"}.values()
@@ -276,7 +263,6 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     rng = random.Random(args.seed)
 
-    count_watches()
     with LocalCluster() as cluster:
         extras = {"kube_config_path": str(cluster.kubeconfig)}
         os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps({"conn_type": "kubernetes", "extra": extras})

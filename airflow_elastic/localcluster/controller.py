@@ -69,6 +69,7 @@ class Manager:
         self._pending: dict[str, set[Key]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._timers: list[asyncio.TimerHandle] = []
+        self._prune_at = 1000  # prune finished timers once there are more than this
         #: Called (last registered first) when the server stops, before controllers are cancelled: components
         #: that own resources outside the store (e.g. the kubelet's processes) release them here.
         self.shutdown_hooks: list[Callable[[], Awaitable[None] | None]] = []
@@ -102,8 +103,11 @@ class Manager:
     def enqueue_after(self, controller: Controller, key: Key, delay: float) -> None:
         loop = asyncio.get_running_loop()
         self._timers.append(loop.call_later(max(delay, 0.0), self.enqueue, controller, key))
-        if len(self._timers) > 1000:
+        if len(self._timers) > self._prune_at:
+            # Pruned when the list doubled since the last time: with more than 1,000 live timers (a requeue per
+            # JobSet) a prune on every call made each call a scan of all of them.
             self._timers = [t for t in self._timers if not t.cancelled() and t.when() > loop.time()]
+            self._prune_at = max(1000, 2 * len(self._timers))
 
     def start(self) -> None:
         """Start the workers, each with every existing object its controller watches already queued (an

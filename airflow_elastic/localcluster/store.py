@@ -40,6 +40,12 @@ def key_of(res: Resource, namespace: str | None, name: str) -> Key:
     return (res.key, namespace or "" if res.namespaced else "", name)
 
 
+def controller_uid(obj: Obj) -> str:
+    """The uid of the object's controller (its ``ownerReferences`` entry with ``controller: true``), or ``""``."""
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r.get("uid") or "" for r in refs if r.get("controller")), "")
+
+
 def _pending_finalizers(res: Resource, obj: Obj) -> list[str]:
     """Finalizers that hold an object with a deletionTimestamp (namespaces also wait for ``spec.finalizers``)."""
     pending = list(obj["metadata"].get("finalizers") or [])
@@ -94,6 +100,12 @@ class Store:
 
     def __init__(self, path: Path | None = None, *, history: int = 20000):
         self._objects: dict[Key, Obj] = {}
+        # Indexes over _objects, so a controller's read costs what it returns, not a scan of the whole store (a
+        # reconcile per JobSet scanning every object made 1,000 JobSets quadratic): per resource, in the store's
+        # order, and per (resource, controller uid), as the upstream JobSet controller lists its child Jobs
+        # through a field index (jobset_controller.go getChildJobs: client.MatchingFields{JobOwnerKey}).
+        self._by_res: dict[str, dict[Key, Obj]] = {}
+        self._by_owner: dict[tuple[str, str], dict[Key, Obj]] = {}
         self._rv = 0
         self._history: deque[tuple[int, str, Resource, Obj, Obj | None]] = deque(maxlen=history)
         self._watches: set[Watch] = set()
@@ -108,7 +120,7 @@ class Store:
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         for res_key, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
             if res_key in BY_KEY:
-                self._objects[(res_key, ns, name)] = json.loads(body)
+                self._put((res_key, ns, name), json.loads(body))
         row = self._db.execute("SELECT value FROM meta WHERE key = 'rv'").fetchone()
         self._rv = int(row[0]) if row else 0
         # Events from before a restart are gone: watches from older versions must relist.
@@ -132,9 +144,32 @@ class Store:
 
     def items(self, res: Resource, namespace: str | None = None) -> Iterable[Obj]:
         """Live objects of a type (no copies: callers must not modify them)."""
-        for (res_key, ns, _), obj in list(self._objects.items()):
-            if res_key == res.key and (not namespace or ns == namespace):
+        for (_, ns, _), obj in list(self._by_res.get(res.key, {}).items()):
+            if not namespace or ns == namespace:
                 yield obj
+
+    def owned(self, res: Resource, namespace: str, owner_uid: str) -> list[Obj]:
+        """Live objects of a type in ``namespace`` whose controller is ``owner_uid`` (no copies), from an index."""
+        return [o for (_, ns, _), o in self._by_owner.get((res.key, owner_uid), {}).items() if ns == namespace]
+
+    def _put(self, key: Key, obj: Obj | None) -> None:
+        """Store ``obj`` under ``key`` (``None``: remove it), keeping the indexes equal to ``_objects``."""
+        previous, res_key = self._objects.get(key), key[0]
+        old_owner = controller_uid(previous) if previous is not None else ""
+        new_owner = controller_uid(obj) if obj is not None else ""
+        if old_owner and old_owner != new_owner:
+            owned = self._by_owner[res_key, old_owner]
+            owned.pop(key, None)
+            if not owned:
+                del self._by_owner[res_key, old_owner]
+        if obj is None:
+            self._objects.pop(key, None)
+            self._by_res.get(res_key, {}).pop(key, None)
+            return
+        self._objects[key] = obj
+        self._by_res.setdefault(res_key, {})[key] = obj
+        if new_owner:
+            self._by_owner.setdefault((res_key, new_owner), {})[key] = obj
 
     def list(
         self,
@@ -174,10 +209,10 @@ class Store:
         meta["resourceVersion"] = str(self._rv)
         key = key_of(res, meta.get("namespace"), meta["name"])
         if event == "DELETED":
-            self._objects.pop(key, None)
+            self._put(key, None)
             self._db.execute("DELETE FROM objects WHERE res=? AND ns=? AND name=?", key)
         else:
-            self._objects[key] = obj
+            self._put(key, obj)
             self._db.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", (*key, json.dumps(obj)))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(self._rv),))
         if len(self._history) == self._history.maxlen:

@@ -90,12 +90,8 @@ class JobSetController(Controller):
             events.append((event_type, reason, message))
 
     def _owned_jobs(self, js: Obj) -> list[Obj]:
-        uid = js["metadata"]["uid"]
-        return [
-            j
-            for j in self.store.items(JOBS, js["metadata"]["namespace"])
-            if any(r.get("uid") == uid and r.get("controller") for r in j["metadata"].get("ownerReferences") or [])
-        ]
+        # Through the store's owner index, as upstream lists child Jobs by a field index (getChildJobs).
+        return self.store.owned(JOBS, js["metadata"]["namespace"], js["metadata"]["uid"])
 
     def _delete_jobs(self, jobs: list[Obj]) -> None:
         for job in jobs:
