@@ -235,8 +235,12 @@ class SweepRun:
         """One trigger for every running trial."""
         from airflow_elastic.triggers.sweep import SweepTrigger
 
+        logs = self.state.get("logs") or {}
         return SweepTrigger(
-            [{"number": t.number, "name": t.jobset, "watch": self._watch(t)} for t in self.history.running()],
+            [
+                {"number": t.number, "name": t.jobset, "watch": self._watch(t), "logs": logs.get(str(t.number), {})}
+                for t in self.history.running()
+            ],
             self.namespace,
             self.op.kubernetes_conn_id,
             history=self.history.to_json() if self.op.early_stopping else None,  # only the rule reads it
@@ -262,6 +266,9 @@ class SweepRun:
         """
         self._count_wait_errors(event)
         running = {t.number: t for t in self.history.running()}
+        logs = self.state.setdefault("logs", {})  # where each running trial's log was shown up to
+        for item in event.get("logs") or []:
+            logs[str(item["number"])] = item["cursors"]
         for item in event.get("intermediates") or []:
             if int(item["number"]) in running:
                 for step, value in item["values"]:
@@ -363,6 +370,7 @@ class SweepRun:
         group_attempts.History.close(self._store(trial))
 
     def _end(self, trial: Trial, state: str, *, value: float | None = None, cause: str = "") -> None:
+        (self.state.get("logs") or {}).pop(str(trial.number), None)
         trial.state, trial.value, trial.cause, trial.finished_at = state, value, cause, time.time()
         if state in ("pruned", "stopped") and not trial.gpu_hours:
             trial.gpu_hours = round(

@@ -32,6 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
+from airflow_elastic.logcursor import LogCursor
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.watch import Observation
@@ -88,7 +89,8 @@ class SweepTrigger(BaseTrigger):
     Args:
         trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (the
             :class:`~airflow_elastic.watch.Watch` keyword arguments the operator computes for it: ``uid``,
-            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ...).
+            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ...), and ``logs``, how far
+            an earlier wait showed its leader's log (the event's ``logs``), so a re-deferral repeats no line.
         namespace: the trials' namespace.
         kubernetes_conn_id: the Airflow ``kubernetes`` connection.
         history: the sweep's history (``SweepHistory.to_json()``), what the stopping rule compares against.
@@ -173,6 +175,8 @@ class SweepTrigger(BaseTrigger):
             **trial.get("watch", {}),
         )
         view._log = TrialLog(self.log, int(trial["number"]), self._line)  # type: ignore[assignment]
+        for uid, (second, nanos, lines) in (trial.get("logs") or {}).items():  # shown by an earlier wait
+            view._logs.logs.cursors[uid] = LogCursor(started=True, stamp=(second, int(nanos)), at_stamp=int(lines))
         return view
 
     @cached_property
@@ -238,8 +242,23 @@ class SweepTrigger(BaseTrigger):
             close = getattr(self.__dict__.get("hook"), "close", None)
             if close is not None:
                 await close()
+        # Gathered once the log streams are closed: the lines they took last count too.
+        payload["intermediates"] = [
+            {"number": n, "values": [[s, v] for s, v in sorted(values.items())]}
+            for n, values in sorted(self.intermediates.items())
+        ]
+        payload["logs"] = [{"number": n, "cursors": cursors} for n, cursors in sorted(self._cursors().items())]
         self._fired = True
         yield TriggerEvent(payload)
+
+    def _cursors(self) -> dict[int, dict[str, list[Any]]]:
+        """Per trial, how far each of its leader pods' logs was shown: ``{pod uid: [second, nanoseconds, lines]}``."""
+        found = {}
+        for number, view in self._views.items():
+            cursors = {uid: [*c.stamp, c.at_stamp] for uid, c in view._logs.logs.cursors.items() if c.stamp is not None}
+            if cursors:
+                found[number] = cursors
+        return found
 
     def _payload(
         self,
@@ -249,17 +268,14 @@ class SweepTrigger(BaseTrigger):
         stops: Mapping[int, str] | None = None,
         message: str = "",
     ) -> dict[str, Any]:
-        """The event: ``status`` (``verdicts``, ``stop``, ``budget`` or ``error``) and everything gathered."""
+        """The event: ``status`` (``verdicts``, ``stop``, ``budget`` or ``error``), the verdicts and the stops (the
+        intermediate values and log positions gathered are added by :meth:`run`)."""
         verdicts, stops = verdicts or {}, stops or {}
         return {
             "status": status,
             "message": message,
             "verdicts": [{"number": n, "event": v.to_payload()} for n, v in sorted(verdicts.items())],
             "stops": [{"number": n, "reason": r} for n, r in sorted(stops.items())],
-            "intermediates": [
-                {"number": n, "values": [[s, v] for s, v in sorted(values.items())]}
-                for n, values in sorted(self.intermediates.items())
-            ],
         }
 
     async def _wait(self) -> dict[str, Any]:

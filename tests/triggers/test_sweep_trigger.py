@@ -172,3 +172,48 @@ def test_every_step_one_log_read_brings_is_judged_not_only_the_latest():
     )
     payload = run(trigger, hook)
     assert [(s["number"], "step 1" in s["reason"]) for s in payload["stops"]] == [(3, True)], payload
+
+
+class Lines:
+    """A logger that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: Any) -> None:
+        self.lines.append(message % args)
+
+    warning = error = debug = exception = info
+
+
+def shown_by(trigger: SweepTrigger, hook: FakeHook) -> tuple[dict[str, Any], list[str]]:
+    """Run ``trigger`` until the JobSet it watches completes (at its third list); its event and the log lines it
+    wrote for the trial."""
+    recorder = Lines()
+    for view in trigger._views.values():
+        view._log._log = recorder  # type: ignore[attr-defined]
+    lists = hook.calls["list_jobsets"]
+    done = jobset("sw-t1", conditions=[condition("Completed", "AllJobsCompleted")])
+    hook.on_list = lambda n: hook.jobsets.update({"sw-t1": done}) if n - lists >= 3 else None
+    payload = run(trigger, hook)
+    return payload, [line for line in recorder.lines if "step" in line]
+
+
+def test_a_re_deferral_repeats_no_log_line_of_a_trial():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING)}
+    leader = pod("sw-t1", "leader", phase="Running")
+    hook.pods = [leader]
+    name = leader["metadata"]["name"]
+    hook.logs = {name: "step 1\nstep 2\n"}
+    first, shown = shown_by(SweepTrigger(trials(1), NS, "k8s", poll_interval=0.01, log_role="leader"), hook)
+    assert [line.rsplit(" ", 2)[-2:] for line in shown] == [["step", "1"], ["step", "2"]], shown
+    [logs] = first["logs"]
+    assert logs["number"] == 1 and list(logs["cursors"]) == [leader["metadata"]["uid"]]
+
+    # The operator waits again (the trial still runs); one more line was logged meanwhile.
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING)}
+    hook.logs = {name: "step 1\nstep 2\nstep 3\n"}
+    again = [{**trials(1)[0], "logs": logs["cursors"]}]
+    _, shown = shown_by(SweepTrigger(again, NS, "k8s", poll_interval=0.01, log_role="leader"), hook)
+    assert [line.rsplit(" ", 2)[-2:] for line in shown] == [["step", "3"]], shown
