@@ -69,7 +69,6 @@ ROOT_VARIABLE = "nightly_training_root"
 ROOT = f"{{{{ params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}') }}}}"
 VERSION = "{{ run_id | version }}"
 DATA = f"{ROOT}/data/digits/{VERSION}"
-MODELS = f"{ROOT}/models/digits"
 SCRIPTS = "{{ params.scripts }}"
 #: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
 CONN_ID = "local_cluster"
@@ -200,7 +199,7 @@ with DAG(
         objective="val_loss",
         mode="min",
         algorithm="tpe",
-        max_trials=6,
+        max_trials=6,  # sized for `make demo` (minutes on 2 cores): a real night affords more, and more epochs
         max_parallel=2,
         max_failed_trials=2,
         seed=7,
