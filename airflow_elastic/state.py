@@ -287,9 +287,9 @@ class GroupEvent:
     reason: str = ""
     restarts: int = 0
     restarts_counted: int = 0
-    #: Of ``restarts_counted``, the in-cluster restarts the watch found to be node-loss cascades (their root cause a
-    #: lost node, :mod:`airflow_elastic.cascade`): charged to the preemption budget, not the failure budget.
-    restarts_node_loss: int = 0
+    #: Of ``restarts_counted``, the in-cluster restarts whose evidence says preemption (a node-loss cascade,
+    #: :mod:`airflow_elastic.cascade`, or a disruption the JobSet did not label): charged to the preemption budget.
+    restarts_preempted: int = 0
     failures: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     metrics: dict[str, Any] | None = None
     #: Why pods stopped, one record per pod (``airflow_elastic.evidence``), when the waiter captured evidence.

@@ -262,7 +262,7 @@ class Watch:
             )
         if timed_out:
             return self._end(obs, "timeout", jobset, status, message=f"{self.where} passed its deadline")
-        disrupted = status.free_restarts + self._node_losses(status)
+        disrupted = status.free_restarts + self._preempted_restarts(status)
         if self.max_preemptions is not None and disrupted > self.max_preemptions:
             message = (
                 f"{self.where} was disrupted {disrupted} time(s); the preemption budget allowed "
@@ -372,11 +372,13 @@ class Watch:
         first = next((i for i, r in enumerate(records) if int(r.get("attempt", 0)) == attempt), len(records))
         records.insert(first, root)
 
-    def _node_losses(self, status: GroupStatus) -> int:
-        """How many of the counted restarts were node-loss cascades (charged to the preemption budget instead)."""
+    def _preempted_restarts(self, status: GroupStatus) -> int:
+        """How many counted restarts the evidence charges to the preemption budget (a node-loss cascade, or a
+        disruption the JobSet did not label): restarted attempts whose decisive record is a preemption, beyond the
+        restarts the JobSet itself left uncounted (``free_restarts``)."""
         causes = attempt_causes(self.evidence.records)
-        lost = sum(1 for k, r in causes.items() if k < status.restarts and r and r.get("rule") == cascade.RULE)
-        return min(lost, status.restarts_counted)
+        preempted = sum(1 for k, r in causes.items() if k < status.restarts and (r or {}).get("budget") == "preemption")
+        return min(max(preempted - status.free_restarts, 0), status.restarts_counted)
 
     def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
         if status.phase != "Suspended":
@@ -411,7 +413,7 @@ class Watch:
                 "reason": status.reason,
                 "restarts": status.restarts,
                 "restarts_counted": status.restarts_counted,
-                "restarts_node_loss": self._node_losses(status),
+                "restarts_preempted": self._preempted_restarts(status),
                 **fields,
             }
         if self.capture_evidence:

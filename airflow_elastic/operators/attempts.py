@@ -8,10 +8,10 @@ operator starts the next attempt (a new JobSet resuming from the latest complete
 Budget arithmetic, over every attempt of the :class:`History` in ``task_state_store`` (a retry that adopts the
 running group included; a try after the task finished starts a new history):
 
-* preemptions used = Σ (free restarts of the attempt, + its counted restarts that were node-loss cascades
-  (``restarts_node_loss``), + 1 when the attempt itself ended in a preemption);
-* failures used = Σ counted restarts that were not node-loss cascades; the next JobSet's ``maxRestarts`` is
-  ``max_failures - failures used``;
+* preemptions used = Σ (free restarts of the attempt, + its counted restarts the evidence charges to preemption,
+  e.g. node-loss cascades (``restarts_preempted``), + 1 when the attempt itself ended in a preemption);
+* failures used = Σ the other counted restarts; the next JobSet's ``maxRestarts`` is ``max_failures - failures
+  used``;
 * while an attempt runs, the waiter may let it take ``max_preemptions - preemptions used`` free restarts; one more
   ends it with ``preemption_budget_exhausted``;
 * an elastic role below ``min_replicas`` past ``below_min_timeout`` ends the attempt (``elastic_below_min``): the
@@ -109,8 +109,8 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     budget: ``preemption_budget_exhausted``). An elastic role below ``min_replicas`` past its timeout
     (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`.
     """
-    # A counted restart the watch found to be a node-loss cascade is a preemption, not a failure.
-    lost = min(max(event.restarts_node_loss, 0), event.restarts_counted)
+    # A counted restart the evidence charges to preemption (e.g. a node-loss cascade) is not a failure.
+    lost = min(max(event.restarts_preempted, 0), event.restarts_counted)
     free = max(event.restarts - event.restarts_counted, 0) + lost
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
     cause = decisive(last) if event.status in ("failed", "missing") else None

@@ -106,8 +106,8 @@ def test_genuine_failures_and_missing_groups_without_evidence_fail():
 
 def test_a_counted_restart_that_was_a_node_loss_cascade_is_charged_to_the_preemption_budget():
     """With maxRestarts > 0 the survivors' exit 1 restarts the group in-cluster, counted; the watch found the lost
-    node behind it (``restarts_node_loss``): the attempt spends a preemption, not a failure."""
-    done = GroupEvent("succeeded", "tg-x", "ns", uid="u1", restarts=2, restarts_counted=2, restarts_node_loss=1)
+    node behind it (``restarts_preempted``): the attempt spends a preemption, not a failure."""
+    done = GroupEvent("succeeded", "tg-x", "ns", uid="u1", restarts=2, restarts_counted=2, restarts_preempted=1)
     decision = attempts.decide(done, attempts.History(), max_preemptions=5, started=0, gpus=0)
     assert (decision.attempt["preemptions"], decision.attempt["failures"]) == (1, 1)
     history = attempts.History(attempts=[decision.attempt])

@@ -214,7 +214,7 @@ def test_sync_and_async_loops_give_the_same_verdict(name, capture):
     if name.startswith("node-loss cascade restarted"):
         # The watch charges the counted restart to node loss (the operator then spends the preemption budget), and
         # the record it logs for attempt 0 names the lost node, ahead of the survivor's exit 1.
-        assert sync.restarts_counted == 1 and sync.restarts_node_loss == (1 if capture else 0)
+        assert sync.restarts_counted == 1 and sync.restarts_preempted == (1 if capture else 0)
         if capture:
             root = sync.evidence[0]
             assert (root["attempt"], root["pod"], root["node"]) == (0, SILENT["metadata"]["name"], "n2")
