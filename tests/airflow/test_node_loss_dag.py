@@ -64,3 +64,25 @@ def test_survivors_failing_after_a_vanished_node_are_resubmitted_in_try_1(
     # The log names the root cause, the lost pod, not the leader's exit that followed it.
     assert f"pod {lost} (role worker" in out and "node-loss-cascade" in out, tail(out, 200)
     assert "collective failed" in out or "exited 1" in out, tail(out, 200)
+
+
+def test_an_in_cluster_restart_after_a_vanished_node_is_charged_to_the_preemption_budget(
+    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+):
+    """With ``max_failures=1`` the JobSet restarts the group itself when the leader exits 1 (counted against
+    ``maxRestarts``); the watch finds the lost node behind that restart, so it is a preemption, not a failure."""
+    base, done = tmp_path / "ckpt", threading.Event()
+    dag_id = "training_group_node_loss_restart"
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(dags_test, dag_id, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+        try:
+            lost = _vanish_worker_node(local_cluster, k8s_client, namespace, base, done)
+        finally:
+            done.set()
+            out = run.result().stdout
+    assert task_states(airflow_db, dag_id) == {"cascade": "success"}, tail(out, 200)
+    result = xcom(airflow_db, dag_id, "cascade")
+    (only,) = result["attempts"]  # restarted in-cluster: no resubmission
+    assert (only["outcome"], only["preemptions"], only["failures"]) == ("succeeded", 1, 0), result
+    assert only["restart_causes"] == {"0": "node_loss"}, result
+    assert f"pod {lost} (role worker" in out and "node-loss-cascade" in out, tail(out, 200)
