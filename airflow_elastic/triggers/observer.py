@@ -35,12 +35,12 @@ object per poll, the cncf style), API load would grow with the number of waits. 
 Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started
 by the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods,
 the end's Warning events cost none per wait, and the bytes moved are the changes, not the finished JobSets, pods and
-events the cluster keeps until their TTL. A cache only a rare read needs (the namespace's unfiltered events, for a startup
-diagnosis) is kept only while a wait that read it is subscribed (``cached(..., reader=subscription)``): its watch
-closes and its objects go with the last such wait, instead of living as long as the loop. A hook that cannot watch a kind shares its lists by :class:`SharedRead`: a
-trigger asks for a list *begun after* the observation it judges; the first to ask on the loop starts it, every other
-trigger asking at about the same time awaits the same request. Logs are read per trigger, and only while its log pod
-exists.
+events the cluster keeps until their TTL. A cache only a rare read needs (the namespace's unfiltered events, for a
+startup diagnosis) is kept only while a wait that read it is subscribed (``cached(..., reader=subscription)``): its
+watch closes and its objects go with the last such wait, instead of living as long as the loop. A hook that cannot
+watch a kind shares its lists by :class:`SharedRead`: a trigger asks for a list *begun after* the observation it
+judges; the first to ask on the loop starts it, every other trigger asking at about the same time awaits the same
+request. Logs are read per trigger, and only while its log pod exists.
 
 **batch/v1 Jobs too.** ``subscribe(..., kind="jobs")`` observes the namespace's Jobs instead of JobSets, with
 everything above unchanged (its own registry entry, list-then-watch through the hook's ``list_jobs_versioned`` /
