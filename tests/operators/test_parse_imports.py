@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-#: What parsing may load: the package and specs (group, batch stage; Airflow's provider discovery loads these for any DAG), the
-#: validation a group runs when it is built, and the operator with its attempts mixin.
+#: What parsing may load: the package and specs (group, batch stage; Airflow's provider discovery loads these for
+#: any DAG), the validation a group runs when it is built, and the operator with its attempts mixin.
 ALLOWED = {
     "airflow_elastic",
     "airflow_elastic.contract",
