@@ -11,17 +11,15 @@ stage on the loop; a change of its Job wakes it at once), reads the Job's pods f
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import time
 from collections.abc import AsyncIterator, Mapping
-from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import stages
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
 
@@ -30,7 +28,7 @@ MAX_FAILED_LOOKS = 5
 ON_KILL_ACTIONS = ("delete", "keep")
 
 
-class BatchStageTrigger(BaseTrigger):
+class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
     """Fire once when the Job ``namespace/name`` succeeds, fails, disappears, or ``deadline`` passes.
 
     Args:
@@ -96,13 +94,6 @@ class BatchStageTrigger(BaseTrigger):
             },
         )
 
-    @cached_property
-    def hook(self) -> Any:
-        """The async hook (tests assign a fake here)."""
-        from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
-
-        return AsyncJobSetHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
-
     # ----------------------------------------------------------------------------------------------- run
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -122,8 +113,7 @@ class BatchStageTrigger(BaseTrigger):
         return stages.StageEvent(status, self.name, self.namespace, uid=self.uid, message=message)
 
     async def _wait(self) -> stages.StageEvent:
-        if "hook" not in self.__dict__:  # the first hook in a triggerer imports the client stack: not on the loop
-            await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
+        await self._load_client()
         async with JobSetObserver.subscribe(
             self.hook,
             conn_id=self.kubernetes_conn_id,
@@ -206,11 +196,6 @@ class BatchStageTrigger(BaseTrigger):
         self.log.info("deleting Job %s/%s (task killed)", self.namespace, self.name)
         await self.hook.delete_job(self.namespace, self.name, propagation="Foreground")
         await self._close_hook()
-
-    async def _close_hook(self) -> None:
-        close = getattr(self.__dict__.get("hook"), "close", None)
-        if close is not None:
-            await close()
 
 
 def _failed(job: Mapping[str, Any]) -> int:

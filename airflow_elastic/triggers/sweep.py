@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
-from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
 from airflow_elastic.logcursor import LogCursor
+from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.watch import Observation
@@ -83,7 +81,7 @@ async def first_snapshot(subscriptions: list[Subscription], timeout: float | Non
     return max(found, key=lambda snapshot: snapshot.started, default=None)
 
 
-class SweepTrigger(BaseTrigger):
+class SweepTrigger(AsyncHookOwner, BaseTrigger):
     """Fire once when any running trial of a sweep ends, should be stopped early, or the sweep's budget runs out.
 
     Args:
@@ -179,13 +177,6 @@ class SweepTrigger(BaseTrigger):
             view._logs.logs.cursors[uid] = LogCursor(started=True, stamp=(second, int(nanos)), at_stamp=int(lines))
         return view
 
-    @cached_property
-    def hook(self) -> AsyncJobSetHookProtocol:
-        """The async hook, shared by every trial's view (tests assign a fake here)."""
-        from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
-
-        return AsyncJobSetHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
-
     # ----------------------------------------------------------------------------------------- intermediates
 
     def _line(self, number: int, text: str) -> None:
@@ -239,9 +230,7 @@ class SweepTrigger(BaseTrigger):
         finally:
             for view in self._views.values():
                 await view._logs.close()
-            close = getattr(self.__dict__.get("hook"), "close", None)
-            if close is not None:
-                await close()
+            await self._close_hook()
         # Gathered once the log streams are closed: the lines they took last count too.
         payload["intermediates"] = [
             {"number": n, "values": [[s, v] for s, v in sorted(values.items())]}
@@ -279,8 +268,8 @@ class SweepTrigger(BaseTrigger):
         }
 
     async def _wait(self) -> dict[str, Any]:
-        if "hook" not in self.__dict__:  # the first import of the client stack, off the shared event loop
-            await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
+        await self._load_client()
+        # The trial views share this trigger's hook (the one session).
         for view in self._views.values():
             view.__dict__["hook"] = self.hook
         async with contextlib.AsyncExitStack() as stack:
@@ -362,6 +351,4 @@ class SweepTrigger(BaseTrigger):
                     view.log.info("deleting JobSet %s/%s (task killed)", self.namespace, view.name)
                     await self.hook.delete_jobset(self.namespace, view.name, propagation="Foreground")
         finally:
-            close = getattr(self.__dict__.get("hook"), "close", None)
-            if close is not None:
-                await close()
+            await self._close_hook()

@@ -16,11 +16,8 @@ drop; read per poll where a stream cannot be opened), never holding the event lo
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -28,8 +25,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
+from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import (
     MANAGED_SELECTOR,
@@ -49,7 +46,7 @@ MAX_WARNINGS = 20
 ON_KILL_ACTIONS = ("delete", "keep")
 
 
-class TrainingGroupTrigger(BaseTrigger):
+class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
     """Fire once when the JobSet ``namespace/name`` succeeds, fails, disappears, or a deadline passes.
 
     Args:
@@ -180,13 +177,6 @@ class TrainingGroupTrigger(BaseTrigger):
             },
         )
 
-    @cached_property
-    def hook(self) -> AsyncJobSetHookProtocol:
-        """The async hook (tests assign a fake here)."""
-        from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
-
-        return AsyncJobSetHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
-
     # ----------------------------------------------------------------------------------------------- run
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -203,10 +193,7 @@ class TrainingGroupTrigger(BaseTrigger):
         yield TriggerEvent(event.to_payload())
 
     async def _wait(self) -> GroupEvent:
-        if "hook" not in self.__dict__:
-            # The first hook in a triggerer process imports the Kubernetes client stack (~1 s); do that in a
-            # thread so the triggerer's event loop, shared with every other trigger, is not blocked.
-            await asyncio.to_thread(importlib.import_module, "airflow_elastic.hooks.async_jobset")
+        await self._load_client()
         selector: str | None = MANAGED_SELECTOR
         while True:
             async with JobSetObserver.subscribe(
@@ -366,8 +353,3 @@ class TrainingGroupTrigger(BaseTrigger):
         self.log.info("deleting JobSet %s/%s (task killed)", self.namespace, self.name)
         await self.hook.delete_jobset(self.namespace, self.name, propagation="Foreground")
         await self._close_hook()
-
-    async def _close_hook(self) -> None:
-        close = getattr(self.__dict__.get("hook"), "close", None)  # a hook that keeps no session has none
-        if close is not None:
-            await close()
