@@ -20,6 +20,9 @@ imported lazily, and only for non-local checkpoint URIs. A complete loop::
 Around a step, ``with runtime.peer_loss(save):`` turns a collective error from a lost peer into an emergency
 checkpoint and a wait for the group restart (see :mod:`airflow_elastic.runtime.peers`).
 
+``runtime.run_then_exit(train, teardown=...)`` ends the process once training is done without the framework's
+teardown, which can hang (see :mod:`airflow_elastic.runtime.exiting`).
+
 An elastic role's hosts (Ready pods, from the API server) come from ``runtime.ready_hosts()`` or
 ``python -m airflow_elastic.runtime.discovery`` (Horovod's ``--host-discovery-script``).
 """
@@ -30,6 +33,7 @@ from airflow_elastic.checkpoints import Checkpoint
 from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
+from airflow_elastic.runtime.exiting import exit_now, run_then_exit
 from airflow_elastic.runtime.peers import PEER_LOST_EXIT_CODE, is_peer_loss, peer_loss
 from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, report_intermediate, termination_log_path
 from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
@@ -47,6 +51,7 @@ __all__ = [
     "PreemptionSignal",
     "checkpoint_at",
     "context",
+    "exit_now",
     "is_peer_loss",
     "latest_checkpoint",
     "on_sigterm",
@@ -55,6 +60,7 @@ __all__ = [
     "ready_hosts",
     "report",
     "report_intermediate",
+    "run_then_exit",
     "save_checkpoint",
     "termination_log_path",
 ]

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from airflow_elastic import contract
 from airflow_elastic.runtime.context import Context, context
+from airflow_elastic.runtime.exiting import exit_now
 from airflow_elastic.runtime.signals import SIGTERM_EXIT_CODE, PreemptionSignal
 
 PEER_LOST_EXIT_CODE = contract.PEER_LOST_EXIT_CODE
@@ -83,10 +82,7 @@ def _sigterm(stop: PreemptionSignal | None) -> PreemptionSignal | threading.Even
 
 def _exit(code: int) -> NoReturn:
     # os._exit, not sys.exit: a process group whose peer is gone can hang interpreter shutdown in its destructor.
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 def _lost(

@@ -25,7 +25,9 @@ Contract (stable: the sweep example and the nightly pipeline both run this scrip
   then exits 143; a lost peer (``runtime.peer_loss`` around each epoch) saves the last completed epoch and waits for
   the group restart;
 * **result** (``runtime.report``): ``val_loss``, ``val_accuracy``, ``epoch``, ``params``, ``resumed_from`` and
-  ``checkpoint`` (the final checkpoint's path).
+  ``checkpoint`` (the final checkpoint's path);
+* **exit**: every process ends through ``runtime.run_then_exit`` (0, or 1 on an error), never through torch's
+  teardown, which can deadlock after the last epoch and keep the pod Running.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import json
 import os
 import sys
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -103,6 +106,11 @@ class Trainer:
         """Checkpoint the last completed epoch (the leader only)."""
         if not self.writer or (why is not None and self.done == self.start):
             return None
+        if why is not None:
+            existing = runtime.checkpoint_at(checkpoints.step_dir(self.ctx.checkpoint_uri, self.done))
+            if existing is not None:  # the regular save of this epoch: nothing is lost, and no marker changes
+                log(f"epoch {self.done} is already checkpointed ({why}): no emergency checkpoint needed")
+                return existing
         architecture = {"inputs": INPUTS, "classes": CLASSES, **{k: self.params[k] for k in ("hidden", "layers")}}
         state = {
             "model": self.net.state_dict(),
@@ -138,10 +146,14 @@ class Trainer:
             nn.functional.cross_entropy(ddp(x[rows]), y[rows]).backward()  # the all-reduce, before the update
             self.optimizer.step()
 
-    def run(self) -> None:
+    def run(self) -> NoReturn:
+        """Train this process of the group, then end it with ``runtime.run_then_exit`` (never returns)."""
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(os.environ.get("PEER_TIMEOUT", "120"))))
+        ddp = DistributedDataParallel(self.net)  # held by the closure until the process ends: freeing it can hang
         rank, world = dist.get_rank(), dist.get_world_size()
-        ddp = DistributedDataParallel(self.net)
+        runtime.run_then_exit(lambda: self.train(ddp, rank, world), teardown=dist.destroy_process_group)
+
+    def train(self, ddp: nn.Module, rank: int, world: int) -> None:
         log(f"rank {rank}/{world} training epochs {self.start + 1}..{self.epochs} with {json.dumps(self.params)}")
         with runtime.preemption_signal() as stop:
             while self.done < self.epochs:
@@ -153,7 +165,7 @@ class Trainer:
                 self.save()
                 if stop.requested:
                     log(f"rank {rank} stopped by SIGTERM after epoch {self.done} (checkpointed)")
-                    os._exit(143)  # as after SIGTERM; a torn-down group can hang interpreter exit
+                    runtime.exit_now(143)  # as after SIGTERM
         if self.writer:
             val_loss, val_accuracy = self.validate()
             last = runtime.latest_checkpoint()
@@ -167,7 +179,6 @@ class Trainer:
             }
             runtime.report(metrics)
             log(f"final metrics: {json.dumps(metrics)}")
-        dist.destroy_process_group()
 
 
 def parameters(given: str | None) -> dict:

@@ -35,6 +35,7 @@ import sys
 import time
 import warnings
 from datetime import timedelta
+from typing import NoReturn
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # the CPU wheel without numpy: harmless
 
@@ -181,11 +182,15 @@ class Trainer:
             return contextlib.nullcontext()
         return runtime.peer_loss(lambda: self.save("peer_lost"), wait=self.settings["peer_wait"], stop=stop)
 
-    def run(self) -> None:
-        settings = self.settings
-        dist.init_process_group("gloo", timeout=timedelta(seconds=settings["peer_timeout"]))
+    def run(self) -> NoReturn:
+        """Train this process of the group, then end it with ``runtime.run_then_exit`` (never returns)."""
+        dist.init_process_group("gloo", timeout=timedelta(seconds=self.settings["peer_timeout"]))
+        ddp = DistributedDataParallel(self.net)  # held by the closure until the process ends: freeing it can hang
         rank, world = dist.get_rank(), dist.get_world_size()
-        ddp = DistributedDataParallel(self.net)
+        runtime.run_then_exit(lambda: self.train(ddp, rank, world), teardown=dist.destroy_process_group)
+
+    def train(self, ddp: DistributedDataParallel, rank: int, world: int) -> None:
+        settings = self.settings
         log(f"rank {rank}/{world} (pod rank {self.ctx.rank}) training steps {self.start + 1}..{settings['steps']}")
         with runtime.preemption_signal() as stop:
             while self.done < settings["steps"]:
@@ -200,14 +205,12 @@ class Trainer:
                 if stop.requested:
                     self.save("sigterm")
                     log(f"rank {rank} stopped by SIGTERM after step {self.done}")
-                    sys.stdout.flush()
-                    os._exit(143)  # as after SIGTERM; a torn-down group can hang interpreter exit
+                    runtime.exit_now(143)  # as after SIGTERM
             self.save()
         if self.writer:
             metrics = self.metrics()
             runtime.report(metrics)
             log(f"final metrics: {json.dumps(metrics)}")
-        dist.destroy_process_group()
 
 
 def main() -> None:
