@@ -8,7 +8,7 @@ that then failed would look genuine. So the watch keeps it in an annotation on t
 * **why the JobSet**: the trigger cannot write ``task_state_store`` (Airflow 3.3's triggerer serves only the asset
   state store to triggers) and cannot change its own serialized kwargs; the JobSet is the one durable object both
   the triggerer and the worker already read on every look (the shared list carries it), the grant to patch it
-  exists (``docker/rbac.yaml``), and its lifetime is exactly that of the evidence (one JobSet, one attempt);
+  exists (``docker/k8s/rbac.yaml``), and its lifetime is exactly that of the evidence (one JobSet, one attempt);
 * **what**: per restart attempt the decisive record (``evidence.decisive`` of a prefix plus what follows is the
   decisive record of the whole, so nothing a verdict depends on is lost), the pods already classified that still
   exist (not recorded twice) and the spot samples, as compact JSON; written by a JSON merge patch of

@@ -81,3 +81,19 @@ def test_the_kustomization_lists_every_manifest_here():
     folder = ROOT / "docker" / "k8s"
     listed = yaml.safe_load((folder / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def test_every_account_the_rbac_binds_is_created_here():
+    folder = ROOT / "docker" / "k8s"
+    docs = [d for d in yaml.safe_load_all((folder / "rbac.yaml").read_text()) if d]
+    bound = {
+        (s["namespace"], s["name"])
+        for d in docs
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for s in d["subjects"]
+        if s["kind"] == "ServiceAccount"
+    }
+    accounts = [d for d in yaml.safe_load_all((folder / "serviceaccounts.yaml").read_text()) if d]
+    created = {(a["metadata"]["namespace"], a["metadata"]["name"]) for a in accounts}
+    assert {("airflow", "airflow-worker"), ("airflow", "airflow-triggerer"), ("ml", "airflow-elastic-trainer")} <= bound
+    assert {b for b in bound if b[1] != "default"} <= created  # every namespace has its `default` account

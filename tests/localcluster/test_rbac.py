@@ -1,4 +1,4 @@
-"""``docker/rbac.yaml`` grants each Airflow identity exactly what the hooks ask the API server for.
+"""``docker/k8s/rbac.yaml`` grants each Airflow identity exactly what the hooks ask the API server for.
 
 The worker runs ``JobSetHook`` (operator, sensor) and the triggerer ``AsyncJobSetHook`` (the trigger). Each hook is
 driven through every method of its protocol against the local cluster; the request log says which (API group,
@@ -31,7 +31,7 @@ from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render import render_job, render_jobset
 from airflow_elastic.stage import BatchStage
 
-RBAC = Path(__file__).resolve().parents[2] / "docker" / "rbac.yaml"
+RBAC = Path(__file__).resolve().parents[2] / "docker" / "k8s" / "rbac.yaml"
 #: The ServiceAccounts (namespace ``airflow``) the Airflow components run as, and the hook each one uses.
 SUBJECTS = {"airflow-worker": "sync", "airflow-triggerer": "async"}
 #: Hook methods that send no request.
