@@ -83,8 +83,13 @@ class TaskInstance:
     start_date: Any = None
     xcoms: dict[str, Any] = field(default_factory=dict)
 
+    pulled: dict[str, Any] = field(default_factory=dict)  # task id ("*": any other) -> its result, for xcom_pull
+
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value
+
+    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value") -> Any:
+        return self.pulled.get(task_ids or "", self.pulled.get("*"))
 
 
 class StateStore(dict):

@@ -3,6 +3,8 @@ Airflow does not cut it, every role in it, and the real name and namespace."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 from airflow.sdk._shared.template_rendering import TRUNCATE_PREFIX
 from airflow.sdk.execution_time.task_runner import _serialize_template_field
@@ -32,9 +34,13 @@ def example_operators() -> list[TrainingGroupOperator]:
 
 def render(op: TrainingGroupOperator, store: StateStore | None = None, hook: FakeHook | None = None) -> str:
     op.hook = lambda: hook or ConnectionHook()  # type: ignore[method-assign]
-    ti = TaskInstance(dag_id=op.dag_id, task_id=op.task_id)
+    # An upstream task's result for the templates that pull one (the nightly DAG's sweep), whatever they read.
+    upstream = collections.defaultdict(str)
+    ti = TaskInstance(dag_id=op.dag_id, task_id=op.task_id, pulled={"*": upstream})
     params = {k: op.params[k] for k in op.params}
+    variables = {"value": {}, "json": {}}  # no Variables set: `var.value.get(key, default)` gives the default
     context = {"ti": ti, "task_state_store": store or StateStore(), "params": params, "run_id": ti.run_id}
+    context["var"] = variables
     op.render_template_fields(context)  # type: ignore[arg-type]
     return op.rendered_jobset
 
