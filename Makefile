@@ -5,13 +5,25 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The model server's environment (kserve SDK + torch), separate because kserve's pins conflict with Airflow's.
+SERVING_VENV  := .venv-serving
+SERVING_STAMP := $(SERVING_VENV)/.installed-stamp
 # The PyTorch CPU build (~190 MB) instead of PyPI's default CUDA build (several GB on Linux), e.g.
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`; empty: torch comes from the default index.
 TORCH_INDEX ?=
 
-.PHONY: demo test lint venv lock schemas clean
+.PHONY: demo test lint venv serving-venv lock lock-serving schemas clean
 
 venv: $(STAMP)
+
+serving-venv: $(SERVING_STAMP)
+
+$(SERVING_STAMP): constraints-serving.txt
+	test -x $(SERVING_VENV)/bin/python || $(PYTHON) -m venv $(SERVING_VENV)
+	$(SERVING_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SERVING_VENV)/bin/python -m pip install --quiet -c constraints-serving.txt \
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) kserve torch
+	touch $(SERVING_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "airflow-elastic needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -21,14 +33,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) $(SERVING_STAMP)
 	$(BIN)/python tools/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_elastic tests tools dags
 	$(BIN)/ruff format --check airflow_elastic tests tools dags
 
-test: $(STAMP) lint
+test: $(STAMP) $(SERVING_STAMP) lint
 	$(BIN)/python -m pytest
 
 # Re-pin every dependency after changing pyproject.toml (commit the result).
@@ -43,9 +55,17 @@ lock:
 		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/' > constraints.txt
 	rm -rf .lock-venv
 
+lock-serving:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) kserve==0.21.0 torch==2.13.0
+	(sed -n '1,3p' constraints-serving.txt; .lock-venv/bin/python -m pip freeze --all | grep -v '^pip==' \
+		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/') > constraints-serving.new && mv constraints-serving.new constraints-serving.txt
+	rm -rf .lock-venv
+
 # Regenerate airflow_elastic/schemas from upstream CRD/OpenAPI files: make schemas CRDS=<folder> (see tools/gen_schemas.py).
 schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
-	rm -rf $(VENV) dist build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SERVING_VENV) dist build .pytest_cache .ruff_cache

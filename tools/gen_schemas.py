@@ -1,6 +1,6 @@
 """Regenerate the JSON schemas that ``airflow_elastic`` carries as package data.
 
-Inputs, in one folder (``--crds DIR``), are three upstream files: the JobSet CRD
+Inputs, in one folder (``--crds DIR``), are the upstream files: the JobSet CRD
 ``jobset.x-k8s.io_jobsets.yaml`` (kubernetes-sigs/jobset, ``config/components/crd/bases/``) and the Kubernetes 1.35
 core/v1 and batch/v1 OpenAPI documents ``k8s-1.35_api__v1_openapi.json`` and
 ``k8s-1.35_apis__batch__v1_openapi.json`` (kubernetes/kubernetes, ``api/openapi-spec/v3/api__v1_openapi.json`` and
@@ -11,6 +11,11 @@ validation needs:
   batch/v1 Job and core/v1 Pod templates);
 * ``core_v1_podtemplatespec.json`` - ``io.k8s.api.core.v1.PodTemplateSpec`` with the transitive closure of the
   component schemas it references, under ``components.schemas`` so the ``$ref``s resolve unchanged;
+* ``<group>_<version>_<plural>.json`` - the ``openAPIV3Schema`` of the interop CRDs: Kubeflow Trainer v2.3
+  ``trainer.kubeflow.org_{trainjobs,clustertrainingruntimes,trainingruntimes}.yaml`` (kubeflow/trainer
+  ``manifests/base/crds/``), training-operator v1.9 ``kubeflow.org_pytorchjobs.yaml`` (``release-1.9``,
+  ``manifests/base/crds/``) and KServe v0.20 ``serving.kserve.io_inferenceservices.yaml`` (``config/crd/full/``,
+  trimmed of the framework-specific predictor stubs, explainer and transformer);
 * ``batch_v1.json`` - ``io.k8s.api.batch.v1.Job`` and ``io.k8s.api.batch.v1.CronJob`` with the closure of what they
   reference (incl. core/v1 and meta/v1), under ``components.schemas`` (no root: ``schemas.batch_v1(kind)`` adds one).
 
@@ -66,6 +71,15 @@ def closure(schemas: dict[str, Any], root: str) -> dict[str, Any]:
 
 
 JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
+#: The interop CRDs (Kubeflow Trainer v2.3, training-operator v1.9, KServe v0.20), each served by the local cluster
+#: and checked against by the renderers: ``<group>_<version>_<plural>.json`` is its ``openAPIV3Schema``.
+INTEROP_CRDS = (
+    "trainer.kubeflow.org_trainjobs.yaml",
+    "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "trainer.kubeflow.org_trainingruntimes.yaml",
+    "kubeflow.org_pytorchjobs.yaml",
+    "serving.kserve.io_inferenceservices.yaml",
+)
 CORE_OPENAPI = "k8s-1.35_api__v1_openapi.json"
 BATCH_OPENAPI = "k8s-1.35_apis__batch__v1_openapi.json"
 
@@ -74,6 +88,14 @@ def jobset_schema(crds: Path) -> dict[str, Any]:
     crd = yaml.safe_load((crds / JOBSET_CRD).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
     return strip_prose(version["schema"]["openAPIV3Schema"])
+
+
+def crd_schema(crds: Path, name: str) -> tuple[str, dict[str, Any]]:
+    """``(output file name, openAPIV3Schema)`` of the single served version of the CRD file ``name``."""
+    crd = yaml.safe_load((crds / name).read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
+    out = f"{crd['spec']['group']}_{version['name']}_{crd['spec']['names']['plural']}.json"
+    return out, strip_prose(version["schema"]["openAPIV3Schema"])
 
 
 def pod_template_schema(crds: Path) -> dict[str, Any]:
@@ -95,10 +117,11 @@ def batch_schema(crds: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    files = f"{JOBSET_CRD}, {CORE_OPENAPI}, {BATCH_OPENAPI}"
+    inputs = (JOBSET_CRD, CORE_OPENAPI, BATCH_OPENAPI, *INTEROP_CRDS)
+    files = ", ".join(inputs)
     parser.add_argument("--crds", type=Path, required=True, help=f"folder holding {files}")
     args = parser.parse_args()
-    missing = [name for name in (JOBSET_CRD, CORE_OPENAPI, BATCH_OPENAPI) if not (args.crds / name).is_file()]
+    missing = [name for name in inputs if not (args.crds / name).is_file()]
     if missing:
         parser.error(f"{args.crds} lacks {', '.join(missing)} (see this script's docstring for the upstream files)")
     OUT.mkdir(parents=True, exist_ok=True)
@@ -106,6 +129,7 @@ def main() -> None:
         ("jobset.x-k8s.io_v1alpha2.json", jobset_schema(args.crds)),
         ("core_v1_podtemplatespec.json", pod_template_schema(args.crds)),
         ("batch_v1.json", batch_schema(args.crds)),
+        *(crd_schema(args.crds, name) for name in INTEROP_CRDS),
     ):
         path = OUT / name
         path.write_text(json.dumps(schema, sort_keys=True, separators=(",", ":")) + "\n")
