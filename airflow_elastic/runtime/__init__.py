@@ -23,6 +23,10 @@ checkpoint and a wait for the group restart (see :mod:`airflow_elastic.runtime.p
 ``runtime.run_then_exit(train, teardown=...)`` ends the process once training is done without the framework's
 teardown, which can hang (see :mod:`airflow_elastic.runtime.exiting`).
 
+Under the Kubeflow backends (TrainJob, PyTorchJob) ``runtime.context()`` reads the pod's place from their
+``PET_*`` variables; ``os.environ.update(runtime.torch_env())`` before ``init_process_group`` lets a trainer started
+without torchrun join a TrainJob (see :mod:`airflow_elastic.runtime.launchers`).
+
 An elastic role's hosts (Ready pods, from the API server) come from ``runtime.ready_hosts()`` or
 ``python -m airflow_elastic.runtime.discovery`` (Horovod's ``--host-discovery-script``).
 """
@@ -34,6 +38,7 @@ from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint,
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
 from airflow_elastic.runtime.exiting import exit_now, run_then_exit
+from airflow_elastic.runtime.launchers import torch_env
 from airflow_elastic.runtime.peers import PEER_LOST_EXIT_CODE, is_peer_loss, peer_loss
 from airflow_elastic.runtime.report import MAX_BYTES, MetricsTooLarge, report, report_intermediate, termination_log_path
 from airflow_elastic.runtime.signals import PreemptionSignal, on_sigterm, preemption_signal
@@ -63,4 +68,5 @@ __all__ = [
     "run_then_exit",
     "save_checkpoint",
     "termination_log_path",
+    "torch_env",
 ]

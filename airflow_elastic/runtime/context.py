@@ -1,4 +1,8 @@
-"""Who this process is in its training group, read from the environment the renderer writes (stdlib only)."""
+"""Who this process is in its training group, read from the environment the renderer writes (stdlib only).
+
+Under the Kubeflow backends (TrainJob, PyTorchJob) the per-pod values come from their controllers' ``PET_*``
+variables and torchrun's, see :mod:`airflow_elastic.runtime.launchers`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from airflow_elastic import contract
+from airflow_elastic.runtime import launchers
 
 RESUME_FROM = contract.RESUME_FROM
 TRIAL_PARAMS = contract.TRIAL_PARAMS
@@ -39,6 +44,8 @@ class Context:
     elastic_min: int = 0
     elastic_max: int = 0
     trial_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: Launched by the Kubeflow Trainer or training-operator: a lost pod is replaced alone, the group not restarted.
+    kubeflow: bool = False
 
     @property
     def is_leader(self) -> bool:
@@ -77,18 +84,25 @@ def context(env: Mapping[str, str] | None = None) -> Context:
             object); the message names the variable.
     """
     env = os.environ if env is None else env
+    # A TrainJob's or PyTorchJob's pods share one template: their controller, not the renderer, knows each pod's
+    # rank. torchrun's node rank comes last: an elastic rendezvous numbers nodes in order of arrival, not by pod.
+    rank = launchers.node_rank(env)
+    if rank is None:
+        rank = _int(env, contract.RANK, launchers.torchrun_node_rank(env) or 0)
+    world_size = _int(env, contract.WORLD_SIZE, launchers.node_count(env) or 1)
+    addr, port = launchers.coordinator(env)
     return Context(
         group=env.get(contract.GROUP, ""),
         jobset=env.get(contract.JOBSET, ""),
         namespace=env.get(contract.NAMESPACE, ""),
         role=env.get(contract.ROLE, ""),
-        role_rank=_int(env, contract.ROLE_RANK, 0),
-        role_replicas=_int(env, contract.ROLE_REPLICAS, 1),
-        rank=_int(env, contract.RANK, 0),
-        world_size=_int(env, contract.WORLD_SIZE, 1),
-        processes_per_pod=_int(env, contract.PROCESSES_PER_POD, 1),
-        coordinator_addr=env.get(contract.COORDINATOR_ADDR, ""),
-        coordinator_port=_int(env, contract.COORDINATOR_PORT, 0),
+        role_rank=_int(env, contract.ROLE_RANK, rank),
+        role_replicas=_int(env, contract.ROLE_REPLICAS, world_size),
+        rank=rank,
+        world_size=world_size,
+        processes_per_pod=_int(env, contract.PROCESSES_PER_POD, launchers.processes_per_node(env) or 1),
+        coordinator_addr=env.get(contract.COORDINATOR_ADDR, addr),
+        coordinator_port=_int(env, contract.COORDINATOR_PORT, port or 0),
         restart_attempt=_int(env, contract.RESTART_ATTEMPT, 0),
         checkpoint_uri=env.get(contract.CHECKPOINT_URI, ""),
         checkpoint_keep=_int(env, contract.CHECKPOINT_KEEP, 0),
@@ -98,4 +112,5 @@ def context(env: Mapping[str, str] | None = None) -> Context:
         elastic_min=_int(env, contract.ELASTIC_MIN, 0),
         elastic_max=_int(env, contract.ELASTIC_MAX, 0),
         trial_params=_params(env),
+        kubeflow=launchers.is_kubeflow(env),
     )

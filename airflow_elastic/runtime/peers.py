@@ -10,9 +10,10 @@ checkpoint are lost. A step wrapped in :func:`peer_loss` instead, on a collectiv
 3. after ``wait`` seconds without one, exits :data:`PEER_LOST_EXIT_CODE`, which the classifier reads as "peer lost:
    find the root cause on the other pods" (rule ``peer-lost``).
 
-In an elastic group nothing restarts the group when a pod of the elastic role goes: the default wait there is 0, so
-the launcher (torchrun) re-forms the group at once. Standard library only: torch is never imported, its errors are
-recognised by class name and message.
+In an elastic group nothing restarts the group when a pod of the elastic role goes, and under the Kubeflow backends
+(TrainJob, PyTorchJob) a lost pod is replaced alone: the default wait there is 0, so the launcher (torchrun) re-forms
+the group at once, or the container restarts in place (their pods' ``restartPolicy: OnFailure``) and rejoins it.
+Standard library only: torch is never imported, its errors are recognised by class name and message.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def is_peer_loss(error: BaseException) -> bool:
 
 
 def default_wait(ctx: Context) -> float:
-    """:data:`DEFAULT_WAIT`, or 0 in an elastic group (no group restart comes; the launcher re-forms the group)."""
-    return 0.0 if ctx.elastic_role else DEFAULT_WAIT
+    """:data:`DEFAULT_WAIT`, or 0 where no group restart comes: in an elastic group (the launcher re-forms the group)
+    and under a Kubeflow backend (the lost pod is replaced alone; this one restarts in place and rejoins)."""
+    return 0.0 if ctx.elastic_role or ctx.kubeflow else DEFAULT_WAIT
 
 
 def _sigterm(stop: PreemptionSignal | None) -> PreemptionSignal | threading.Event:

@@ -1,8 +1,10 @@
 """A small real PyTorch model trained with DistributedDataParallel over gloo, checkpointed through the runtime.
 
 Launched directly (one process per pod: ``python train_torch.py``) it joins the group through the environment
-contract's ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` (``init_process_group("gloo")``, env://); under
-torchrun (``processes_per_pod > 1``, or an elastic ``NNODES`` range) torchrun sets those per process. Either way:
+contract's ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` (``init_process_group("gloo")``, env://), the ones
+training-operator sets in a PyTorchJob, or, in a TrainJob, the ones ``runtime.torch_env()`` derives from the Trainer's
+``PET_*``; under torchrun (``processes_per_pod > 1``, an elastic ``NNODES`` range, a TrainJob's ``torchrun`` command)
+torchrun sets those per process. Either way:
 
 * **model**: an MLP (8 -> 32 -> 1) regressing a smooth function of synthetic inputs drawn from a seeded
   ``torch.Generator`` (no downloads); SGD on a global batch of 48 samples per step, split evenly over the ranks, so
@@ -18,7 +20,8 @@ torchrun (``processes_per_pod > 1``, or an elastic ``NNODES`` range) torchrun se
   143;
 * **lost work, measured**: the writer records the step reached in ``<uri>/progress.json`` after every step; a
   restarted writer compares it with the checkpoint it resumed from (``resumes``, ``lost_steps``);
-* **final metrics** through ``runtime.report``: step, loss, world size, the resumes.
+* **final metrics** through ``runtime.report``: step, loss, world size, the resumes, and ``weights``: a digest of the
+  model's parameters (two runs with equal digests trained to bit-identical weights).
 
 Environment: ``TRAIN_STEPS``, ``STEP_SECONDS`` (extra time per step, standing in for compute), ``CHECKPOINT_EVERY``,
 ``DATA_SEED``, ``LEARNING_RATE``, ``PEER_GUARD``, ``PEER_WAIT`` (seconds; default ``runtime.peer_loss``'s),
@@ -28,6 +31,7 @@ Environment: ``TRAIN_STEPS``, ``STEP_SECONDS`` (extra time per step, standing in
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -153,11 +157,19 @@ class Trainer:
         with torch.no_grad():
             return float(nn.functional.mse_loss(self.net(self.x), self.y))
 
+    def weights(self) -> str:
+        """SHA-256 (first 16 hex digits) of the parameters' bytes, in ``state_dict`` order."""
+        digest = hashlib.sha256()
+        for tensor in self.net.state_dict().values():
+            digest.update(bytes(tensor.detach().reshape(-1).contiguous().view(torch.uint8).tolist()))
+        return digest.hexdigest()[:16]
+
     def metrics(self) -> dict:
         return {
             "step": self.done,
             "target": self.settings["steps"],
             "loss": self.loss(),
+            "weights": self.weights(),
             "resumed_from": self.start,
             "resumes": self.resumes[-10:],
             "lost_steps": sum(r["lost_steps"] for r in self.resumes),
@@ -184,6 +196,7 @@ class Trainer:
 
     def run(self) -> NoReturn:
         """Train this process of the group, then end it with ``runtime.run_then_exit`` (never returns)."""
+        os.environ.update(runtime.torch_env())  # a TrainJob's pod started without torchrun: from the Trainer's PET_*
         dist.init_process_group("gloo", timeout=timedelta(seconds=self.settings["peer_timeout"]))
         ddp = DistributedDataParallel(self.net)  # held by the closure until the process ends: freeing it can hang
         rank, world = dist.get_rank(), dist.get_world_size()
