@@ -15,34 +15,42 @@ from airflow_elastic.validation import TRAINER_CONTAINER
 JOBSET_LABEL = "jobset.sigs.k8s.io"
 
 
-def _field(path: str) -> dict[str, Any]:
+def field_ref(path: str) -> dict[str, Any]:
+    """An env var's ``valueFrom`` for a downward-API field of the pod (``metadata.labels['...']``)."""
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str, Any]]:
-    """The environment contract for pods of ``role`` in JobSet ``jobset``.
+EnvValue = str | dict[str, Any] | None
 
-    Ranks come from the labels JobSet puts on every pod (``job-index`` within the role, ``job-global-index``
-    across the group, roles in declaration order), read through the downward API: each role is a replicated
-    Job with one pod per Job, so those indexes are exactly the pod ranks. Counts are of rendered pods (an
-    elastic role renders ``max_replicas``, see :mod:`airflow_elastic.render.elastic`).
-    """
-    coordinator = names.coordinator_address(jobset, group.leader.name)
-    pods = elastic.rendered_pods(group)
-    per_pod = role.processes_per_pod
-    values: list[tuple[str, str | dict[str, Any]]] = [
+
+def group_env(
+    group: TrainingGroup,
+    role: Role,
+    *,
+    jobset: str,
+    coordinator: str,
+    role_rank: EnvValue,
+    rank: EnvValue,
+    restart_attempt: EnvValue,
+    world_size: int,
+    role_replicas: int,
+    coordinator_port: int | None = None,
+) -> list[tuple[str, str | dict[str, Any]]]:
+    """The ``AE_*`` part of the environment contract, for any backend: the backend says where the per-pod values
+    come from (a literal, a :func:`field_ref`, or ``None`` to leave the variable unset)."""
+    values: list[tuple[str, EnvValue]] = [
         (contract.GROUP, group.name),
         (contract.JOBSET, jobset),
-        (contract.NAMESPACE, _field("metadata.namespace")),
+        (contract.NAMESPACE, field_ref("metadata.namespace")),
         (contract.ROLE, role.name),
-        (contract.ROLE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-index']")),
-        (contract.ROLE_REPLICAS, str(elastic.rendered_replicas(group, role))),
-        (contract.RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
-        (contract.WORLD_SIZE, str(pods)),
-        (contract.PROCESSES_PER_POD, str(per_pod)),
+        (contract.ROLE_RANK, role_rank),
+        (contract.ROLE_REPLICAS, str(role_replicas)),
+        (contract.RANK, rank),
+        (contract.WORLD_SIZE, str(world_size)),
+        (contract.PROCESSES_PER_POD, str(role.processes_per_pod)),
         (contract.COORDINATOR_ADDR, coordinator),
-        (contract.COORDINATOR_PORT, str(group.coordinator_port)),
-        (contract.RESTART_ATTEMPT, _field(f"metadata.annotations['{JOBSET_LABEL}/restart-attempt']")),
+        (contract.COORDINATOR_PORT, str(coordinator_port or group.coordinator_port)),
+        (contract.RESTART_ATTEMPT, restart_attempt),
         (contract.METRICS_PATH, contract.TERMINATION_MESSAGE_PATH),
     ]
     if group.checkpoint is not None:
@@ -58,6 +66,36 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
         ]
     if (params := trial_env_value(group)) is not None:
         values.append((contract.TRIAL_PARAMS, params))
+    return [(k, v) for k, v in values if v is not None]
+
+
+def env_list(values: Iterable[tuple[str, str | dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``(name, literal or valueFrom)`` pairs as a container's ``env``."""
+    return [{"name": k, "value": v} if isinstance(v, str) else {"name": k, **v} for k, v in values]
+
+
+def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str, Any]]:
+    """The environment contract for pods of ``role`` in JobSet ``jobset``.
+
+    Ranks come from the labels JobSet puts on every pod (``job-index`` within the role, ``job-global-index``
+    across the group, roles in declaration order), read through the downward API: each role is a replicated
+    Job with one pod per Job, so those indexes are exactly the pod ranks. Counts are of rendered pods (an
+    elastic role renders ``max_replicas``, see :mod:`airflow_elastic.render.elastic`).
+    """
+    coordinator = names.coordinator_address(jobset, group.leader.name)
+    pods = elastic.rendered_pods(group)
+    per_pod = role.processes_per_pod
+    values = group_env(
+        group,
+        role,
+        jobset=jobset,
+        coordinator=coordinator,
+        role_rank=field_ref(f"metadata.labels['{JOBSET_LABEL}/job-index']"),
+        rank=field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']"),
+        restart_attempt=field_ref(f"metadata.annotations['{JOBSET_LABEL}/restart-attempt']"),
+        world_size=pods,
+        role_replicas=elastic.rendered_replicas(group, role),
+    )
     values += [(contract.MASTER_ADDR, coordinator), (contract.MASTER_PORT, str(group.coordinator_port))]
     if group.elastic is not None or any(r.processes_per_pod > 1 for r in group.roles):
         # torchrun derives each process's RANK from NODE_RANK (static) or the rendezvous (elastic); WORLD_SIZE
@@ -65,16 +103,16 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
         low, high = elastic.node_range(group)
         values += [
             (contract.NNODES, str(high) if low == high else f"{low}:{high}"),
-            (contract.NODE_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+            (contract.NODE_RANK, field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
             (contract.NPROC_PER_NODE, str(per_pod)),
             (contract.TORCH_WORLD_SIZE, str(pods * per_pod)),
         ]
     else:
         values += [
             (contract.TORCH_WORLD_SIZE, str(pods)),
-            (contract.TORCH_RANK, _field(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+            (contract.TORCH_RANK, field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
         ]
-    return [{"name": k, "value": v} if isinstance(v, str) else {"name": k, **v} for k, v in values]
+    return env_list(values)
 
 
 def resources(res: Resources | None) -> dict[str, dict[str, str]]:

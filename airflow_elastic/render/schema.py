@@ -39,3 +39,18 @@ def schema_errors(manifest: dict[str, Any]) -> list[str]:
         pod = rjob.get("template", {}).get("spec", {}).get("template", {})
         found += _errors(schemas.load(schemas.POD_TEMPLATE), pod, f"replicatedJobs[{i}].template.spec.template")
     return found
+
+
+def trainjob_schema_errors(manifest: dict[str, Any]) -> list[str]:
+    """Problems of a TrainJob manifest against the Trainer v2.3 TrainJob CRD (its runtime patches are partial pods,
+    so they are checked by the CRD's own ``PodSpecPatch`` schema only)."""
+    return _errors(schemas.load(schemas.TRAINJOBS), manifest, "trainjob")
+
+
+def pytorchjob_schema_errors(manifest: dict[str, Any]) -> list[str]:
+    """Problems of a PyTorchJob manifest against the training-operator v1.9 CRD and of each replica's pod template
+    against core/v1."""
+    found = _errors(schemas.load(schemas.PYTORCHJOBS), manifest, "pytorchjob")
+    for kind, replica in (manifest.get("spec", {}).get("pytorchReplicaSpecs") or {}).items():
+        found += _errors(schemas.load(schemas.POD_TEMPLATE), replica.get("template", {}), f"{kind}.template")
+    return found
