@@ -35,6 +35,11 @@ def get_provider_info() -> dict[str, Any]:
                 "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/",
                 "tags": ["software"],
             },
+            {
+                "integration-name": "KServe InferenceService",
+                "external-doc-url": "https://kserve.github.io/website/",
+                "tags": ["software"],
+            },
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
         "operators": [
@@ -50,6 +55,10 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Kubernetes CronJob",
                 "python-modules": ["airflow_elastic.operators.cronjob"],
             },
+            {
+                "integration-name": "KServe InferenceService",
+                "python-modules": ["airflow_elastic.operators.inference_service"],
+            },
         ],
         "triggers": [
             {
@@ -59,6 +68,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Kubernetes Job",
                 "python-modules": ["airflow_elastic.triggers.batch_stage"],
+            },
+            {
+                "integration-name": "KServe InferenceService",
+                "python-modules": ["airflow_elastic.triggers.inference_service"],
             },
         ],
         "sensors": [
@@ -71,6 +84,13 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Kubernetes JobSet",
                 "python-modules": ["airflow_elastic.hooks.jobset", "airflow_elastic.hooks.async_jobset"],
-            }
+            },
+            {
+                "integration-name": "KServe InferenceService",
+                "python-modules": [
+                    "airflow_elastic.hooks.inference_service",
+                    "airflow_elastic.hooks.async_inference_service",
+                ],
+            },
         ],
     }

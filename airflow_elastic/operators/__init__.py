@@ -1,5 +1,6 @@
 """Airflow operators: ``TrainingGroupOperator`` runs a training group (or a JobSet manifest) as one task,
-``BatchStageOperator`` a batch stage as one Job, ``CronJobOperator`` hands a stage's schedule to a CronJob.
+``BatchStageOperator`` a batch stage as one Job, ``CronJobOperator`` hands a stage's schedule to a CronJob,
+``InferenceServiceOperator`` publishes a model to KServe and ``ScaleInferenceServiceOperator`` sets its replicas.
 
 Importing this package loads the Task SDK's ``BaseOperator``, the spec and the operator class, nothing more: the
 Kubernetes clients, the cncf hooks and what only a running task needs are imported when it runs, so DAG files stay
@@ -15,13 +16,22 @@ from airflow_elastic.operators.training_group import TrainingGroupOperator
 if TYPE_CHECKING:
     from airflow_elastic.operators.batch_stage import BatchStageOperator
     from airflow_elastic.operators.cronjob import CronJobOperator
+    from airflow_elastic.operators.inference_service import InferenceServiceOperator, ScaleInferenceServiceOperator
 
-__all__ = ["BatchStageOperator", "CronJobOperator", "TrainingGroupOperator"]
+__all__ = [
+    "BatchStageOperator",
+    "CronJobOperator",
+    "InferenceServiceOperator",
+    "ScaleInferenceServiceOperator",
+    "TrainingGroupOperator",
+]
 
 #: Operators imported on first use, so a DAG file loads only the ones it uses.
 _LAZY = {
     "BatchStageOperator": "airflow_elastic.operators.batch_stage",
     "CronJobOperator": "airflow_elastic.operators.cronjob",
+    "InferenceServiceOperator": "airflow_elastic.operators.inference_service",
+    "ScaleInferenceServiceOperator": "airflow_elastic.operators.inference_service",
 }
 
 

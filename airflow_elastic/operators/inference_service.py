@@ -1,0 +1,364 @@
+"""Publishing to KServe: ``InferenceServiceOperator`` rolls a model out and waits until it serves (or rolls back);
+``ScaleInferenceServiceOperator`` sets the replica bounds on a schedule.
+
+The body, the patches and the argument rules are :mod:`airflow_elastic.serving`'s, the rollout verdict is
+:func:`airflow_elastic.rollout.judge`'s (the trigger and the sync wait call it alike); the operators only send and
+wait. ``docs/serving.md`` explains the rollout check and why ``Ready`` is not enough.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_elastic import serving
+from airflow_elastic.spec import SpecError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_elastic.hooks.inference_service import InferenceServiceHook
+    from airflow_elastic.rollout import RolloutEvent
+
+#: ``task_state_store`` key: ``{name, namespace, storage_uri, previous_storage_uri}`` of this task's publish.
+STATE_KEY = "inference_service"
+
+
+class _ServingOperator(BaseOperator):
+    """The connection, namespace and hook both operators share."""
+
+    namespace: str | None
+    kubernetes_conn_id: str
+
+    def hook(self) -> InferenceServiceHook:
+        """The blocking serving hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
+        from airflow_elastic.hooks.inference_service import InferenceServiceHook
+
+        return InferenceServiceHook(self.kubernetes_conn_id)
+
+    def _namespace(self, hook: InferenceServiceHook) -> str:
+        return self.namespace or hook.get_namespace() or "default"
+
+
+class InferenceServiceOperator(_ServingOperator):
+    """Create or update (merge patch) a KServe InferenceService to serve ``storage_uri``; wait until the *new* model
+    serves; optionally smoke-test it; on failure roll back to the previous model.
+
+    Args:
+        name: the InferenceService (``^[a-z]([-a-z0-9]*[a-z0-9])?$``, at most 53 characters).
+        storage_uri: the model's location (templated): ``gs://``, ``s3://``, ``pvc://``, ``file://``, a path ...
+        model_format: a KServe model format (``"pytorch"``, ``"sklearn"`` ...); or give ``image`` (and
+            ``command``/``args``) for a custom predictor container, which gets the URI as ``STORAGE_URI``.
+        min_replicas, max_replicas, scale_metric, scale_target: the predictor's autoscaling (Standard mode: an HPA on
+            ``cpu``/``memory`` utilisation %).
+        canary_percent: Knative mode only (``canaryTrafficPercent``); refused in Standard mode, where KServe would
+            ignore it silently.
+        mode: ``"Standard"`` (default) or ``"Knative"``; always written as the deployment-mode annotation.
+        smoke_request: a v1 ``{"instances": [...]}`` or v2 ``{"inputs": [...]}`` request (templated), POSTed to the
+            new model through its Service before the step succeeds; its reply is in the result.
+        rollback_on_failure: when the new model fails, restore the previous ``storageUri`` and wait until it serves
+            again; the task then fails with the original reason and ``rolled back to ...``.
+        namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
+        kubernetes_conn_id: a ``kubernetes`` connection with an explicit cluster (templated).
+        deferrable: wait in the triggerer (default) instead of on the worker.
+        poll_interval: seconds between looks.
+        rollout_timeout: seconds the new model (and a rollback) may take to serve.
+
+    Returns (XCom ``return_value``):
+        ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response"}``.
+
+    Raises:
+        SpecError: a bad argument (at parse time), or the stored InferenceService is served in another mode.
+        AirflowException: the new model failed (reason, message, pod, exit code, log tail), the smoke request
+            failed, or the wait timed out; says whether it rolled back.
+    """
+
+    template_fields: Sequence[str] = ("storage_uri", "smoke_request", "namespace", "kubernetes_conn_id")
+    ui_color = "#fdf2e9"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        storage_uri: str,
+        model_format: str | None = None,
+        image: str | None = None,
+        command: Sequence[str] = (),
+        args: Sequence[str] = (),
+        min_replicas: int | None = 1,
+        max_replicas: int | None = None,
+        scale_metric: str | None = None,
+        scale_target: int | None = None,
+        canary_percent: int | None = None,
+        mode: str = "Standard",
+        smoke_request: Mapping[str, Any] | None = None,
+        rollback_on_failure: bool = True,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = True,
+        poll_interval: float = 5.0,
+        rollout_timeout: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        problems = serving.name_problems(name)
+        if not isinstance(storage_uri, str) or not storage_uri.strip():
+            problems.append(("storage_uri", f"must be a non-empty URI or template, got {storage_uri!r}"))
+        if smoke_request is not None and not _templated(smoke_request):
+            try:
+                serving.smoke_protocol(smoke_request)
+            except SpecError as error:
+                problems.extend(error.problems)
+        if not (isinstance(rollout_timeout, int | float) and rollout_timeout > 0):
+            problems.append(("rollout_timeout", f"must be seconds > 0, got {rollout_timeout!r}"))
+        try:
+            self.predictor = serving.Predictor(
+                model_format=model_format,
+                image=image,
+                command=command,
+                args=args,
+                min_replicas=min_replicas,
+                max_replicas=max_replicas,
+                scale_metric=scale_metric,
+                scale_target=scale_target,
+                canary_percent=canary_percent,
+                mode=mode,
+            )
+        except SpecError as error:
+            problems.extend(error.problems)
+        if problems:
+            raise SpecError(problems)
+        self.name = name
+        self.storage_uri = storage_uri
+        self.smoke_request = smoke_request
+        self.rollback_on_failure = rollback_on_failure
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = float(poll_interval)
+        self.rollout_timeout = float(rollout_timeout)
+
+    # ------------------------------------------------------------------------------------------- execute
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Create or patch the InferenceService (nothing when it already is so), then wait for the new model."""
+        uri = str(self.storage_uri).strip()
+        if not uri:
+            raise SpecError([("storage_uri", f"rendered empty from {self.storage_uri!r}")])
+        hook = self.hook()
+        namespace = self._namespace(hook)
+        store = context["task_state_store"]
+        previous = self._write(hook, namespace, uri, store.get(STATE_KEY))
+        store.set(
+            STATE_KEY, {"name": self.name, "namespace": namespace, "storage_uri": uri, "previous_storage_uri": previous}
+        )
+        return self._wait(context, hook, namespace, uri, "execute_complete", {})
+
+    def _write(self, hook: InferenceServiceHook, namespace: str, uri: str, record: Any) -> str | None:
+        """Create or merge-patch; the storage URI served before (``None``: a first publish)."""
+        from airflow_elastic.hooks.errors import AlreadyExists
+
+        current = hook.get_inference_service(namespace, self.name)
+        if current is None:
+            try:
+                hook.create_inference_service(namespace, serving.render(self.name, namespace, uri, self.predictor))
+                self.log.info("Created InferenceService %s/%s serving %s", namespace, self.name, uri)
+                return None
+            except AlreadyExists:  # made in between (a lost reply): patch it like any other
+                current = hook.get_inference_service(namespace, self.name) or {}
+        previous = serving.storage_uri_of(current)
+        if previous == uri and isinstance(record, Mapping) and record.get("storage_uri") == uri:
+            previous = record.get("previous_storage_uri")  # a retry of this publish: what it replaced
+        patch = serving.update_patch(current, uri, self.predictor)
+        if patch is None:
+            self.log.info("InferenceService %s/%s already has this spec: nothing written", namespace, self.name)
+        else:
+            hook.patch_inference_service(namespace, self.name, patch)
+            self.log.info("Patched InferenceService %s/%s: %s -> %s", namespace, self.name, previous, uri)
+        return previous
+
+    def _wait(
+        self, context: Context, hook: InferenceServiceHook, namespace: str, uri: str, method: str, extra: dict
+    ) -> dict[str, Any]:
+        """Defer (then ``method`` resumes) or wait here, for ``uri`` to serve."""
+        deadline = time.time() + self.rollout_timeout
+        if self.deferrable:
+            from airflow_elastic.triggers.inference_service import InferenceServiceTrigger
+
+            trigger = InferenceServiceTrigger(
+                self.name,
+                namespace,
+                uri,
+                self.kubernetes_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+                connection_extras=hook.get_connection_extras(),
+            )
+            # Past the trigger's own deadline, so its "timeout" event (which may roll back) comes first.
+            timeout = datetime.timedelta(seconds=self.rollout_timeout + max(60, 2 * self.poll_interval))
+            self.defer(trigger=trigger, method_name=method, kwargs=extra, timeout=timeout)
+        from airflow_elastic.operators.rollout_waiting import wait_for_rollout
+
+        event = wait_for_rollout(
+            hook, namespace, self.name, uri, poll_interval=self.poll_interval, deadline=deadline, log=self.log
+        )
+        return getattr(self, method)(context, event.to_payload(), **extra)
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The new model's rollout ended: smoke-test it and return the result, or roll back and fail."""
+        from airflow_elastic.rollout import RolloutEvent
+
+        verdict = RolloutEvent.from_payload(event)
+        hook = self.hook()
+        if verdict.status == "serving":
+            failure = None
+            try:
+                response = self._smoke(hook, verdict.namespace)
+            except Exception as error:  # any reply but a prediction fails the publish, with it as the reason
+                failure = f"SmokeRequestFailed: {error}"
+            if failure is None:
+                return self._result(context, verdict, response)
+        else:
+            failure = verdict.describe()
+        self.log.error("The new model %s of %s did not go live: %s", verdict.storage_uri, self.name, failure)
+        record = context["task_state_store"].get(STATE_KEY) or {}
+        previous = record.get("previous_storage_uri")
+        if (
+            verdict.status == "missing"
+            or not self.rollback_on_failure
+            or not previous
+            or previous == verdict.storage_uri
+        ):
+            why = (
+                "it is gone"
+                if verdict.status == "missing"
+                else "rollback_on_failure is off"
+                if not self.rollback_on_failure
+                else "there is no previous model"
+            )
+            raise AirflowException(
+                f"InferenceService {verdict.namespace}/{self.name}: {failure} (not rolled back: {why})"
+            )
+        current = hook.get_inference_service(verdict.namespace, self.name) or {}
+        patch = serving.update_patch(current, previous, self.predictor)
+        if patch is not None:
+            hook.patch_inference_service(verdict.namespace, self.name, patch)
+        self.log.warning("Rolling %s back to %s", self.name, previous)
+        return self._wait(context, hook, verdict.namespace, previous, "rollback_complete", {"failure": failure})
+
+    def rollback_complete(self, context: Context, event: Mapping[str, Any], failure: str) -> dict[str, Any]:
+        """The rollback's wait ended: fail with the original reason, saying whether the old model serves again."""
+        from airflow_elastic.rollout import RolloutEvent
+
+        verdict = RolloutEvent.from_payload(event)
+        where = f"InferenceService {verdict.namespace}/{self.name}"
+        if verdict.status == "serving":
+            raise AirflowException(f"{where}: {failure}; rolled back to {verdict.storage_uri}, which serves again")
+        raise AirflowException(
+            f"{where}: {failure}; rolling back to {verdict.storage_uri} failed too: {verdict.describe()}"
+        )
+
+    def _smoke(self, hook: InferenceServiceHook, namespace: str) -> Any:
+        if self.smoke_request is None:
+            return None
+        import json
+
+        from airflow_elastic.operators.rollout_waiting import smoke
+
+        request = json.loads(self.smoke_request) if isinstance(self.smoke_request, str) else self.smoke_request
+        response = smoke(hook, namespace, self.name, request)
+        self.log.info("Smoke request to %s answered: %s", self.name, str(response)[:500])
+        return response
+
+    def _result(self, context: Context, verdict: RolloutEvent, response: Any) -> dict[str, Any]:
+        record = context["task_state_store"].get(STATE_KEY) or {}
+        self.log.info(
+            "InferenceService %s/%s serves %s (%d replicas) at %s",
+            verdict.namespace,
+            self.name,
+            verdict.storage_uri,
+            verdict.replicas,
+            verdict.url,
+        )
+        return {
+            "name": self.name,
+            "namespace": verdict.namespace,
+            "url": verdict.url,
+            "storage_uri": verdict.storage_uri,
+            "previous_storage_uri": record.get("previous_storage_uri"),
+            "mode": self.predictor.mode,
+            "replicas": verdict.replicas,
+            "smoke_response": response,
+        }
+
+
+class ScaleInferenceServiceOperator(_ServingOperator):
+    """Set an InferenceService's replica bounds (e.g. raise the floor before the day's traffic, lower it at night);
+    patches only what differs, so a rerun writes nothing.
+
+    Args:
+        name: the InferenceService.
+        min_replicas, max_replicas: the new bounds (``None``: leave that one); at least 1 each (Standard mode).
+        namespace, kubernetes_conn_id: as for :class:`InferenceServiceOperator` (templated).
+
+    Returns (XCom ``return_value``):
+        ``{"name", "namespace", "min_replicas", "max_replicas", "changed"}``: the bounds now, and
+        ``{argument: [old, new]}`` for what this run changed (``{}``: nothing).
+
+    Raises:
+        SpecError: bad bounds (at parse time). AirflowException: no such InferenceService.
+    """
+
+    template_fields: Sequence[str] = ("namespace", "kubernetes_conn_id")
+    ui_color = "#fdf2e9"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        min_replicas: int | None = None,
+        max_replicas: int | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        problems = serving.name_problems(name) + serving.scale_problems(min_replicas, max_replicas)
+        if problems:
+            raise SpecError(problems)
+        self.name = name
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Patch the bounds that differ (nothing when none do)."""
+        hook = self.hook()
+        namespace = self._namespace(hook)
+        current = hook.get_inference_service(namespace, self.name)
+        if current is None:
+            raise AirflowException(f"InferenceService {namespace}/{self.name} does not exist: publish it first")
+        patch, changed = serving.scale_patch(current, self.min_replicas, self.max_replicas)
+        if patch is None:
+            self.log.info("InferenceService %s/%s already has these bounds: nothing written", namespace, self.name)
+        else:
+            current = hook.patch_inference_service(namespace, self.name, patch)
+            for field, (old, new) in changed.items():
+                self.log.info("InferenceService %s/%s: %s %s -> %s", namespace, self.name, field, old, new)
+        return {
+            "name": self.name,
+            "namespace": namespace,
+            **serving.replicas_of(current),
+            "changed": {field: [old, new] for field, (old, new) in changed.items()},
+        }
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` is (or holds at top level) a Jinja string, checked only once rendered."""
+    return isinstance(value, str) and "{{" in value

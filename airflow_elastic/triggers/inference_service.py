@@ -1,0 +1,142 @@
+"""``InferenceServiceTrigger``: wait in the triggerer until the new model of an InferenceService serves, or fails.
+
+Each poll reads the InferenceService, its ``<isvc>-predictor`` Deployment and that Deployment's pods, and asks
+:func:`airflow_elastic.rollout.judge`, the function the operator's sync wait calls too; on a failing pod it adds the
+container's log tail. It yields exactly one :class:`~airflow_elastic.rollout.RolloutEvent` payload and never raises:
+every problem becomes ``status="error"``. A few InferenceServices publish per night, so it polls (no shared watch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from functools import cached_property
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_elastic import rollout
+from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.triggers.hooked import AsyncHookOwner
+
+#: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``.
+MAX_FAILED_LOOKS = 5
+#: Lines of a failing container's log carried in the event.
+LOG_TAIL_LINES = 20
+
+
+class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
+    """Fire once when InferenceService ``namespace/name`` serves ``storage_uri``, fails to, disappears, or
+    ``deadline`` passes.
+
+    Args:
+        name, namespace: the InferenceService.
+        storage_uri: the model it must serve.
+        kubernetes_conn_id: the Airflow ``kubernetes`` connection to the cluster.
+        poll_interval: seconds between looks.
+        deadline: epoch seconds; past it the event is ``timeout``.
+        connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        storage_uri: str,
+        kubernetes_conn_id: str = "kubernetes_default",
+        *,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+        connection_extras: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.namespace = namespace
+        self.storage_uri = storage_uri
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+        self.connection_extras = connection_extras
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
+        return (
+            f"{__name__}.{type(self).__name__}",
+            {
+                "name": self.name,
+                "namespace": self.namespace,
+                "storage_uri": self.storage_uri,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "connection_extras": self.connection_extras,
+            },
+        )
+
+    @cached_property
+    def hook(self) -> Any:
+        """The async serving hook of the trigger's connection (tests assign a fake)."""
+        from airflow_elastic.hooks.async_inference_service import AsyncInferenceServiceHook
+
+        return AsyncInferenceServiceHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Wait, then yield exactly one ``TriggerEvent(RolloutEvent(...).to_payload())``; never raises."""
+        try:
+            event = await self._wait()
+        except Exception as exc:  # the contract: an event, never an exception
+            self.log.exception("waiting for InferenceService %s/%s failed", self.namespace, self.name)
+            event = self._event("error", f"waiting for InferenceService {self.namespace}/{self.name} failed: {exc}")
+        finally:
+            await self._close_hook()
+        yield TriggerEvent(event.to_payload())
+
+    def _event(self, status: rollout.Status, message: str, reason: str = "") -> rollout.RolloutEvent:
+        return rollout.RolloutEvent(status, self.name, self.namespace, self.storage_uri, reason, message)
+
+    async def _wait(self) -> rollout.RolloutEvent:
+        await self._load_client()
+        failed_looks, said = 0, ""
+        while True:
+            try:
+                event = await self._look()
+                failed_looks = 0
+            except KubernetesApiError as error:
+                failed_looks += 1
+                self.log.warning(
+                    "could not look at InferenceService %s (%d in a row): %s", self.name, failed_looks, error
+                )
+                if failed_looks >= MAX_FAILED_LOOKS:
+                    return self._event("error", f"{failed_looks} looks in a row failed: {error}")
+                event = None
+            if event is not None and event.finished:
+                return event
+            if event is not None and event.message != said:
+                said = event.message
+                self.log.info("waiting for %s to serve %s: %s", self.name, self.storage_uri, said)
+            if self.deadline is not None and time.time() > self.deadline:
+                return self._event("timeout", f"not serving before the deadline; last: {said}", "RolloutTimeout")
+            await asyncio.sleep(self.poll_interval)
+
+    async def _look(self) -> rollout.RolloutEvent:
+        isvc = await self.hook.get_inference_service(self.namespace, self.name)
+        deployment = None
+        pods: list[dict[str, Any]] = []
+        if isvc is not None:
+            deployment = await self.hook.get_deployment(self.namespace, rollout.deployment_name(self.name))
+            selector = rollout.selector(deployment) if deployment else None
+            if selector:
+                pods = await self.hook.list_pods(self.namespace, selector)
+        event = rollout.judge(
+            isvc, deployment, pods, name=self.name, namespace=self.namespace, storage_uri=self.storage_uri
+        )
+        if event.status == "failed" and event.pod and event.container:
+            try:
+                tail = await self.hook.read_pod_log(
+                    self.namespace, event.pod, event.container, tail_lines=LOG_TAIL_LINES
+                )
+            except KubernetesApiError as error:
+                tail = f"(log unavailable: {error})"
+            event = rollout.with_log_tail(event, tail)
+        return event
