@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import backends, names
+from airflow_elastic.logfollow import DEFAULT_CONTAINER_ANNOTATION
 from airflow_elastic.render import elastic
 from airflow_elastic.render.jobset import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER, QUEUE_LABEL, ROLE_LABEL, call_problems
 from airflow_elastic.render.pod import env_list, field_ref, group_env, single_container_pod
@@ -135,7 +136,12 @@ def _replica(
         res=role.resources,
         placement=group.placement_of(role),
         labels={**common, ROLE_LABEL: role.name},
-        overrides=(group.pod_overrides, role.pod_overrides),
+        # The log follower's container (airflow_elastic.logfollow.training_container), as kubectl's.
+        overrides=(
+            {"metadata": {"annotations": {DEFAULT_CONTAINER_ANNOTATION: CONTAINER}}},
+            group.pod_overrides,
+            role.pod_overrides,
+        ),
     )
     # The replica's restartPolicy is the operator's to set on the pod (a template value is overwritten).
     pod["spec"].pop("restartPolicy", None)

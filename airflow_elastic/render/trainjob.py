@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import backends, names, platforms
+from airflow_elastic.logfollow import DEFAULT_CONTAINER_ANNOTATION
 from airflow_elastic.render.jobset import (
     EXCLUSIVE_TOPOLOGY,
     GROUP_LABEL,
@@ -140,7 +141,11 @@ def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str,
     """Labels and annotations of the JobSet, and the ``node`` pods' metadata and ``PodSpecPatch``."""
     role = group.roles[0]
     pod: dict[str, Any] = {
-        "metadata": {"labels": {**common, ROLE_LABEL: role.name}},
+        # The log follower's container (airflow_elastic.logfollow.training_container), as kubectl's.
+        "metadata": {
+            "labels": {**common, ROLE_LABEL: role.name},
+            "annotations": {DEFAULT_CONTAINER_ANNOTATION: backends.TRAINER_NODE},
+        },
         "spec": node_placement(group.placement_of(role), role.resources),
     }
     for override in (group.pod_overrides, role.pod_overrides):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_elastic import Elastic, FailurePolicy, Placement, Role, SpecError, TrainingGroup
+from airflow_elastic.logfollow import training_container
 from airflow_elastic.render import render_pytorchjob
 from airflow_elastic.render.schema import pytorchjob_schema_errors
 from tests.builders import group
@@ -32,6 +33,7 @@ def test_leader_is_the_master_and_the_other_role_the_workers():
         assert container(manifest, kind)["name"] == "pytorch"
         assert container(manifest, kind)["ports"] == [{"name": "pytorchjob-port", "containerPort": 29500}]
         assert "restartPolicy" not in replica(manifest, kind)["template"]["spec"]  # the operator's to set
+        assert training_container(replica(manifest, kind)["template"]) == "pytorch"  # the log follower's
     assert manifest["spec"]["nprocPerNode"] == "1"
     assert pytorchjob_schema_errors(manifest) == []
 

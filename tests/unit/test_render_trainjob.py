@@ -104,7 +104,7 @@ def test_placement_and_overrides_go_through_the_pod_spec_patch():
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["serviceAccountName"] == "trainer" and spec["terminationGracePeriodSeconds"] == 120
     assert spec["containers"] == [{"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]
-    assert pod["metadata"]["annotations"] == {"team": "ml"}
+    assert pod["metadata"]["annotations"] == {"kubectl.kubernetes.io/default-container": "node", "team": "ml"}
     jobset = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["metadata"]
     assert jobset["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}
     assert "priorityClassName" not in spec and trainjob_schema_errors(manifest) == []
