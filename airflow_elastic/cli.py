@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from airflow_elastic.backends import BACKENDS
 from airflow_elastic.spec import SpecError, TrainingGroup
 from airflow_elastic.stage import BatchStage
 
@@ -48,7 +49,7 @@ def groups_in(path: Path) -> list[TrainingGroup]:
 def render(args: argparse.Namespace) -> None:
     import yaml
 
-    from airflow_elastic.render import render_job, render_jobset
+    from airflow_elastic.render import render_job
 
     found = specs_in(args.file)
     if not found:
@@ -57,29 +58,53 @@ def render(args: argparse.Namespace) -> None:
     if not chosen:
         names = ", ".join(s.name for s in found)
         raise CliError(f"{args.file}: no training group or batch stage named {args.group!r} (found: {names})")
-    try:
-        manifests = [
-            render_jobset(s, namespace=args.namespace)
-            if isinstance(s, TrainingGroup)
-            else render_job(s, namespace=args.namespace)
-            for s in chosen
-        ]
-    except SpecError as err:
-        raise CliError(f"{args.file}: {err}") from err
+    if args.runtime is not None and args.backend != "trainjob":
+        raise CliError("--runtime applies to --backend trainjob only")
+    manifests = []
+    for spec in chosen:
+        try:
+            if isinstance(spec, TrainingGroup):
+                manifests.append(_render_group(spec, args))
+            else:
+                manifests.append(render_job(spec, namespace=args.namespace))
+        except SpecError as err:
+            backend = isinstance(spec, TrainingGroup) and args.backend != "jobset"
+            where = f"group {spec.name!r} cannot run as a {args.backend}: " if backend else ""
+            raise CliError(f"{args.file}: {where}{err}") from err
     sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False))
+
+
+def _render_group(group: TrainingGroup, args: argparse.Namespace) -> dict:
+    from airflow_elastic.render import render_jobset, render_pytorchjob, render_trainjob
+
+    if args.backend == "trainjob":
+        return render_trainjob(group, namespace=args.namespace, runtime=args.runtime or "torch-distributed")
+    if args.backend == "pytorchjob":
+        return render_pytorchjob(group, namespace=args.namespace)
+    return render_jobset(group, namespace=args.namespace)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airflow-elastic", description="Distributed training on Kubernetes JobSets.")
     commands = parser.add_subparsers(dest="command", required=True)
     cmd = commands.add_parser(
-        "render", help="print the JobSet (Job) YAML of the training groups (batch stages) a Python file defines"
+        "render",
+        help="print the JobSet (or --backend TrainJob/PyTorchJob) YAML of the training groups and the Job YAML of the "
+        "batch stages a Python file defines",
     )
     cmd.add_argument(
         "file", type=Path, help="a Python file (e.g. a DAG file) defining TrainingGroup or BatchStage objects"
     )
     cmd.add_argument("--group", help="render only the group (or stage) with this name")
     cmd.add_argument("--namespace", default="default", help="namespace to render for (default: %(default)s)")
+    cmd.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="jobset",
+        help="render training groups as a JobSet, a Kubeflow Trainer TrainJob or a legacy PyTorchJob (default: "
+        "%(default)s); what a backend cannot express is an error naming the field",
+    )
+    cmd.add_argument("--runtime", help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
     cmd.set_defaults(func=render)
     from airflow_elastic.localcluster.cli import add_commands  # standard library only
 

@@ -93,3 +93,30 @@ def test_spec_error_is_one_line_naming_the_field(tmp_path: Path):
 def test_file_that_crashes(tmp_path: Path):
     (tmp_path / "boom.py").write_text("raise RuntimeError('boom')\n")
     assert "failed to load: RuntimeError: boom" in error_line(run("render", str(tmp_path / "boom.py")))
+
+
+def test_backend_option_renders_a_trainjob_or_pytorchjob_and_names_what_cannot_be_expressed(tmp_path: Path, capsys):
+    from airflow_elastic.cli import main  # in-process: the same entry point, without a subprocess per case
+
+    (tmp_path / "dag.py").write_text(
+        "from airflow_elastic import Role, TrainingGroup\n"
+        "one = TrainingGroup('one', [Role('trainer', replicas=2, command=['python', 't.py'])], image='x')\n"
+        "two = TrainingGroup('two', [Role('leader'), Role('worker', replicas=2)], image='x')\n"
+    )
+    dag = str(tmp_path / "dag.py")
+    assert main(["render", dag, "--group", "one", "--backend", "trainjob", "--runtime", "my-torch"]) == 0
+    (doc,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert (doc["kind"], doc["spec"]["runtimeRef"]["name"], doc["spec"]["trainer"]["numNodes"]) == (
+        "TrainJob",
+        "my-torch",
+        2,
+    )
+    assert main(["render", dag, "--group", "two", "--backend", "pytorchjob"]) == 0
+    (doc,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert doc["kind"] == "PyTorchJob" and doc["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert main(["render", dag, "--group", "two", "--backend", "trainjob"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert "group 'two' cannot run as a trainjob: roles: trainjob runs one homogeneous role" in out.err
+    assert main(["render", dag, "--backend", "pytorchjob", "--runtime", "x"]) == 1
+    assert "--runtime applies to --backend trainjob only" in capsys.readouterr().err
