@@ -153,6 +153,14 @@ def _trainjob_problems(group: TrainingGroup) -> Iterator[Problem]:
                 f"{path}.priority_class",
                 "a TrainJob's runtime patch cannot set priorityClassName: set it in the training runtime",
             )
+        if placement is not None and placement.exclusive_topology:
+            # JobSet's exclusive placement gives each *Job* a domain of its own; the Trainer runs every node in one
+            # Job, so all nodes would share one domain (with kubernetes.io/hostname: one node).
+            yield (
+                f"{path}.exclusive_topology",
+                "the Trainer runs all nodes as one Job, and JobSet's exclusive placement puts a Job's pods in one "
+                "topology domain: use pod anti-affinity in pod_overrides",
+            )
     yield from _patchable(group)
 
 

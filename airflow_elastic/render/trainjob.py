@@ -8,7 +8,7 @@ fields, never by editing the runtime:
 * ``trainer``: image, command, args, env (the environment contract), ``numNodes`` = replicas, ``resourcesPerNode``,
   ``numProcPerNode`` = ``processes_per_pod`` (always set: unset, the Trainer would derive it from the CPU request).
 * one ``runtimePatches`` entry (manager ``airflow-elastic.io/operator``): our labels on the JobSet and the pods,
-  exclusive placement, nodeSelector/tolerations/affinity, service account, volumes, ``pod_overrides``.
+  nodeSelector/tolerations/affinity, service account, volumes, ``pod_overrides``.
 * the command runs under torchrun: the Trainer sets only torchrun's ``PET_*`` variables (``torch.go``,
   ``EnforceMLPolicy``), so a command that is not torchrun is wrapped as ``torchrun --no-python <command>``, as upstream
   ``examples/yaml/01-multi-node.yaml`` launches a program; torchrun then gives each process ``RANK``/``WORLD_SIZE``/
@@ -29,7 +29,6 @@ from typing import Any
 from airflow_elastic import backends, names, platforms
 from airflow_elastic.logfollow import DEFAULT_CONTAINER_ANNOTATION
 from airflow_elastic.render.jobset import (
-    EXCLUSIVE_TOPOLOGY,
     GROUP_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
@@ -138,7 +137,7 @@ def _trainer(group: TrainingGroup, trainjob: str) -> dict[str, Any]:
 
 
 def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str, Any]:
-    """Labels and annotations of the JobSet, and the ``node`` pods' metadata and ``PodSpecPatch``."""
+    """Labels of the JobSet, and the ``node`` pods' metadata and ``PodSpecPatch``."""
     role = group.roles[0]
     pod: dict[str, Any] = {
         # The log follower's container (airflow_elastic.logfollow.training_container), as kubectl's.
@@ -154,12 +153,7 @@ def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str,
     for container in pod["spec"].get("containers") or []:
         container["name"] = backends.TRAINER_NODE  # check_backend allows only ours (TRAINER_CONTAINER)
     rjob: dict[str, Any] = {"name": backends.TRAINER_NODE, "template": {"spec": {"template": pod}}}
-    if role.placement is not None and role.placement.exclusive_topology:
-        rjob["template"]["metadata"] = {"annotations": {EXCLUSIVE_TOPOLOGY: role.placement.exclusive_topology}}
-    jobset_meta: dict[str, Any] = {"labels": dict(common)}
-    if group.placement.exclusive_topology:
-        jobset_meta["annotations"] = {EXCLUSIVE_TOPOLOGY: group.placement.exclusive_topology}
     return {
         "manager": PATCH_MANAGER,
-        "trainingRuntimeSpec": {"template": {"metadata": jobset_meta, "spec": {"replicatedJobs": [rjob]}}},
+        "trainingRuntimeSpec": {"template": {"metadata": {"labels": dict(common)}, "spec": {"replicatedJobs": [rjob]}}},
     }

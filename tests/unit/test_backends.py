@@ -49,6 +49,11 @@ def test_unknown_backend_and_a_runtime_for_another_backend_are_refused():
         ({"coordinator_port": 29400}, "coordinator_port", "29500"),
         ({"env": {"PET_MAX_RESTARTS": "3"}}, "env['PET_MAX_RESTARTS']", "torchrun's flags"),
         ({"placement": Placement(priority_class="high")}, "placement.priority_class", "priorityClassName"),
+        (
+            {"placement": Placement(exclusive_topology="kubernetes.io/hostname")},
+            "placement.exclusive_topology",
+            "all nodes as one Job",
+        ),
         ({"pod_overrides": {"spec": {"hostNetwork": True}}}, "pod_overrides.spec.hostNetwork", "PodSpecPatch"),
         (
             {"pod_overrides": {"spec": {"containers": [{"name": "sidecar", "image": "x"}]}}},

@@ -86,7 +86,7 @@ def test_labels_reach_the_trainjob_its_jobset_and_its_pods_through_the_runtime_p
 def test_placement_and_overrides_go_through_the_pod_spec_patch():
     manifest = render_trainjob(
         ddp(
-            placement=Placement(spot=True, node_selector={"pool": "a100"}, exclusive_topology="kubernetes.io/hostname"),
+            placement=Placement(spot=True, node_selector={"pool": "a100"}),
             pod_overrides={
                 "metadata": {"annotations": {"team": "ml"}},
                 "spec": {
@@ -105,8 +105,6 @@ def test_placement_and_overrides_go_through_the_pod_spec_patch():
     assert spec["serviceAccountName"] == "trainer" and spec["terminationGracePeriodSeconds"] == 120
     assert spec["containers"] == [{"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]
     assert pod["metadata"]["annotations"] == {"kubectl.kubernetes.io/default-container": "node", "team": "ml"}
-    jobset = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["metadata"]
-    assert jobset["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}
     assert "priorityClassName" not in spec and trainjob_schema_errors(manifest) == []
 
 
