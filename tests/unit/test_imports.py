@@ -15,7 +15,8 @@ import sys
 import airflow_elastic, airflow_elastic.render, airflow_elastic.cli, airflow_elastic.contract, airflow_elastic.state
 import airflow_elastic.classify, airflow_elastic.checkpoints, airflow_elastic.evidence, airflow_elastic.templating
 import airflow_elastic.render.manifest, airflow_elastic.watch, airflow_elastic.logcursor, airflow_elastic.saved
-import airflow_elastic.cascade, airflow_elastic.logfollow
+import airflow_elastic.cascade, airflow_elastic.logfollow, airflow_elastic.serving, airflow_elastic.rollout
+import airflow_elastic.hooks.serving_operations
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.render import render_jobset
 render_jobset(TrainingGroup("t", [Role("a", replicas=2)], image="x"))
