@@ -37,8 +37,13 @@ def copied(dockerfile: Path) -> list[str]:
     return sources
 
 
-def test_the_two_images_exist():
-    assert [p.parent.name for p in DOCKERFILES] == ["airflow", "trainer"]
+def test_the_images_exist():
+    assert [p.parent.name for p in DOCKERFILES] == ["airflow", "predictor", "trainer"]
+
+
+def test_the_predictor_pins_kserve_and_torch_by_the_serving_constraints():
+    runs = [" ".join(a) for word, a in instructions(ROOT / "docker" / "predictor" / "Dockerfile") if word == "RUN"]
+    assert any("-c /tmp/constraints-serving.txt" in r and "torch" in r and "kserve" in r for r in runs)
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_elastic.localcluster import images
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controllers.scheduler import quantity
 from airflow_elastic.localcluster.resources import CONFIGMAPS, NODES, SECRETS
@@ -66,7 +67,7 @@ def base_env(hostname: str, cwd: str) -> dict[str, str]:
 def command_line(container: Obj, config: ClusterConfig, env: Mapping[str, str]) -> list[str]:
     """``command`` + ``args`` (expanded); without a command, the image's mapped prefix stands for its entrypoint."""
     image = container.get("image", "")
-    if config.strict_images and image not in config.image_map:
+    if config.strict_images and image not in config.image_map and images.builtin_name(image) is None:
         raise ContainerError(
             "ErrImagePull",
             f'image "{image}" is not in the local cluster\'s image_map (strict_images is set); nothing is pulled',
@@ -74,7 +75,10 @@ def command_line(container: Obj, config: ClusterConfig, env: Mapping[str, str]) 
     command = [expand(str(c), env) for c in container.get("command") or []]
     args = [expand(str(a), env) for a in container.get("args") or []]
     if not command:
-        command = list(config.image_map.get(image, []))
+        try:
+            command = list(config.image_map.get(image) or images.builtin(image) or [])
+        except images.ImageUnavailable as err:
+            raise ContainerError("CreateContainerConfigError", str(err)) from err
     argv = command + args
     if not argv or not command:
         raise ContainerError(
