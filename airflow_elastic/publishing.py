@@ -2,7 +2,8 @@
 
 Layout under a model root (a path or any ``ObjectStoragePath``/fsspec URI)::
 
-    <root>/<version>/model/...        the final checkpoint's files
+    <root>/<version>/model/model.pt   the model as served (TorchScript, exported by the evaluation)
+    <root>/<version>/checkpoint/...   the final checkpoint's files (weights, optimizer state, parameters)
     <root>/<version>/metrics.json     the held-out evaluation
     <root>/<version>/report.json      the run report (:func:`run_report`), sweep.json: the sweep's result
     <root>/<version>/sweep/...        the sweep report (table, JSON, plot)

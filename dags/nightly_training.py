@@ -3,7 +3,7 @@
 Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
 
     previous_sweep ─┐
-    prepare ────────┴─> sweep ──> train ──> evaluate ──> publish
+    prepare ────────┴─> sweep ──> train ──> evaluate ──> publish ──> promoted ──> serve
 
 * ``prepare`` (batch stage, CPU pool, ``forbid``, skipped when more than 4 hours late): splits scikit-learn's
   digits into train/val/test ``.npz`` under ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
@@ -13,9 +13,12 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
   two elastic workers on spot (torchrun's c10d rendezvous: a reclaimed worker is replaced without a group restart),
   checkpointed under ``<root>/checkpoints/digits/<version>/final``.
 * ``evaluate`` (batch stage, CPU pool): the final checkpoint's accuracy and loss on the held-out test split
-  (``scripts/evaluate_digits.py``).
-* ``publish``: model, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted to
-  ``<root>/models/digits/latest/`` only if the test accuracy does not regress (:mod:`airflow_elastic.publishing`).
+  (``scripts/evaluate_digits.py``), and the model exported as TorchScript to ``<version>/model/model.pt``.
+* ``publish``: checkpoint, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted
+  to ``<root>/models/digits/latest/`` only if the test accuracy does not regress (:mod:`airflow_elastic.publishing`).
+* ``promoted`` skips the rollout of a version that was not promoted; ``serve`` (``InferenceServiceOperator``) rolls
+  ``<version>/model`` out to the KServe InferenceService ``digits`` (``pytorch`` format), waits until the new model
+  serves, POSTs three test rows to it, and rolls back to the previous model if it does not go live.
 
 Data flows only through XCom and object storage: each step's result is the next one's argument or template, and
 every artefact lives under ``root``: the ``root`` param, else the Airflow Variable ``nightly_training_root``, else
@@ -58,7 +61,7 @@ from airflow_elastic import (
     TrainingGroup,
     publishing,
 )
-from airflow_elastic.operators import BatchStageOperator, TrainingGroupOperator
+from airflow_elastic.operators import BatchStageOperator, InferenceServiceOperator, TrainingGroupOperator
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
 #: The digits trainer image: torch 2.13 (CPU), scikit-learn, the scripts under /workspace/scripts; its entrypoint
@@ -74,6 +77,9 @@ SCRIPTS = "{{ params.scripts }}"
 CONN_ID = "local_cluster"
 #: What the promotion rule compares: the evaluation's test accuracy, higher is better.
 PROMOTION_METRIC = "test_accuracy"
+#: The served model: the KServe InferenceService's name, and where the evaluation exports the TorchScript.
+SERVICE = "digits"
+EXPORT_URI = f"{ROOT}/models/digits/{VERSION}/model/model.pt"
 
 #: A night that cannot start its preparation within this of 02:00 is skipped (a CronJob's startingDeadlineSeconds):
 #: the pipeline would otherwise train into the day, beside the traffic it is kept away from.
@@ -221,7 +227,11 @@ with DAG(
         stage=stage(
             "evaluate-digits",
             "evaluate_digits.py",
-            {"DATA_URI": DATA, "MODEL_URI": "{{ ti.xcom_pull(task_ids='train')['checkpoint'] }}"},
+            {
+                "DATA_URI": DATA,
+                "MODEL_URI": "{{ ti.xcom_pull(task_ids='train')['checkpoint'] }}",
+                "EXPORT_URI": EXPORT_URI,
+            },
         ),
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
@@ -235,17 +245,33 @@ with DAG(
         params: dict[str, Any] | None = None,
         run_id: str | None = None,
     ) -> dict[str, Any]:
-        """Write this run's version, promote it if the test metric does not regress, return the run report.
-
-        The seam for serving (a later ``InferenceService`` step): take this result, and roll out
-        ``locations["latest"]`` when ``promotion["promote"]``."""
+        """Write this run's version, promote it if the test metric does not regress, return the run report."""
         evidence = training_evidence(train)
-        return publish_run(
-            models_root(params or {}), str(run_id), sweep, train, evaluation["metrics"], evidence, params
-        )
+        metrics = {k: v for k, v in evaluation["metrics"].items() if not k.startswith("smoke_")}
+        return publish_run(models_root(params or {}), str(run_id), sweep, train, metrics, evidence, params)
+
+    @task.short_circuit
+    def promoted(report: dict[str, Any]) -> bool:
+        """Roll out only a promoted version (its test accuracy did not regress); else skip ``serve``."""
+        return bool(report["promotion"]["promote"])
+
+    serve = InferenceServiceOperator(
+        task_id="serve",
+        name=SERVICE,
+        storage_uri="{{ ti.xcom_pull(task_ids='publish')['locations']['model'] }}",  # the version, not latest/
+        model_format="pytorch",
+        min_replicas=1,
+        max_replicas=2,
+        scale_metric="cpu",
+        scale_target=70,
+        smoke_request="{{ ti.xcom_pull(task_ids='evaluate')['metrics']['smoke_request'] | tojson }}",
+        rollback_on_failure=True,
+        kubernetes_conn_id=CONN_ID,
+        poll_interval=1,
+    )
 
     prepare >> sweep >> train >> evaluate
-    publish(sweep.output, train.output, evaluate.output)
+    promoted(publish(sweep.output, train.output, evaluate.output)) >> serve
 
 
 # ------------------------------------------------------------------------------------------------ publishing I/O
@@ -327,7 +353,7 @@ def publish_run(
     step = checkpoints.latest_complete(None, train["checkpoint"])  # the final training's last complete checkpoint
     if step is None:
         raise ValueError(f"no complete checkpoint under {train['checkpoint']}: nothing to publish")
-    copy_tree(ObjectStoragePath(step.path), target / "model")
+    copy_tree(ObjectStoragePath(step.path), target / "checkpoint")  # model/ holds the served TorchScript
     for path in (sweep.get("report") or {}).values():
         if path:
             (target / "sweep").mkdir(parents=True, exist_ok=True)
@@ -347,6 +373,7 @@ def publish_run(
     locations = {
         "version": str(target),
         "model": str(target / "model"),
+        "checkpoint": str(target / "checkpoint"),
         "plot": str(target / "sweep" / ObjectStoragePath(plot).name) if plot else "-",
         "report": str(target / "report.json"),
         "checkpoints": str(train["checkpoint"]),

@@ -77,3 +77,30 @@ def test_the_final_training_shows_every_fifth_epoch_and_its_recovery():
         "[train] saved emergency checkpoint at epoch 10 (peer_lost)",
         "[train] resumed from epoch 10 (/c/step-000000010)",
     ]
+
+
+def test_the_rollout_shows_each_awaited_step_once_and_the_smoke_answer():
+    shown: list[str] = []
+    progress = Progress(["serve"], emit=shown.append, clock=lambda: 0.0)
+    trigger = "[airflow_elastic.triggers.inference_service.InferenceServiceTrigger] loc=inference_service.py:1"
+    operator = "[airflow.task.operators.airflow_elastic.operators.inference_service.InferenceServiceOperator] loc=x:1"
+    output = [
+        *lines("[DAG TEST] starting task_id=serve map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
+        *lines(f"Created InferenceService default/digits serving /m/v1/model {operator}"),
+        *lines(f"waiting for digits to serve /m/v1/model: the InferenceService is not Ready {trigger}"),
+        *lines(f"waiting for digits to serve /m/v1/model: the InferenceService is not Ready {trigger}"),
+        *lines(f"Smoke request to digits answered: {{'predictions': [0, 1, 2]}} {operator}"),
+        *lines(f"InferenceService default/digits serves /m/v1/model (1 replicas) at http://x {operator}"),
+        *lines(f"Task instance state updated    {STATE} new_state=success rows_affected=1"),
+        *lines("[DAG TEST] end task task_id=serve map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563"),
+    ]
+    for line in output:
+        progress.feed(line)
+    assert shown == [
+        "[serve] started (task 1/1)",
+        "[serve] Created InferenceService default/digits serving /m/v1/model",
+        "[serve] waiting for digits to serve /m/v1/model: the InferenceService is not Ready",
+        "[serve] Smoke request to digits answered: {'predictions': [0, 1, 2]}",
+        "[serve] InferenceService default/digits serves /m/v1/model (1 replicas) at http://x",
+        "[serve] success after 0 s",
+    ]

@@ -35,11 +35,23 @@ def test_each_step_feeds_the_next(nightly):
         "sweep": ["publish", "train"],
         "train": ["evaluate", "publish"],
         "evaluate": ["publish"],
-        "publish": [],
+        "publish": ["promoted"],
+        "promoted": ["serve"],
+        "serve": [],
     }
     # The final training takes the sweep's best parameters; the evaluation the training's checkpoints.
     assert "xcom_pull(task_ids='sweep')['best_params']" in tasks["train"].group.env["TRAIN_PARAMS"]
     assert "xcom_pull(task_ids='train')['checkpoint']" in tasks["evaluate"].stage.env["MODEL_URI"]
+    # The evaluation exports the TorchScript into the version's model/, which serve rolls out with its test rows.
+    assert tasks["evaluate"].stage.env["EXPORT_URI"].endswith("/models/digits/{{ run_id | version }}/model/model.pt")
+    serve = tasks["serve"]
+    assert "xcom_pull(task_ids='publish')['locations']['model']" in serve.storage_uri
+    assert "xcom_pull(task_ids='evaluate')['metrics']['smoke_request']" in serve.smoke_request
+    assert (serve.predictor.model_format, serve.predictor.mode, serve.rollback_on_failure) == (
+        "pytorch",
+        "Standard",
+        True,
+    )
 
 
 def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_demand(nightly):

@@ -60,7 +60,8 @@ def test_a_night_is_published_as_a_version_and_promoted_only_without_regression(
     first = publish(nightly, tmp_path, "scheduled__2026-12-01T02:00:00+00:00", 0.95)
     version = "scheduled__2026-12-01T02-00-00-00-00"
     assert first["version"] == version and first["promotion"]["promote"] is True
-    assert (models / version / "model" / "model.pt").read_bytes() == f"{first['run_id']}-20".encode()  # newest step
+    newest = (models / version / "checkpoint" / "model.pt").read_bytes()  # model/ is the evaluation's export
+    assert newest == f"{first['run_id']}-20".encode()  # the newest step
     assert json.loads((models / version / "metrics.json").read_text())["test_accuracy"] == 0.95
     assert (models / version / "sweep" / "sweep.png").exists() and (models / version / "report.json").exists()
     assert json.loads((models / "latest" / "LATEST.json").read_text())["version"] == version
@@ -69,7 +70,7 @@ def test_a_night_is_published_as_a_version_and_promoted_only_without_regression(
     worse = publish(nightly, tmp_path, "second", 0.90)
     assert worse["promotion"]["promote"] is False and "regresses" in worse["promotion"]["reason"]
     assert json.loads((models / "latest" / "LATEST.json").read_text())["version"] == version  # unchanged
-    assert (models / "second" / "model" / "model.pt").exists()  # the version is published all the same
+    assert (models / "second" / "checkpoint" / "model.pt").exists()  # the version is published all the same
     # The next night warm-starts from the newest published sweep, promoted or not.
     assert json.loads((models / "LAST_RUN.json").read_text())["version"] == "second"
     assert nightly.read_previous_sweep(root)["report"]["png"].startswith(str(tmp_path / "second"))
@@ -77,7 +78,7 @@ def test_a_night_is_published_as_a_version_and_promoted_only_without_regression(
     better = publish(nightly, tmp_path, "third", 0.97)
     assert better["promotion"]["promote"] is True and better["promotion"]["incumbent"] == 0.95
     assert json.loads((models / "latest" / "LATEST.json").read_text())["version"] == "third"
-    assert (models / "latest" / "model" / "model.pt").read_bytes() == b"third-20"
+    assert (models / "latest" / "checkpoint" / "model.pt").read_bytes() == b"third-20"
     assert not (models / "latest" / "stale-file").exists()  # latest is the promoted version, nothing else
 
 

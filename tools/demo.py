@@ -2,7 +2,8 @@
 
 Starts a local cluster (its own process) whose image map runs the digits trainer image as the local Python, points a
 fresh Airflow home (SQLite) at it through the explicitly named connection ``local_cluster``, and runs
-``dags/nightly_training.py`` with ``airflow dags test``: prepare → sweep → train → evaluate → publish. While the
+``dags/nightly_training.py`` with ``airflow dags test``: prepare → sweep → train → evaluate → publish → serve (the
+model rolled out to a KServe InferenceService on the local cluster, and a smoke request answered). While the
 final training runs, once it has written a checkpoint, one of its spot workers' nodes is reclaimed GKE-style. Progress
 is printed stage by stage and trial by trial (``tools/demo_progress.py``); at the end the run report, and where the
 plot, the model and the checkpoints are. The cluster and the Airflow home are removed; the artefacts stay under
@@ -33,7 +34,7 @@ from airflow_elastic.localcluster.imagemap import parse_image_map
 ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 DAG_ID = "nightly_training"
-TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish")
+TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "promoted", "serve")
 #: The reclaim comes once the final training's latest complete checkpoint is at least this step.
 RECLAIM_AT_STEP = 1
 DEADLINE = 900  # seconds: bounds a broken run only
@@ -187,14 +188,22 @@ def main(argv: list[str] | None = None) -> int:
         states = dict(query(db, "SELECT task_id, state FROM task_instance WHERE dag_id = ?", DAG_ID))
         tries = dict(query(db, "SELECT task_id, try_number FROM task_instance WHERE dag_id = ?", DAG_ID))
         published = xcom(db, "publish")
+        served = xcom(db, "serve")
+        labels = ((xcom(db, "evaluate") or {}).get("metrics") or {}).get("smoke_labels")
     emit(f"task states: {json.dumps(states, sort_keys=True)}")
     emit(f"final training: try {tries.get('train')}; reclaim injected: {json.dumps(reclaim.injected)}")
     if published:
         emit("run report:")
         for line in publishing.report_lines(published):
             emit(f"  {line}")
+    if served:
+        emit(
+            f"serving: InferenceService {served['namespace']}/{served['name']} serves {served['storage_uri']} "
+            f"({served['replicas']} replica(s), {served['mode']} mode) at {served['url']}"
+        )
+        emit(f"  smoke request (test digits {labels}): {json.dumps(served['smoke_response'])}")
     emit(f"artefacts under {storage}")
-    if set(states.values()) != {"success"} or not published:
+    if set(states.values()) != {"success"} or not published or not served:
         emit("demo: the nightly pipeline did not succeed (see the full output above the report)")
         return 1
     if reclaim.injected is None:

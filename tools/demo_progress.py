@@ -4,7 +4,7 @@
 triggers' logs, run inline) as ``<time> [<level>] <message> [<logger>] key=value ...``. :class:`Progress` reads
 those lines and keeps what tells a person how far along the run is: each task's start and end, the batch stages'
 output, the sweep's per-trial lines, the final training's checkpoints, resumes and restarts, the publish decision,
-and every error.
+the model's rollout to KServe (each awaited step, the smoke request's answer), and every error.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ SHOW: Mapping[str, re.Pattern[str]] = {
     ),
     "evaluate": re.compile(r"test|accuracy|loaded"),
     "publish": re.compile(r"^promotion:"),  # the whole report is printed at the end
+    "serve": re.compile(
+        r"^(Created|Patched) InferenceService|already has this spec|^[Ww]aiting for \S+ to serve|^Smoke request|"
+        r"InferenceService \S+ serves|^Rolling \S+ back"
+    ),
 }
 #: Lines those patterns catch that say nothing to a person watching.
 HIDE = re.compile(r"^waiting up to|^Checkpoint interval")

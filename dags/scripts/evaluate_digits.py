@@ -6,6 +6,11 @@ the parameters saved with it (``train_digits.build``), and scores the ``test`` s
 ``--data`` / ``DATA_URI`` (when not given: the same split made in process with ``SPLIT_SEED``, ``VAL_FRACTION``,
 ``TEST_FRACTION``, as ``train_digits.py`` does). It reports ``test_accuracy``, ``test_loss``, ``test_rows``, the
 checkpoint's ``epoch`` and path, and a per-digit accuracy through ``runtime.report`` (the task's result ``metrics``).
+
+With ``--export URI`` / ``EXPORT_URI`` it also writes the evaluated network as TorchScript (``torch.jit.script``, in
+eval mode: no dropout) to ``URI`` (a ``model.pt`` a KServe ``pytorch`` predictor loads), and reports a few test rows
+as ``smoke_request`` (``{"instances": [...]}``, KServe's v1 protocol) with their labels as ``smoke_labels``: the
+publishing step POSTs them to the new model before it goes live.
 """
 
 from __future__ import annotations
@@ -65,10 +70,27 @@ def evaluate(state: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
     }
 
 
+#: Test rows sent to the served model as its smoke request.
+SMOKE_ROWS = 3
+
+
+def export(state: dict, uri: str) -> None:
+    """The network of ``state`` as TorchScript at ``uri`` (any fsspec URI): what the model server loads."""
+    net = train_digits.build(state["params"])
+    net.load_state_dict(state["model"])
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(net.eval()), buffer)
+    fs, path = checkpoints.storage_for(uri)
+    fs.makedirs(os.path.dirname(path), exist_ok=True)
+    fs.pipe_file(path, buffer.getvalue())
+    print(f"exported TorchScript to {uri}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=os.environ.get("MODEL_URI"), help="the final training's checkpoint URI")
     parser.add_argument("--data", default=os.environ.get("DATA_URI"), help="prepare_digits.py's output URI")
+    parser.add_argument("--export", default=os.environ.get("EXPORT_URI"), help="where to write the TorchScript model")
     args = parser.parse_args(argv)
     if not args.model:
         sys.exit("evaluate_digits: no model: pass --model URI or set MODEL_URI (the training's checkpoint URI)")
@@ -78,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"loaded {step} (epoch {state['epoch']}, {json.dumps(state['params'])}); {len(y)} test rows", flush=True)
     metrics = {**evaluate(state, x, y), "checkpoint": step}
     print(f"test accuracy {metrics['test_accuracy']:.4f}, test loss {metrics['test_loss']:.4f}", flush=True)
+    if args.export:
+        export(state, args.export)
+        metrics["smoke_request"] = {"instances": x[:SMOKE_ROWS].tolist()}
+        metrics["smoke_labels"] = y[:SMOKE_ROWS].tolist()
     runtime.report(metrics)
 
 
