@@ -192,6 +192,24 @@ class AsyncJobSetHook(BaseHook):
         """A node, or ``None`` when it does not exist."""
         return await self._run(ops.get_node(name))
 
+    # ------------------------------------------------------------ TrainJobs and PyTorchJobs (the other backends)
+
+    async def get_training_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        """Read a TrainJob or PyTorchJob; see ``JobSetHook.get_training_job``."""
+        return await self._run(ops.get_custom(plural, namespace, name))
+
+    async def patch_training_job(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Apply a JSON merge patch to a TrainJob or PyTorchJob; see ``JobSetHook.patch_training_job``."""
+        return await self._run(ops.patch_custom(plural, namespace, name, patch))
+
+    async def delete_training_job(
+        self, plural: str, namespace: str, name: str, propagation: str = "Foreground"
+    ) -> dict[str, Any] | None:
+        """Delete a TrainJob or PyTorchJob, idempotent; see ``JobSetHook.delete_training_job``."""
+        return await self._run(ops.delete_custom(plural, namespace, name, propagation))
+
     # --------------------------------------------------------------------------------- list, then watch
 
     async def list_jobsets_versioned(
@@ -215,6 +233,31 @@ class AsyncJobSetHook(BaseHook):
     ) -> tuple[list[dict[str, Any]], str]:
         """The batch/v1 Jobs of a namespace and the list's ``resourceVersion`` (where :meth:`watch_jobs` starts)."""
         return await self._run(ops.list_versioned("jobs", namespace, label_selector))
+
+    async def list_trainjobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The TrainJobs of a namespace and the list's ``resourceVersion`` (where :meth:`watch_trainjobs` starts)."""
+        return await self._run(ops.list_versioned("trainjobs", namespace, label_selector))
+
+    async def list_pytorchjobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The PyTorchJobs of a namespace and the list's ``resourceVersion`` (where :meth:`watch_pytorchjobs`
+        starts)."""
+        return await self._run(ops.list_versioned("pytorchjobs", namespace, label_selector))
+
+    def watch_trainjobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The TrainJob changes after ``resource_version``; see :meth:`watch_jobsets`."""
+        return self._watch(ops.watch("trainjobs", namespace, label_selector, resource_version, timeout_seconds))
+
+    def watch_pytorchjobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The PyTorchJob changes after ``resource_version``; see :meth:`watch_jobsets`."""
+        return self._watch(ops.watch("pytorchjobs", namespace, label_selector, resource_version, timeout_seconds))
 
     def watch_jobsets(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int

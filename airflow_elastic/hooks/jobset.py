@@ -1,4 +1,5 @@
-"""``JobSetHook``: blocking access to JobSets and the objects around them (pods, events, nodes, Jobs).
+"""``JobSetHook``: blocking access to JobSets and the objects around them (pods, events, nodes, Jobs), and to the
+other backends' TrainJobs and PyTorchJobs.
 
 Connection handling is the cncf provider's ``KubernetesHook`` (composed, not subclassed): the
 ``kubernetes_default`` connection or any ``kubernetes`` connection, with its ``kube_config_path``,
@@ -72,6 +73,7 @@ class JobSetHook(BaseHook):
         self._overrides = {"config_file": config_file, "in_cluster": in_cluster}
         self._extras: dict[str, Any] | None = None
         self._api_client: k8s.ApiClient | None = None
+        self._crds: dict[str, dict[str, Any] | None] = {}
 
     # ------------------------------------------------------------------------------------------ connection
 
@@ -230,6 +232,44 @@ class JobSetHook(BaseHook):
         """Delete a CronJob and (``Background``, the default; ``Foreground`` waits for them) its Jobs; idempotent.
         Returns ``None`` when there was no such CronJob."""
         return self._run(ops.delete_cronjob(namespace, name, propagation))
+
+    # ------------------------------------------------------------ TrainJobs and PyTorchJobs (the other backends)
+
+    def create_training_job(self, plural: str, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a TrainJob (``plural="trainjobs"``) or PyTorchJob (``"pytorchjobs"``), ``fieldValidation=Strict``;
+        never retried except on 429 and a refreshed 401 (like :meth:`create_jobset`).
+
+        Raises:
+            AlreadyExists: one of that name exists; adopt it if it is yours.
+            Invalid: the CRD's validation (or the Trainer's webhook) refuses it; ``causes`` lists the fields.
+            ServerError, ApiUnreachable: it may or may not exist now; get it by name before creating again.
+        """
+        return self._run(ops.create_custom(plural, namespace, body))
+
+    def get_training_job(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        """Read a TrainJob or PyTorchJob, status included. Raises ``NotFound`` when there is none."""
+        return self._run(ops.get_custom(plural, namespace, name))
+
+    def patch_training_job(self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply a JSON merge patch to a TrainJob or PyTorchJob. Raises ``NotFound`` when there is none."""
+        return self._run(ops.patch_custom(plural, namespace, name, patch))
+
+    def delete_training_job(
+        self, plural: str, namespace: str, name: str, propagation: str = "Foreground"
+    ) -> dict[str, Any] | None:
+        """Delete a TrainJob or PyTorchJob (and, foreground, what it owns); idempotent: ``None`` when there was none."""
+        return self._run(ops.delete_custom(plural, namespace, name, propagation))
+
+    def get_training_runtime(self, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+        """A ``TrainingRuntime`` of ``namespace`` or a ``ClusterTrainingRuntime`` (``kind``); ``None`` when absent."""
+        return self._run(ops.get_training_runtime(namespace, name, kind))
+
+    def get_crd(self, name: str) -> dict[str, Any] | None:
+        """A CustomResourceDefinition (e.g. ``trainjobs.trainer.kubeflow.org``), ``None`` when not installed; read
+        once per hook (a CRD changes with a controller upgrade, not between two submissions)."""
+        if name not in self._crds:
+            self._crds[name] = self._run(ops.get_crd(name))
+        return self._crds[name]
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         """A node, or ``None`` when it does not exist (e.g. a reclaimed spot node)."""

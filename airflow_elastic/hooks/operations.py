@@ -22,6 +22,15 @@ from airflow_elastic.render.jobset import API_VERSION
 JOBSET_GROUP, JOBSET_VERSION = API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
 _JOBSETS = {"group": JOBSET_GROUP, "version": JOBSET_VERSION, "plural": JOBSET_PLURAL}
+#: The other backends' training jobs, by resource: Kubeflow Trainer v2 TrainJobs, training-operator v1 PyTorchJobs.
+TRAINING_JOBS = {
+    "trainjobs": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "plural": "trainjobs"},
+    "pytorchjobs": {"group": "kubeflow.org", "version": "v1", "plural": "pytorchjobs"},
+}
+#: The custom objects a group is, by resource (``create_custom`` and the others).
+CUSTOM = {JOBSET_PLURAL: _JOBSETS, **TRAINING_JOBS}
+#: A TrainJob's runtime kinds and their resources (``ClusterTrainingRuntime`` is cluster-scoped).
+RUNTIMES = {"TrainingRuntime": "trainingruntimes", "ClusterTrainingRuntime": "clustertrainingruntimes"}
 
 Result = Literal["object", "items", "text", "list"]
 
@@ -79,25 +88,64 @@ class Operation:
         return decoded
 
 
-def create_jobset(namespace: str, body: Mapping[str, Any]) -> Operation:
+def create_custom(plural: str, namespace: str, body: Mapping[str, Any]) -> Operation:
+    """Create a custom object of :data:`CUSTOM` (JobSet, TrainJob, PyTorchJob). Never repeated (see ``retry``)."""
     name = (body.get("metadata") or {}).get("name") or (body.get("metadata") or {}).get("generateName", "")
     return Operation(
-        f"create jobsets {namespace}/{name}",
+        f"create {plural} {namespace}/{name}",
         "CustomObjectsApi",
         "create_namespaced_custom_object",
-        # Strict: a cluster whose JobSet CRD lacks a field we set answers 400 instead of silently dropping it.
-        {**_JOBSETS, "namespace": namespace, "body": dict(body), "field_validation": "Strict"},
+        # Strict: a cluster whose CRD lacks a field we set (an older JobSet) answers 400 instead of dropping it.
+        {**CUSTOM[plural], "namespace": namespace, "body": dict(body), "field_validation": "Strict"},
         repeatable=False,
     )
 
 
-def get_jobset(namespace: str, name: str) -> Operation:
+def get_custom(plural: str, namespace: str, name: str) -> Operation:
     return Operation(
-        f"get jobsets {namespace}/{name}",
+        f"get {plural} {namespace}/{name}",
         "CustomObjectsApi",
         "get_namespaced_custom_object",
-        {**_JOBSETS, "namespace": namespace, "name": name},
+        {**CUSTOM[plural], "namespace": namespace, "name": name},
     )
+
+
+def patch_custom(plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    """A JSON merge patch (the Trainer's ``kubeflow-trainer-edit`` role grants patch, not update)."""
+    return Operation(
+        f"patch {plural} {namespace}/{name}",
+        "CustomObjectsApi",
+        "patch_namespaced_custom_object",
+        # Forced: left alone, kubernetes_asyncio picks strategic-merge, which custom resources do not support.
+        {
+            **CUSTOM[plural],
+            "namespace": namespace,
+            "name": name,
+            "body": dict(patch),
+            "_content_type": "application/merge-patch+json",
+        },
+        # A JSON merge patch (RFC 7386) gives the same object however often it is applied.
+        repeatable=True,
+    )
+
+
+def delete_custom(plural: str, namespace: str, name: str, propagation: str) -> Operation:
+    return Operation(
+        f"delete {plural} {namespace}/{name}",
+        "CustomObjectsApi",
+        "delete_namespaced_custom_object",
+        {**CUSTOM[plural], "namespace": namespace, "name": name, "propagation_policy": propagation},
+        # A retry after a lost reply finds the object gone (404), which is the outcome asked for.
+        none_if_missing=True,
+    )
+
+
+def create_jobset(namespace: str, body: Mapping[str, Any]) -> Operation:
+    return create_custom(JOBSET_PLURAL, namespace, body)
+
+
+def get_jobset(namespace: str, name: str) -> Operation:
+    return get_custom(JOBSET_PLURAL, namespace, name)
 
 
 def list_jobsets(namespace: str, label_selector: str | None) -> Operation:
@@ -111,32 +159,11 @@ def list_jobsets(namespace: str, label_selector: str | None) -> Operation:
 
 
 def patch_jobset(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
-    return Operation(
-        f"patch jobsets {namespace}/{name}",
-        "CustomObjectsApi",
-        "patch_namespaced_custom_object",
-        # Forced: left alone, kubernetes_asyncio picks strategic-merge, which custom resources do not support.
-        {
-            **_JOBSETS,
-            "namespace": namespace,
-            "name": name,
-            "body": dict(patch),
-            "_content_type": "application/merge-patch+json",
-        },
-        # A JSON merge patch (RFC 7386) gives the same object however often it is applied.
-        repeatable=True,
-    )
+    return patch_custom(JOBSET_PLURAL, namespace, name, patch)
 
 
 def delete_jobset(namespace: str, name: str, propagation: str) -> Operation:
-    return Operation(
-        f"delete jobsets {namespace}/{name}",
-        "CustomObjectsApi",
-        "delete_namespaced_custom_object",
-        {**_JOBSETS, "namespace": namespace, "name": name, "propagation_policy": propagation},
-        # A retry after a lost reply finds the object gone (404), which is the outcome asked for.
-        none_if_missing=True,
-    )
+    return delete_custom(JOBSET_PLURAL, namespace, name, propagation)
 
 
 def list_pods(namespace: str, label_selector: str | None) -> Operation:
@@ -285,20 +312,59 @@ def read_pod_log_chunk(namespace: str, pod: str, container: str, request: LogReq
     )
 
 
+# ------------------------------------------------------------------------- TrainJobs, PyTorchJobs, runtimes, CRDs
+
+
+def get_training_runtime(namespace: str, name: str, kind: str) -> Operation:
+    """A ``TrainingRuntime`` of ``namespace`` or a ``ClusterTrainingRuntime`` (``kind``); ``None`` when absent."""
+    coords = {"group": "trainer.kubeflow.org", "version": "v1alpha1", "plural": RUNTIMES[kind], "name": name}
+    if kind == "ClusterTrainingRuntime":
+        return Operation(
+            f"get {RUNTIMES[kind]} {name}",
+            "CustomObjectsApi",
+            "get_cluster_custom_object",
+            coords,
+            none_if_missing=True,
+        )
+    return Operation(
+        f"get {RUNTIMES[kind]} {namespace}/{name}",
+        "CustomObjectsApi",
+        "get_namespaced_custom_object",
+        {**coords, "namespace": namespace},
+        none_if_missing=True,
+    )
+
+
+def get_crd(name: str) -> Operation:
+    """A CustomResourceDefinition (``trainjobs.trainer.kubeflow.org``); ``None`` when it is not installed."""
+    return Operation(
+        f"get customresourcedefinitions {name}",
+        "ApiextensionsV1Api",
+        "read_custom_resource_definition",
+        {"name": name},
+        none_if_missing=True,
+    )
+
+
 #: The kinds :func:`list_versioned` and :func:`watch` serve: (API class, method, fixed arguments).
 WATCHABLE: dict[str, tuple[str, str, dict[str, str]]] = {
     "jobsets": ("CustomObjectsApi", "list_namespaced_custom_object", _JOBSETS),
     "pods": ("CoreV1Api", "list_namespaced_pod", {}),
     "events": ("CoreV1Api", "list_namespaced_event", {}),
     "jobs": ("BatchV1Api", "list_namespaced_job", {}),
+    **{
+        plural: ("CustomObjectsApi", "list_namespaced_custom_object", coords)
+        for plural, coords in TRAINING_JOBS.items()
+    },
 }
 #: The selector each watchable kind is narrowed by: events by fields (``type=Warning``), the others by labels.
 SELECTOR_OF = {"events": "field_selector"}
 
 
 def list_versioned(kind: str, namespace: str, selector: str | None) -> Operation:
-    """A list of ``kind`` (``jobsets``, ``pods``, ``events``, ``jobs``) that keeps its ``resourceVersion``: ``(items,
-    resourceVersion)``; ``selector`` is a field selector for events (:data:`SELECTOR_OF`), else a label selector."""
+    """A list of ``kind`` (a key of :data:`WATCHABLE`: ``jobsets``, ``pods``, ``events``, ``jobs``, ``trainjobs``,
+    ``pytorchjobs``) that keeps its ``resourceVersion``: ``(items, resourceVersion)``; ``selector`` is a field selector
+    for events (:data:`SELECTOR_OF`), else a label selector."""
     api, method, fixed = WATCHABLE[kind]
     return Operation(
         f"list {kind} in {namespace}",

@@ -166,3 +166,54 @@ class AsyncJobHookProtocol(Protocol):
     def watch_jobs(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]: ...
+
+
+@runtime_checkable
+class TrainingJobHookProtocol(Protocol):
+    """The other backends' objects as ``TrainingGroupOperator(backend="trainjob" | "pytorchjob")`` needs them
+    (``plural``: ``trainjobs`` or ``pytorchjobs``), beside :class:`JobSetHookProtocol`; ``JobSetHook`` satisfies it."""
+
+    def create_training_job(self, plural: str, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    def get_training_job(self, plural: str, namespace: str, name: str) -> JSON: ...
+
+    def patch_training_job(self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+    def delete_training_job(
+        self, plural: str, namespace: str, name: str, propagation: str = "Foreground"
+    ) -> JSON | None: ...
+
+    def get_training_runtime(self, namespace: str, name: str, kind: str) -> JSON | None: ...
+
+    def get_crd(self, name: str) -> JSON | None: ...
+
+
+@runtime_checkable
+class AsyncTrainingJobHookProtocol(Protocol):
+    """What ``TrainingGroupTrigger`` needs for a TrainJob or PyTorchJob: read, save evidence, delete on kill, and the
+    list-then-watch the shared observer keeps (``subscribe(kind="trainjobs" | "pytorchjobs")``); ``AsyncJobSetHook``
+    satisfies it."""
+
+    async def get_training_job(self, plural: str, namespace: str, name: str) -> JSON: ...
+
+    async def patch_training_job(self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+    async def delete_training_job(
+        self, plural: str, namespace: str, name: str, propagation: str = "Foreground"
+    ) -> JSON | None: ...
+
+    async def list_trainjobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
+    async def list_pytorchjobs_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[JSON], str]: ...
+
+    def watch_trainjobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...
+
+    def watch_pytorchjobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]: ...

@@ -150,11 +150,11 @@ class Attempts:
     def attempt_manifest(
         self, name: str, namespace: str, identity: ident.TaskIdentity, history: attempts.History
     ) -> dict[str, Any]:
-        """This attempt's JobSet: ``maxRestarts`` = what is left of ``max_failures``, on-demand after
-        ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete checkpoint for
-        every attempt after the first (resubmissions and Airflow retries)."""
+        """This attempt's JobSet (or TrainJob, PyTorchJob): ``maxRestarts`` = what is left of ``max_failures``,
+        on-demand after ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete
+        checkpoint for every attempt after the first (resubmissions and Airflow retries)."""
+        from airflow_elastic.backend_watch import with_resume
         from airflow_elastic.operators import attempts
-        from airflow_elastic.render import manifest as manifests
 
         self.checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
         policy = self.policy
@@ -170,7 +170,7 @@ class Attempts:
         resume = self.latest_checkpoint() if history.attempts or identity.try_number > 1 else None
         if resume is not None:
             self.log.info("JobSet %s resumes from checkpoint step %d (%s)", name, resume.step, resume.path)
-        return manifests.adjust_manifest(manifest, resume_from=resume.path if resume else None, max_restarts=left)
+        return with_resume(manifest, resume_from=resume.path if resume else None, max_restarts=left)
 
     def wait_deadline(
         self, execution_deadline: float | None, history: attempts.History, submission: ident.Submission

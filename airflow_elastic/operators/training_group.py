@@ -1,7 +1,8 @@
 """``TrainingGroupOperator``: run a training group (or your own JobSet) as one Airflow task.
 
-Submit (or adopt) the group's JobSet, wait without holding a worker slot (deferrable, the default) or on the
-worker (sync), and finish with the group's verdict: a small result dict, or a failure that names the pods.
+Submit (or adopt) the group's JobSet (or, with ``backend=``, its Kubeflow Trainer TrainJob or legacy PyTorchJob),
+wait without holding a worker slot (deferrable, the default) or on the worker (sync), and finish with the group's
+verdict: a small result dict, or a failure that names the pods.
 
 Connections: the cncf ``KubernetesHook`` handles ``kubernetes_conn_id``, except that a missing connection, or one
 without ``in_cluster``, ``kube_config`` or ``kube_config_path``, is refused (``ImplicitClusterRefused``) instead of
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 #: Re-defer at most this often when the trigger reports an error while the group still runs.
 MAX_REDEFERS = 3
 _REDEFER_KEY = "training_group_redefers"
+#: What a group can run as (``backend=``), and the TrainJob runtime used unless ``runtime=`` names another.
+BACKENDS = ("jobset", "trainjob", "pytorchjob")
+DEFAULT_RUNTIME = "torch-distributed"
+_KINDS = {"jobset": "JobSet", "trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
 
 
 class TrainingGroupOperator(BaseOperator):
@@ -92,6 +97,14 @@ class TrainingGroupOperator(BaseOperator):
             trigger and the sync waiter both use it.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
+        backend: what the group runs as: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on
+            ``runtime``) or ``"pytorchjob"`` (a training-operator v1 PyTorchJob, legacy). What the backend cannot
+            express is refused when the DAG is parsed (``SpecError`` naming the field); waiting, evidence, budgets and
+            resubmission are the same for all three. The cluster is checked before the first create: the backend's
+            CRD must be installed (for a TrainJob, of the Trainer version targeted), else the task fails at once.
+        runtime: the TrainJob's runtime (``backend="trainjob"`` only): a ``TrainingRuntime`` of that name in the
+            namespace, else the ``ClusterTrainingRuntime`` (a namespace's own runtime wins); neither existing fails
+            the task before anything is created.
         trial_params: run the group as one trial of a sweep with these parameters (templated; e.g.
             ``.expand(trial_params=sweep_params(space))``): every training container gets them as
             ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``), ``{{ trial.params.X }}`` in ``command``,
@@ -101,14 +114,16 @@ class TrainingGroupOperator(BaseOperator):
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
     Returns (XCom ``return_value``):
-        ``{"name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"}``
+        ``{"name", "namespace", "uid", "backend", "state", "restarts", "preemptions", "failures", "checkpoint",
+        "metrics"}``
         (plus ``trial_params`` when given, for ``sweeps.select_best``):
         ``preemptions`` are free restarts (disruptions), ``failures`` restarts counted against ``max_failures``,
         ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
         ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
 
     Raises:
-        SpecError: neither or both of ``group``/``jobset``, a bad manifest, or a rendered value breaking a rule.
+        SpecError: neither or both of ``group``/``jobset``, a bad manifest, a rendered value breaking a rule, or a
+            group its ``backend`` cannot run (``jobset=`` runs only as a JobSet).
         AirflowException: the group failed (message names pod, role, reason, exit code), did not start in
             time, or disappeared.
         AirflowTaskTimeout: ``execution_timeout`` passed (the group is deleted).
@@ -141,6 +156,8 @@ class TrainingGroupOperator(BaseOperator):
         on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
         trial_params: Mapping[str, Any] | None = None,
+        backend: Literal["jobset", "trainjob", "pytorchjob"] = "jobset",
+        runtime: str = DEFAULT_RUNTIME,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -151,6 +168,12 @@ class TrainingGroupOperator(BaseOperator):
         problems = []
         if trial_params is not None and jobset is not None:
             problems.append(("trial_params", "needs group=: a JobSet manifest has no place for trial parameters"))
+        if backend not in BACKENDS:
+            problems.append(("backend", f"must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"))
+        elif backend != "jobset" and jobset is not None:
+            problems.append(("backend", f"{backend!r} needs group=: a JobSet manifest (jobset=) runs only as a JobSet"))
+        if runtime != DEFAULT_RUNTIME and backend != "trainjob":
+            problems.append(("runtime", f"is a TrainJob's runtime: only for backend='trainjob', got {backend!r}"))
         if on_kill_action not in ("delete", "keep"):
             problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
         if on_finish_action not in ("keep", "delete", "delete_succeeded"):
@@ -168,6 +191,10 @@ class TrainingGroupOperator(BaseOperator):
                 problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))  # type: ignore[union-attr]
         if problems:
             raise SpecError(problems)
+        if backend != "jobset" and group is not None:  # what the backend cannot express, refused while parsing
+            from airflow_elastic.backends import check_backend
+
+            check_backend(group, backend, runtime=runtime if backend == "trainjob" else None)
         if jobset is not None:  # fail when the DAG is parsed, not hours later (templated parts: after rendering)
             from airflow_elastic.render.manifest import check_manifest
 
@@ -194,6 +221,9 @@ class TrainingGroupOperator(BaseOperator):
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
         self.trial_params = trial_params
+        self.backend = backend
+        self.runtime = runtime
+        self._runtime_kind: str | None = None  # the TrainJob runtime's kind, found before the first create
         self.rendered_jobset = ""
         self._run_group: TrainingGroup | None = None
         self._run_manifest: dict[str, Any] | None = None
@@ -222,7 +252,13 @@ class TrainingGroupOperator(BaseOperator):
         if namespace is None:
             manifest["metadata"]["namespace"] = "(the connection's namespace, else default)"
         # Airflow cuts a longer rendered field (and a group's whole manifest is longer): show a view that fits.
-        self.rendered_jobset = compact_view(manifest, limit=conf.getint("core", "max_templated_field_length"))
+        limit = conf.getint("core", "max_templated_field_length")
+        if self.backend == "jobset":
+            self.rendered_jobset = compact_view(manifest, limit=limit)
+        else:
+            from airflow_elastic.backend_watch import compact
+
+            self.rendered_jobset = compact(manifest, self._roles, limit=limit)
 
     def _prepare(self, context: Context) -> None:
         if self._run_group is not None or self._run_manifest is not None:
@@ -278,25 +314,44 @@ class TrainingGroupOperator(BaseOperator):
     @property
     def _leader(self) -> str:
         if self._run_group is not None:
-            return self._run_group.leader.name
+            return self._role(self._run_group.leader.name)
         from airflow_elastic.render import manifest as user_manifest
 
         return user_manifest.leader_role(self._run_manifest or {})
+
+    def _role(self, role: str) -> str:
+        """The role as the waited pods' labels name it (a TrainJob's trainer pods are its JobSet's ``node``)."""
+        from airflow_elastic.backend_watch import watch_role
+
+        return watch_role(self.backend, role)
+
+    @property
+    def _kind(self) -> str:
+        return _KINDS[self.backend]
+
+    @property
+    def _roles(self) -> list[str]:
+        """The group's role names, leader first (a PyTorchJob's Master, then its Worker)."""
+        group = self._run_group or self.group
+        if group is None:
+            return []
+        return [group.leader.name, *(r.name for r in group.roles if r.name != group.leader.name)]
 
     def _manifest(
         self, name: str, namespace: str, identity: ident.TaskIdentity, *, group: TrainingGroup | None = None
     ) -> dict[str, Any]:
         labels = identity.labels()
         if self._run_group is not None:
-            from airflow_elastic.render import render_jobset
+            from airflow_elastic import render
 
-            return render_jobset(
-                group or self._run_group,
-                name=name,
-                namespace=namespace,
-                labels=labels,
-                ttl_seconds_after_finished=self.ttl_seconds_after_finished,
-            )
+            run = {"name": name, "namespace": namespace, "labels": labels}
+            if self.backend == "trainjob":
+                kind = self._runtime_kind or "ClusterTrainingRuntime"  # found before the create; a guess for the UI
+                return render.render_trainjob(group or self._run_group, **run, runtime=self.runtime, runtime_kind=kind)
+            ttl = {"ttl_seconds_after_finished": self.ttl_seconds_after_finished}
+            if self.backend == "pytorchjob":
+                return render.render_pytorchjob(group or self._run_group, **run, **ttl)
+            return render.render_jobset(group or self._run_group, **run, **ttl)
         from airflow_elastic.render import manifest as user_manifest
 
         return user_manifest.for_run(
@@ -310,10 +365,16 @@ class TrainingGroupOperator(BaseOperator):
     # ------------------------------------------------------------------------------------------- execute
 
     def hook(self) -> JobSetHook:
-        """The blocking JobSet hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
+        """The blocking JobSet hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use); for another
+        backend, the same hook seen through its objects (``operators.backend_io.BackendHook``)."""
         from airflow_elastic.hooks.jobset import JobSetHook
 
-        return JobSetHook(self.kubernetes_conn_id)
+        hook = JobSetHook(self.kubernetes_conn_id)
+        if self.backend == "jobset":
+            return hook
+        from airflow_elastic.operators.backend_io import BackendHook
+
+        return BackendHook(hook, self.backend, self._roles)  # type: ignore[return-value]
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Submit or adopt the group, then defer (or wait here in sync mode) until it ends; or, when this task
@@ -334,8 +395,9 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.operators import attempts
 
         self.log.info(
-            "JobSet %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
+            "%s %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
             "verdict instead of training again",
+            self._kind,
             submission.namespace,
             submission.name,
         )
@@ -358,6 +420,8 @@ class TrainingGroupOperator(BaseOperator):
         while True:
             history = attempts.History.load(context["task_state_store"])
             identity = ident.TaskIdentity.from_ti(context["ti"])
+            if self.backend != "jobset":  # before anything is created: the CRD's version, the runtime
+                self._runtime_kind = hook.preflight(namespace, self.runtime)  # type: ignore[attr-defined]
             submission = ident.submit(
                 hook,
                 context["task_state_store"],
@@ -374,6 +438,7 @@ class TrainingGroupOperator(BaseOperator):
             result = self._attempts.settle(context, hook, submission, event)
             if result is not None:
                 return result
+            self._retire(hook, submission)
 
     def _wait_here(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
@@ -388,7 +453,7 @@ class TrainingGroupOperator(BaseOperator):
                 submission.namespace,
                 submission.name,
                 poll_interval=self.poll_interval,
-                log_role=self.log_role or self._leader,
+                log_role=self._role(self.log_role) if self.log_role else self._leader,
                 log=self.log,
                 **self._watch_args(context, submission, history),
             )
@@ -406,13 +471,13 @@ class TrainingGroupOperator(BaseOperator):
             "uid": submission.uid,
             "deadline": self._attempts.wait_deadline(self._deadline(context), history, submission),
             "startup_deadline": self._startup_deadline(submission),
-            "metrics_role": self.metrics_role or self._leader,
+            "metrics_role": self._role(self.metrics_role) if self.metrics_role else self._leader,
             "capture_evidence": True,
             "max_preemptions": self._attempts.preemptions_left(history),
             "suspend_timeout": self.suspend_timeout,
             "transient_exit_codes": list(self._attempts.policy.transient_exit_codes),
             "settle_seconds": cascade.SETTLE_SECONDS if self.settle_seconds is None else float(self.settle_seconds),
-            **self._attempts.elastic_watch,
+            **{k: self._role(v) if k == "elastic_role" else v for k, v in self._attempts.elastic_watch.items()},
         }
 
     def _startup_deadline(self, submission: ident.Submission) -> float | None:
@@ -441,9 +506,11 @@ class TrainingGroupOperator(BaseOperator):
             submission.namespace,
             self.kubernetes_conn_id,
             poll_interval=self.poll_interval,
-            log_role=self.log_role or self._leader,
+            log_role=self._role(self.log_role) if self.log_role else self._leader,
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
+            backend=self.backend,
+            roles=self._roles if self.backend == "pytorchjob" else None,
             **watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
@@ -472,7 +539,15 @@ class TrainingGroupOperator(BaseOperator):
         result = self._attempts.settle(context, hook, submission, verdict)
         if result is not None:
             return result
+        self._retire(hook, submission)
         return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)
+
+    def _retire(self, hook: JobSetHook, submission: ident.Submission) -> None:
+        """Before a resubmission: a TrainJob or PyTorchJob that ended disrupted is deleted (a failed PyTorchJob keeps
+        its running pods under the default ``cleanPodPolicy``); a failed JobSet has no running pods, so it stays
+        for inspection until its TTL."""
+        if self.backend != "jobset":
+            self._delete(hook, submission, "it was disrupted; the next attempt resumes from the checkpoint")
 
     def _still_running(self, hook: JobSetHook, submission: ident.Submission) -> bool:
         from airflow_elastic.hooks.errors import KubernetesApiError
@@ -488,7 +563,7 @@ class TrainingGroupOperator(BaseOperator):
     def _finish(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
     ) -> dict[str, Any]:
-        where = f"JobSet {submission.namespace}/{submission.name}"
+        where = f"{self._kind} {submission.namespace}/{submission.name}"
         if event.status == "timeout":
             self._delete(hook, submission, "execution_timeout reached")
             raise AirflowTaskTimeout(f"{where}: execution_timeout ({self.execution_timeout}) reached; group deleted")
@@ -508,6 +583,7 @@ class TrainingGroupOperator(BaseOperator):
             "name": submission.name,
             "namespace": submission.namespace,
             "uid": event.uid or submission.uid,
+            "backend": self.backend,
             "state": event.phase or ("Succeeded" if event.status == "succeeded" else "Failed"),
             "restarts": event.restarts,
             "preemptions": event.restarts - event.restarts_counted,
@@ -554,16 +630,17 @@ class TrainingGroupOperator(BaseOperator):
             self.log.warning("Could not list the group's events: %s", error)
         why = f"{event.reason}: {event.message}".strip(": ")
         detail = "; ".join(failures) if failures else "no failed pod was left to inspect"
-        return f"JobSet {submission.namespace}/{submission.name} failed ({why}); {detail}"
+        return f"{self._kind} {submission.namespace}/{submission.name} failed ({why}); {detail}"
 
     def _delete(self, hook: JobSetHook, submission: ident.Submission, why: str) -> None:
         from airflow_elastic.hooks.errors import KubernetesApiError
 
-        self.log.info("Deleting JobSet %s/%s: %s", submission.namespace, submission.name, why)
+        where = f"{self._kind} {submission.namespace}/{submission.name}"
+        self.log.info("Deleting %s: %s", where, why)
         try:
             hook.delete_jobset(submission.namespace, submission.name)
         except KubernetesApiError as error:
-            self.log.error("Could not delete JobSet %s/%s: %s", submission.namespace, submission.name, error)
+            self.log.error("Could not delete %s: %s", where, error)
 
     def on_kill(self) -> None:
         """Delete the group unless ``on_kill_action="keep"`` (sync mode; runs on user kill, worker SIGTERM and
@@ -571,7 +648,8 @@ class TrainingGroupOperator(BaseOperator):
         if self._current is None:
             return
         if self.on_kill_action == "keep":
-            self.log.info("Keeping JobSet %s/%s (on_kill_action='keep')", self._current.namespace, self._current.name)
+            where = f"{self._kind} {self._current.namespace}/{self._current.name}"
+            self.log.info("Keeping %s (on_kill_action='keep')", where)
             return
         self._delete(self.hook(), self._current, "the task was killed")
 

@@ -20,12 +20,14 @@ _SHOWN_CONTRACT_ENV = frozenset({contract.CHECKPOINT_URI, contract.RESUME_FROM})
 _STRING_LIMITS = (None, 200, 80, 40)
 
 
-def compact_view(manifest: Mapping[str, Any], *, limit: int) -> str:
+def compact_view(manifest: Mapping[str, Any], *, limit: int, kind: str = "JobSet") -> str:
     """``manifest`` as a short YAML document of at most ``limit`` characters (when at all possible).
 
     Args:
-        manifest: a JobSet manifest.
+        manifest: a JobSet manifest (or another backend's object in a JobSet's shape,
+            ``backend_watch.compact``).
         limit: the most characters the view may have.
+        kind: the object's kind, for the header and its ``kubectl get`` line.
 
     Returns:
         YAML, headed by comment lines saying how to see the whole manifest.
@@ -35,8 +37,8 @@ def compact_view(manifest: Mapping[str, Any], *, limit: int) -> str:
     metadata = manifest.get("metadata") or {}
     name, namespace = metadata.get("name", ""), metadata.get("namespace", "")
     header = [
-        f"# JobSet {namespace}/{name}, compact: Airflow cuts rendered fields at [core] max_templated_field_length.",
-        f"# Whole manifest: kubectl get jobset {name} -n {namespace} -o yaml",
+        f"# {kind} {namespace}/{name}, compact: Airflow cuts rendered fields at [core] max_templated_field_length.",
+        f"# Whole manifest: kubectl get {kind.lower()} {name} -n {namespace} -o yaml",
     ]
     text = ""
     for with_env in (True, False):

@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_elastic import backend_watch as bw
 from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
@@ -80,6 +81,10 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             the group from its checkpoint). The clock lives in the trigger instance: a triggerer restart resets it.
         settle_seconds: how long a failure is held while a pod has not reported its end, to see whether its node
             was lost (a node-loss cascade, :mod:`airflow_elastic.cascade`); 0: never held.
+        backend: ``jobset``, or ``trainjob`` / ``pytorchjob``: ``name`` is then a TrainJob (observed with its JobSet,
+            and its build-error events while that JobSet does not exist) or a PyTorchJob, judged as the JobSet-shaped
+            view of :func:`airflow_elastic.backend_watch.view`; the evidence is saved on that object.
+        roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         elastic_min_replicas: int = 0,
         below_min_timeout: float | None = None,
         settle_seconds: float = SETTLE_SECONDS,
+        backend: str = bw.JOBSET,
+        roles: list[str] | None = None,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -127,6 +134,9 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         self.elastic_min_replicas = elastic_min_replicas
         self.below_min_timeout = below_min_timeout
         self.settle_seconds = settle_seconds
+        self.backend = backend
+        self.roles = list(roles or [])
+        self._objects = bw.objects(backend)
         self._watch = Watch(
             name,
             namespace,
@@ -174,6 +184,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 "elastic_min_replicas": self.elastic_min_replicas,
                 "below_min_timeout": self.below_min_timeout,
                 "settle_seconds": self.settle_seconds,
+                "backend": self.backend,
+                "roles": self.roles,
             },
         )
 
@@ -204,13 +216,15 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 label_selector=selector,
                 poll_interval=self.poll_interval,
                 name=self.name,
+                kind=self._objects.plural,
             ) as subscription:
                 self._observer, self._subscription = subscription.observer, subscription
                 outcome = await self._follow(subscription, unlabelled=selector is None)
             if isinstance(outcome, GroupEvent):
                 return outcome
             # The JobSet exists but lacks the provider's label (someone else's): follow it on an unfiltered list.
-            self.log.info("JobSet %s/%s is not labelled %s; listing all JobSets", self.namespace, self.name, selector)
+            kind = self._objects.kind
+            self.log.info("%s %s/%s is not labelled %s; listing all of them", kind, self.namespace, self.name, selector)
             selector = None
 
     async def _follow(self, subscription: Subscription, *, unlabelled: bool) -> GroupEvent | None:
@@ -234,7 +248,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                     if jobset is not None and self._uid_matches(jobset) and not labelled:
                         return None  # (a labelled one is just not in the watched cache yet)
                 self._version = ((jobset or {}).get("metadata") or {}).get("resourceVersion") or ""
-                obs = Observation(now, jobset)
+                obs = Observation(now, await self._view(jobset))
             step = await self._settle(obs)
             for record in step.records:
                 self.log.info("JobSet %s/%s: %s", self.namespace, self.name, describe(record))
@@ -251,7 +265,10 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
         if step.save is not None:  # on the JobSet: a restarted triggerer's trigger resumes with it
             try:
-                await self.hook.patch_jobset(self.namespace, self.name, step.save)
+                if self.backend == bw.JOBSET:
+                    await self.hook.patch_jobset(self.namespace, self.name, step.save)
+                else:  # on the TrainJob or PyTorchJob, whose metadata the view carries
+                    await self.hook.patch_training_job(self._objects.plural, self.namespace, self.name, step.save)
             except KubernetesApiError as exc:
                 self.log.warning("could not save the evidence on JobSet %s/%s: %s", self.namespace, self.name, exc)
         return step
@@ -274,10 +291,31 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         return not self.uid or (jobset.get("metadata") or {}).get("uid") == self.uid
 
     async def _get(self) -> dict[str, Any] | None:
+        """The awaited object (JobSet, TrainJob or PyTorchJob) read directly; ``None`` when there is none."""
         try:
-            return await self.hook.get_jobset(self.namespace, self.name)
+            if self.backend == bw.JOBSET:
+                return await self.hook.get_jobset(self.namespace, self.name)
+            return await self.hook.get_training_job(self._objects.plural, self.namespace, self.name)
         except NotFound:
             return None
+
+    async def _view(self, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """What the watch judges: a JobSet itself; a TrainJob with its JobSet (from the shared JobSet cache) and, while
+        that JobSet does not exist, the Warning events a build error leaves; a PyTorchJob as it is."""
+        if self.backend == bw.JOBSET or obj is None:
+            return None if obj is None else dict(obj)
+        jobset = None
+        if self.backend == bw.TRAINJOB:
+            try:
+                jobsets = await self._shared(
+                    "jobsets", MANAGED_SELECTOR, lambda: self.hook.list_jobsets(self.namespace, MANAGED_SELECTOR)
+                )
+            except KubernetesApiError as exc:  # judged on the TrainJob's own conditions this time
+                self.log.warning("could not list the JobSets of %s/%s: %s", self.namespace, self.name, exc)
+                jobsets = []
+            jobset = next((j for j in jobsets if (j.get("metadata") or {}).get("name") == self.name), None)
+        events = await self._group_events("Warning") if bw.wants_events(self.backend, obj, jobset) else None
+        return bw.view(self.backend, obj, jobset=jobset, events=events or (), roles=self.roles)
 
     async def _report(self, event: GroupEvent) -> GroupEvent:
         """Log what explains the verdict (failed pods, warnings, the log's last lines, the pending diagnosis)."""
@@ -301,19 +339,21 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             # The unfiltered events (the startup diagnosis, read once) are kept only while a wait that read them
             # waits; the pods and Warning events that every wait reads, for the loop's life.
             reader = self._subscription if kind == "events" and selector is None else None
-            return self._observer.cached(kind, selector, self._version if kind == "pods" else "", reader)
+            # Pods (and a TrainJob's JobSet) are read once their cache passed the object being judged.
+            return self._observer.cached(kind, selector, self._version if kind in ("pods", "jobsets") else "", reader)
         identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
         return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
 
     async def _group_pods(self) -> list[dict[str, Any]] | None:
         """The group's pods, out of the namespace's JobSet pods listed once for the loop (:class:`SharedRead`);
         ``None`` when they could not be listed (the verdict stands without them)."""
+        label = self._objects.pod_label  # the key alone: every group's pods in one shared list
         try:
-            pods = await self._shared("pods", JOBSET_PODS, lambda: self.hook.list_pods(self.namespace, JOBSET_PODS))
+            pods = await self._shared("pods", label, lambda: self.hook.list_pods(self.namespace, label))
         except KubernetesApiError as exc:
-            self.log.warning("could not list the pods of JobSet %s/%s: %s", self.namespace, self.name, exc)
+            self.log.warning("could not list the pods of %s/%s: %s", self.namespace, self.name, exc)
             return None
-        return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL) == self.name]
+        return bw.group_pods(self.backend, pods, self.name, self.roles)
 
     async def _group_events(self, kind: str | None) -> list[dict[str, Any]] | None:
         """Events about the JobSet, its Jobs and its pods (all named ``<jobset>`` or ``<jobset>-...``), out of the
@@ -347,9 +387,12 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         event already fired, or the JobSet under that name is not the awaited one (another uid)."""
         if self._fired or self.on_kill_action == "keep":
             return
-        jobset = await self._get()
-        if jobset is None or not self._uid_matches(jobset):
+        obj = await self._get()
+        if obj is None or not self._uid_matches(obj):
             return
-        self.log.info("deleting JobSet %s/%s (task killed)", self.namespace, self.name)
-        await self.hook.delete_jobset(self.namespace, self.name, propagation="Foreground")
+        self.log.info("deleting %s %s/%s (task killed)", self._objects.kind, self.namespace, self.name)
+        if self.backend == bw.JOBSET:
+            await self.hook.delete_jobset(self.namespace, self.name, propagation="Foreground")
+        else:
+            await self.hook.delete_training_job(self._objects.plural, self.namespace, self.name, "Foreground")
         await self._close_hook()

@@ -54,7 +54,7 @@ def test_the_examples_are_shown_whole_with_every_role(op):
         assert f"\n  {role.name}:\n" in shown, role.name
         assert role.image or op.group.image in shown
     name = ident.TaskIdentity.from_ti(TaskInstance(dag_id=op.dag_id, task_id=op.task_id)).name(op.group.name, 0)
-    assert f"kubectl get jobset {name} -n team-a -o yaml" in shown  # the real name and the connection's namespace
+    assert f"kubectl get {op.backend} {name} -n team-a -o yaml" in shown  # the real name and the connection's namespace
     assert "namespace: team-a" in shown
 
 

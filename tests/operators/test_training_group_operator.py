@@ -102,6 +102,7 @@ def test_success_returns_the_result():
         "name": trigger.name,
         "namespace": "ns",
         "uid": trigger.uid,
+        "backend": "jobset",
         "state": "Succeeded",
         "restarts": 3,
         "preemptions": 2,

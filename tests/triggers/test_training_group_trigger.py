@@ -95,6 +95,8 @@ def test_serialize_round_trip():
         "elastic_min_replicas": 0,
         "below_min_timeout": None,
         "settle_seconds": SETTLE_SECONDS,
+        "backend": "jobset",
+        "roles": [],
     }
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
