@@ -71,8 +71,10 @@ class RolloutEvent:
         if self.pod:
             text += f" (pod {self.pod}" + (f", container {self.container}" if self.container else "")
             text += f", exit code {self.exit_code})" if self.exit_code is not None else ")"
-        if self.log_tail:
-            text += "; log tail:\n" + self.log_tail
+        # The termination message is usually the log's last line: show only what it does not say already.
+        tail = [line for line in self.log_tail.splitlines() if line.strip() and line.strip() not in text]
+        if tail:
+            text += "; log tail:\n" + "\n".join(tail)
         return text
 
 
@@ -168,8 +170,11 @@ def judge(
                 exit_code=code,
             )
     blocked = _blocked(isvc)
-    if blocked is not None and all(pod_storage_uri(p) == storage_uri for p in _live(pods)):
-        return blocked(event)  # with an old pod left, KServe's verdict may be about that pod
+    live = _live(pods)
+    if blocked is not None and all(pod_storage_uri(p) == storage_uri for p in live) and not any(map(_ready, live)):
+        # KServe judges its newest pod only, and its status may lag a pod's deletion: trusted while only pods of
+        # this model are left and none of them is Ready (after a rollback, the old model's pods are).
+        return blocked(event)
     for failed in (
         _false(deployment, "Progressing"),
         _true(deployment, "ReplicaFailure"),
@@ -229,6 +234,10 @@ def _blocked(isvc: Mapping[str, Any]) -> Any:
 def _live(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The pods not being deleted."""
     return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return condition(pod, "Ready").get("status") == "True"
 
 
 def _false(obj: Mapping[str, Any], kind: str, reasons: Sequence[str] = ()) -> Mapping[str, Any] | None:

@@ -87,3 +87,18 @@ def test_a_missing_service_and_the_payload_round_trip():
     assert event.status == "missing"
     assert rollout.RolloutEvent.from_payload(event.to_payload()) == event
     assert rollout.selector(deployment()) == "app=isvc.digits-predictor"
+
+
+def test_a_stale_blocked_by_failed_load_does_not_fail_a_rollback_to_a_ready_model():
+    # KServe judged the failed pod the rollback just deleted; the model rolled back to is Ready in its own pod.
+    failure = {"reason": "ModelLoadFailed", "message": "no credentials", "exitCode": 1}
+    service = isvc(NEW, transition="BlockedByFailedLoad", failure=failure)
+    ready = pod("back", NEW)
+    ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assert judge(service, deployment(uri=NEW), [ready]).status == "serving"
+
+
+def test_the_log_tail_repeats_nothing_the_message_says():
+    event = rollout.RolloutEvent("failed", "d", "ns", NEW, "ModelLoadFailed", "cannot load", pod="p", exit_code=1)
+    shown = rollout.with_log_tail(event, "importing torch\ncannot load\n\n").describe()
+    assert shown == "ModelLoadFailed: cannot load (pod p, exit code 1); log tail:\nimporting torch"
