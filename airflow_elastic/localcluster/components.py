@@ -17,6 +17,7 @@ from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.controllers.nodes import register_nodes
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
+from airflow_elastic.localcluster.controllers.trainjob import install as install_trainer
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
 from airflow_elastic.localcluster.network import Network
@@ -52,6 +53,7 @@ def install(
     manager.add(JobController(store, recorder))
     manager.add(CronJobController(store, recorder, clock or Clock()))
     manager.add(JobSetController(store, recorder))
+    install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them
     scheduler, kubelet = (

@@ -133,6 +133,12 @@ JOBSETS = Resource(
     "JobSet",
     subresources=frozenset({"status"}),
 )
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINJOBS = Resource(TRAINER_GROUP, "v1alpha1", "trainjobs", "TrainJob", subresources=frozenset({"status"}))
+CLUSTERTRAININGRUNTIMES = Resource(
+    TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
+)
+TRAININGRUNTIMES = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes", "TrainingRuntime")
 PODDISRUPTIONBUDGETS = Resource(
     "policy",
     "v1",
@@ -154,6 +160,9 @@ ALL: tuple[Resource, ...] = (
     CRONJOBS,
     JOBSETS,
     PODDISRUPTIONBUDGETS,
+    TRAINJOBS,
+    CLUSTERTRAININGRUNTIMES,
+    TRAININGRUNTIMES,
 )
 BY_KEY = {r.key: r for r in ALL}
 

@@ -6,6 +6,7 @@ from airflow_elastic.localcluster.admission.cronjob import CronJobAdmission
 from airflow_elastic.localcluster.admission.job import JobAdmission
 from airflow_elastic.localcluster.admission.jobset import JobSetAdmission
 from airflow_elastic.localcluster.admission.pod import PodAdmission
+from airflow_elastic.localcluster.admission.trainingruntime import register as register_trainer
 from airflow_elastic.localcluster.resources import CRONJOBS, JOBS, JOBSETS, PODS
 from airflow_elastic.localcluster.store import Store
 
@@ -18,3 +19,4 @@ def register(store: Store) -> None:
     store.admission[JOBS.key] = JobAdmission()
     store.admission[CRONJOBS.key] = CronJobAdmission()
     store.admission[JOBSETS.key] = JobSetAdmission()
+    register_trainer(store)  # TrainJobs, ClusterTrainingRuntimes, TrainingRuntimes

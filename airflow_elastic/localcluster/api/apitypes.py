@@ -48,11 +48,16 @@ def _status(**fields: Node) -> Node:
 
 
 @cache
-def _jobset_schema() -> Node:
-    crd = copy.deepcopy(schemas.load(schemas.JOBSET))
+def _crd_schema(name: str) -> Node:
+    """A packaged CRD's ``openAPIV3Schema`` with the real ObjectMeta and a status kept as written."""
+    crd = copy.deepcopy(schemas.load(name))
     crd["properties"]["metadata"] = _ref("ObjectMeta", _META)
     crd["properties"]["status"] = {**crd["properties"].get("status", {}), **ANY}
     return crd
+
+
+def _jobset_schema() -> Node:
+    return _crd_schema(schemas.JOBSET)
 
 
 def _cronjob_spec(job_template: Node) -> Node:
@@ -73,6 +78,13 @@ def root(key: str) -> Node | None:
     """The schema of a whole object of resource ``key``, or ``None`` when the package carries none."""
     if key == "jobsets.jobset.x-k8s.io":
         return _jobset_schema()
+    trainer = {
+        "trainjobs.trainer.kubeflow.org": schemas.TRAINJOBS,
+        "clustertrainingruntimes.trainer.kubeflow.org": schemas.CLUSTER_TRAINING_RUNTIMES,
+        "trainingruntimes.trainer.kubeflow.org": schemas.TRAINING_RUNTIMES,
+    }
+    if key in trainer:
+        return _crd_schema(trainer[key])
     job_spec = _jobset_schema()["properties"]["spec"]["properties"]["replicatedJobs"]["items"]["properties"]
     roots = {
         "pods": _root(

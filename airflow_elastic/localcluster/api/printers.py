@@ -28,6 +28,7 @@ from airflow_elastic.localcluster.resources import (
     PODS,
     SECRETS,
     SERVICES,
+    TRAINJOBS,
     Resource,
 )
 from airflow_elastic.localcluster.store import Obj
@@ -243,6 +244,12 @@ def jobset_cells(obj: Obj) -> list[Any]:
     ]
 
 
+def trainjob_cells(obj: Obj) -> list[Any]:
+    """The TrainJob CRD's ``additionalPrinterColumns``: State (``.status.conditions[-1:].type``) and Age."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return [obj["metadata"]["name"], _printed(conditions[-1].get("type")) if conditions else None, age(obj)]
+
+
 def _columns(names: str) -> tuple[Column, ...]:
     """Columns from ``"Name, Age, +IP"``: ``+`` marks a wide column (priority 1), ``Data:integer`` a type."""
     columns = []
@@ -297,6 +304,7 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
         lambda s: [s["metadata"]["name"], s.get("type", "Opaque"), len(s.get("data") or {}), age(s)],
     ),
     JOBSETS.key: (_columns("Name, TerminalState, Restarts, Completed, Suspended, Age"), jobset_cells),
+    TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
 }
 _DEFAULT = (_columns("Name, Age"), lambda obj: [obj["metadata"]["name"], age(obj)])
 
