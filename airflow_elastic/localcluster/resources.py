@@ -147,6 +147,15 @@ PODDISRUPTIONBUDGETS = Resource(
     short_names=("pdb",),
     subresources=frozenset({"status"}),
 )
+#: KServe's InferenceService (kserve v0.20 CRD: short name ``isvc``, no categories).
+INFERENCESERVICES = Resource(
+    "serving.kserve.io",
+    "v1beta1",
+    "inferenceservices",
+    "InferenceService",
+    short_names=("isvc",),
+    subresources=frozenset({"status"}),
+)
 
 ALL: tuple[Resource, ...] = (
     NAMESPACES,
@@ -163,6 +172,7 @@ ALL: tuple[Resource, ...] = (
     TRAINJOBS,
     CLUSTERTRAININGRUNTIMES,
     TRAININGRUNTIMES,
+    INFERENCESERVICES,
 )
 BY_KEY = {r.key: r for r in ALL}
 
