@@ -12,10 +12,12 @@ from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
 from airflow_elastic.localcluster.controllers import namespaces
 from airflow_elastic.localcluster.controllers.cronjob import CronJobController
+from airflow_elastic.localcluster.controllers.deployment import DeploymentController
 from airflow_elastic.localcluster.controllers.gc import GarbageCollector
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.controllers.nodes import register_nodes
+from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
 from airflow_elastic.localcluster.controllers.trainjob import install as install_trainer
 from airflow_elastic.localcluster.events import Recorder
@@ -44,14 +46,18 @@ def install(
 ) -> Recorder:
     """Register admission plugins and controllers on ``manager``; returns the shared event recorder.
     ``api_address`` gives the API server's ``host:port`` once it listens (pods get in-cluster credentials);
-    ``clock`` is the controller clock of the CronJob controller (default: the real time)."""
+    ``clock`` is the controller clock of the CronJob, Deployment and ReplicaSet controllers (default: the real
+    time)."""
     recorder = Recorder(store)
     namespaces.install(store, manager)
     bootstrap(store)
     manager.add(GarbageCollector(store))
     admission.register(store)
     manager.add(JobController(store, recorder))
-    manager.add(CronJobController(store, recorder, clock or Clock()))
+    clock = clock or Clock()
+    manager.add(CronJobController(store, recorder, clock))
+    manager.add(DeploymentController(store, recorder, clock))
+    manager.add(ReplicaSetController(store, recorder, clock))
     manager.add(JobSetController(store, recorder))
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)

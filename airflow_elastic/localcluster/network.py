@@ -23,6 +23,8 @@ documented substitutions:
     non-terminal pod (ready ones first, then by hostname); a Service without such a pod is left unresolved, like
     a name without endpoints.
 
+  - names of non-headless Services with a port, to a ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
+
   Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
   ``socket.gethostname()`` returns the host's name.
 """
@@ -36,6 +38,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from airflow_elastic.localcluster import endpoints
 from airflow_elastic.localcluster.resources import PODS, SERVICES
 from airflow_elastic.localcluster.selectors import match_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
@@ -189,7 +192,10 @@ class Network:
                 return m.group(0)
             return m.group(0)[: m.start(name_group) - m.start(0)] + ip
 
+        cluster_ip = endpoints.cluster_ip_rewriter(self.store, own_ns)
+
         def rewrite(text: str) -> str:
+            text = cluster_ip(text)
             if host_re is not None:
                 text = host_re.sub(host, text)
             text = svc_re.sub(lambda m: service(m, 1, 2), text)

@@ -103,7 +103,13 @@ EVENTS = Resource(
     },
 )
 SERVICES = Resource(
-    "", "v1", "services", "Service", short_names=("svc",), categories=("all",), subresources=frozenset({"status"})
+    "",
+    "v1",
+    "services",
+    "Service",
+    short_names=("svc",),
+    categories=("all",),
+    subresources=frozenset({"status", "proxy"}),  # proxy: api/proxy.py, routed before other subresources
 )
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
 SECRETS = Resource("", "v1", "secrets", "Secret", field_selectors=_META | {"type"})
@@ -147,13 +153,31 @@ PODDISRUPTIONBUDGETS = Resource(
     short_names=("pdb",),
     subresources=frozenset({"status"}),
 )
-#: KServe's InferenceService (kserve v0.20 CRD: short name ``isvc``, no categories).
-INFERENCESERVICES = Resource(
-    "serving.kserve.io",
-    "v1beta1",
-    "inferenceservices",
-    "InferenceService",
-    short_names=("isvc",),
+DEPLOYMENTS = Resource(
+    "apps",
+    "v1",
+    "deployments",
+    "Deployment",
+    short_names=("deploy",),
+    categories=("all",),
+    subresources=frozenset({"status", "scale"}),
+)
+REPLICASETS = Resource(
+    "apps",
+    "v1",
+    "replicasets",
+    "ReplicaSet",
+    short_names=("rs",),
+    categories=("all",),
+    subresources=frozenset({"status", "scale"}),
+)
+HORIZONTALPODAUTOSCALERS = Resource(
+    "autoscaling",
+    "v2",
+    "horizontalpodautoscalers",
+    "HorizontalPodAutoscaler",
+    short_names=("hpa",),
+    categories=("all",),
     subresources=frozenset({"status"}),
 )
 
@@ -169,10 +193,12 @@ ALL: tuple[Resource, ...] = (
     CRONJOBS,
     JOBSETS,
     PODDISRUPTIONBUDGETS,
+    DEPLOYMENTS,
+    REPLICASETS,
+    HORIZONTALPODAUTOSCALERS,
     TRAINJOBS,
     CLUSTERTRAININGRUNTIMES,
     TRAININGRUNTIMES,
-    INFERENCESERVICES,
 )
 BY_KEY = {r.key: r for r in ALL}
 

@@ -20,6 +20,13 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield cluster
 
 
+@pytest.fixture
+def clock(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster, its controller clock back at the real time after the test."""
+    yield local_cluster
+    local_cluster.reset_clock()
+
+
 @pytest.fixture(scope="session")
 def api_client(local_cluster: LocalCluster):  # -> kubernetes.client.ApiClient
     from kubernetes import config

@@ -7,7 +7,6 @@ CronJob's creation time instead of waiting for a schedule.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,13 +21,6 @@ def batch(api_client):  # -> kubernetes.client.BatchV1Api
     from kubernetes import client
 
     return client.BatchV1Api(api_client)
-
-
-@pytest.fixture
-def clock(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The session cluster, its controller clock back at the real time after the test."""
-    yield local_cluster
-    local_cluster.reset_clock()
 
 
 def _seconds(code: str) -> list[str]:

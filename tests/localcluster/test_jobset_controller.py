@@ -99,6 +99,8 @@ async def test_simple_jobset_creates_labelled_jobs_service_and_completes() -> No
             "clusterIP": "None",
             "selector": {J + "jobset-name": "js"},
             "publishNotReadyAddresses": True,
+            "type": "ClusterIP",  # the API server's Service defaults
+            "sessionAffinity": "None",
         }
         assert {p["spec"]["hostname"] for p in cluster.pods()} == {
             "js-leader-0-0",

@@ -60,6 +60,33 @@ def _jobset_schema() -> Node:
     return _crd_schema(schemas.JOBSET)
 
 
+def _object(**fields: Node) -> Node:
+    return {"type": "object", "properties": fields}
+
+
+def _apps_spec(**extra: Node) -> Node:
+    """``ReplicaSetSpec`` (+ ``extra``, the DeploymentSpec fields), with the core/v1 pod template."""
+    integer = {"type": "integer"}
+    return _object(
+        replicas=integer,
+        minReadySeconds=integer,
+        selector=_ref("LabelSelector", _META),
+        template=_ref("PodTemplateSpec"),
+        **extra,
+    )
+
+
+def _deployment_spec() -> Node:
+    integer = {"type": "integer"}
+    rolling = _object(maxSurge=ANY, maxUnavailable=ANY)
+    return _apps_spec(
+        strategy=_object(type=_STR, rollingUpdate=rolling),
+        revisionHistoryLimit=integer,
+        progressDeadlineSeconds=integer,
+        paused={"type": "boolean"},
+    )
+
+
 def _cronjob_spec(job_template: Node) -> Node:
     """``CronJobSpec`` from the batch/v1 schema, its ``jobTemplate`` with the Job spec the other kinds use and the
     core/v1 pod template (whose ``x-kubernetes-patch-*`` keys let ``kubectl apply`` patch containers by name)."""
@@ -78,8 +105,6 @@ def root(key: str) -> Node | None:
     """The schema of a whole object of resource ``key``, or ``None`` when the package carries none."""
     if key == "jobsets.jobset.x-k8s.io":
         return _jobset_schema()
-    if key == "inferenceservices.serving.kserve.io":
-        return _crd_schema(schemas.INFERENCESERVICES)
     trainer = {
         "trainjobs.trainer.kubeflow.org": schemas.TRAINJOBS,
         "clustertrainingruntimes.trainer.kubeflow.org": schemas.CLUSTER_TRAINING_RUNTIMES,
@@ -103,6 +128,9 @@ def root(key: str) -> Node | None:
         ),
         "jobs.batch": _root(spec=job_spec["template"]["properties"]["spec"], status=_status(conditions=_CONDITIONS)),
         "cronjobs.batch": _root(spec=_cronjob_spec(job_spec["template"]), status=_status()),
+        "deployments.apps": _root(spec=_deployment_spec(), status=_status(conditions=_CONDITIONS)),
+        "replicasets.apps": _root(spec=_apps_spec(), status=_status(conditions=_CONDITIONS)),
+        "horizontalpodautoscalers.autoscaling": _root(spec=ANY, status=_status(conditions=_CONDITIONS)),
         "configmaps": _root(data=_STR_MAP, binaryData=_STR_MAP, immutable={"type": "boolean"}),
         "secrets": _root(data=_STR_MAP, stringData=_STR_MAP, type=_STR, immutable={"type": "boolean"}),
         "namespaces": _root(

@@ -35,6 +35,8 @@ class Target:
     subresource: str | None = None
 
 
+#: Groups of built-in (not custom) resources: strategic merge patch, list items without apiVersion/kind.
+BUILT_IN_GROUPS = frozenset({"", "batch", "apps", "autoscaling"})
 _TRUE = frozenset({"1", "t", "T", "true", "True", "TRUE"})  # Go's strconv.ParseBool
 
 
@@ -137,7 +139,7 @@ def list_(request: web.Request, store: Store, target: Target) -> web.Response:
         items = items[:limit]
     if _wants_table(request):
         return respond(as_table(request, res, items, meta))
-    if res.group in ("", "batch"):  # built-in types' list items carry no apiVersion/kind
+    if res.group in BUILT_IN_GROUPS:  # built-in types' list items carry no apiVersion/kind
         for item in items:
             item.pop("apiVersion", None)
             item.pop("kind", None)
@@ -178,7 +180,7 @@ async def patch_(request: web.Request, store: Store, target: Target) -> web.Resp
             "server-side apply (application/apply-patch+yaml) is not supported by the local cluster: use "
             "client-side `kubectl apply` or a merge, strategic merge or JSON patch"
         )
-    if content_type == patch.STRATEGIC and res.group not in ("", "batch"):
+    if content_type == patch.STRATEGIC and res.group not in BUILT_IN_GROUPS:
         raise errors.UnsupportedMediaType(
             "the body of the request was in an unknown format - accepted media types include: "
             "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"

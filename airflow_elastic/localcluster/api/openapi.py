@@ -18,7 +18,12 @@ from airflow_elastic.localcluster.resources import ALL, Resource
 
 KUBERNETES_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-airflow-elastic-local", "platform": "local"}
 
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"], "eviction": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "log": ["get"],
+    "eviction": ["create"],
+    "proxy": ["create", "delete", "get", "patch", "update"],
+}
 
 
 def groups() -> dict[str, list[str]]:
@@ -75,7 +80,7 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["categories"] = list(res.categories)
         entries.append(entry)
         for sub in sorted(res.subresources):
-            kind = {"log": "Pod", "eviction": "Eviction"}.get(sub, res.kind)
+            kind = {"log": "Pod", "eviction": "Eviction", "proxy": "ServiceProxyOptions"}.get(sub, res.kind)
             sub_entry = {"name": f"{res.plural}/{sub}", "singularName": "", "namespaced": res.namespaced}
             entries.append({**sub_entry, "kind": kind, "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"])})
             if sub == "eviction":

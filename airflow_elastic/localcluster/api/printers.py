@@ -20,13 +20,15 @@ from airflow_elastic.localcluster.api.podprinter import pod_cells, pod_row_condi
 from airflow_elastic.localcluster.resources import (
     CONFIGMAPS,
     CRONJOBS,
+    DEPLOYMENTS,
     EVENTS,
-    INFERENCESERVICES,
+    HORIZONTALPODAUTOSCALERS,
     JOBS,
     JOBSETS,
     NAMESPACES,
     NODES,
     PODS,
+    REPLICASETS,
     SECRETS,
     SERVICES,
     TRAINJOBS,
@@ -224,6 +226,72 @@ def service_cells(service: Obj) -> list[Any]:
     ]
 
 
+def deployment_cells(d: Obj) -> list[Any]:
+    """``printDeployment``: NAME READY UP-TO-DATE AVAILABLE AGE | CONTAINERS IMAGES SELECTOR."""
+    spec, status = d.get("spec") or {}, d.get("status") or {}
+    return [
+        d["metadata"]["name"],
+        f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        age(d),
+        *_containers(spec.get("template") or {}),
+        _selector(spec.get("selector")),
+    ]
+
+
+def replicaset_cells(rs: Obj) -> list[Any]:
+    """``printReplicaSet``: NAME DESIRED CURRENT READY AGE | CONTAINERS IMAGES SELECTOR."""
+    spec, status = rs.get("spec") or {}, rs.get("status") or {}
+    return [
+        rs["metadata"]["name"],
+        spec.get("replicas", 0),
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        age(rs),
+        *_containers(spec.get("template") or {}),
+        _selector(spec.get("selector")),
+    ]
+
+
+def _hpa_metric(spec: Obj, current: Obj | None) -> str:
+    """One metric of ``formatHPAMetrics``: ``<name>: <current>/<target>`` (``<unknown>`` before a reading)."""
+    kind = spec.get("type", "")
+    source = spec.get(kind[:1].lower() + kind[1:]) or {}
+    now = (current or {}).get(kind[:1].lower() + kind[1:]) or {}
+    target, reading = source.get("target") or {}, now.get("current") or {}
+    if target.get("type") == "Utilization":
+        shown = f"{reading['averageUtilization']}%" if "averageUtilization" in reading else "<unknown>"
+        wanted = f"{target.get('averageUtilization')}%"
+    else:
+        field = "value" if target.get("type") == "Value" else "averageValue"
+        shown, wanted = str(reading.get(field, "<unknown>")), str(target.get(field, ""))
+    name = source.get("name") or (source.get("metric") or {}).get("name", "")
+    if kind == "ContainerResource":
+        name = f"{name} of container {source.get('container', '')}"
+    return f"{name}: {shown}/{wanted}"
+
+
+def hpa_cells(hpa: Obj) -> list[Any]:
+    """``printHorizontalPodAutoscaler``: NAME REFERENCE TARGETS MINPODS MAXPODS REPLICAS AGE (one metric shown,
+    then ``+ N more...``)."""
+    spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    metrics, readings = spec.get("metrics") or [], status.get("currentMetrics") or []
+    shown = [_hpa_metric(m, readings[i] if i < len(readings) else None) for i, m in enumerate(metrics)]
+    targets = shown[0] + (f" + {len(shown) - 1} more..." if len(shown) > 1 else "") if shown else NONE
+    low = spec.get("minReplicas")
+    return [
+        hpa["metadata"]["name"],
+        f"{ref.get('kind', '')}/{ref.get('name', '')}",
+        targets,
+        "<unset>" if low is None else low,
+        spec.get("maxReplicas", 0),
+        status.get("currentReplicas", 0),
+        age(hpa),
+    ]
+
+
 def _printed(value: Any) -> str | None:
     """A CRD printer column of type string: the JSONPath result printed, or null when the path finds nothing."""
     if value is None:
@@ -249,26 +317,6 @@ def trainjob_cells(obj: Obj) -> list[Any]:
     """The TrainJob CRD's ``additionalPrinterColumns``: State (``.status.conditions[-1:].type``) and Age."""
     conditions = (obj.get("status") or {}).get("conditions") or []
     return [obj["metadata"]["name"], _printed(conditions[-1].get("type")) if conditions else None, age(obj)]
-
-
-def isvc_cells(obj: Obj) -> list[Any]:
-    """The InferenceService CRD's ``additionalPrinterColumns`` (KServe v0.20): URL, Ready, then the predictor's
-    Knative traffic (Prev/Latest percent and revision; empty in Standard mode), Age."""
-    status = obj.get("status") or {}
-    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    traffic = ((status.get("components") or {}).get("predictor") or {}).get("traffic") or []
-    prev = next((t for t in traffic if t.get("tag") == "prev"), {})
-    latest = next((t for t in traffic if t.get("latestRevision") is True), {})
-    return [
-        obj["metadata"]["name"],
-        _printed(status.get("url")),
-        _printed(ready),
-        prev.get("percent"),
-        latest.get("percent"),
-        _printed(prev.get("revisionName")),
-        _printed(latest.get("revisionName")),
-        age(obj),
-    ]
 
 
 def _columns(names: str) -> tuple[Column, ...]:
@@ -325,13 +373,19 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
         lambda s: [s["metadata"]["name"], s.get("type", "Opaque"), len(s.get("data") or {}), age(s)],
     ),
     JOBSETS.key: (_columns("Name, TerminalState, Restarts, Completed, Suspended, Age"), jobset_cells),
-    TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
-    INFERENCESERVICES.key: (
-        _columns(
-            "Name, URL, Ready, Prev:integer, Latest:integer, PrevRolledoutRevision, LatestReadyRevision, Age:date"
-        ),
-        isvc_cells,
+    DEPLOYMENTS.key: (
+        _columns("Name, Ready, Up-to-date:integer, Available:integer, Age, +Containers, +Images, +Selector"),
+        deployment_cells,
     ),
+    REPLICASETS.key: (
+        _columns("Name, Desired:integer, Current:integer, Ready:integer, Age, +Containers, +Images, +Selector"),
+        replicaset_cells,
+    ),
+    HORIZONTALPODAUTOSCALERS.key: (
+        _columns("Name, Reference, Targets, MinPods, MaxPods:integer, Replicas:integer, Age"),
+        hpa_cells,
+    ),
+    TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
 }
 _DEFAULT = (_columns("Name, Age"), lambda obj: [obj["metadata"]["name"], age(obj)])
 

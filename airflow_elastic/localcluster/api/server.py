@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import handlers, openapi, streams
+from airflow_elastic.localcluster.api import handlers, openapi, proxy, streams
 from airflow_elastic.localcluster.api.handlers import Target, respond
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.components import install
@@ -129,6 +129,7 @@ class ApiServer:
             clock=self.clock,
         )
         self.faults = Faults(self)
+        self.service_proxy = proxy.ServiceProxy(self.store)
         self.requests = RequestLog()
         self.address = "127.0.0.1:0"
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
@@ -141,6 +142,7 @@ class ApiServer:
         """Stop controllers (their shutdown hooks first), end watches and close the store."""
         self.store.close_watches()
         await self.manager.stop()
+        await self.service_proxy.close()
         self.store.close()
 
     # --------------------------------------------------------------------------------------------- middleware
@@ -203,6 +205,8 @@ class ApiServer:
         if path == "/debug/clock":
             body = await request.json() if request.method == "POST" and request.can_read_body else {}
             return respond(self.clock.handle(request.method, body if isinstance(body, dict) else {}))
+        if (proxied := proxy.parse(path)) is not None:
+            return await self._proxy(request, proxied)
         target = parse_target(path)
         if target is None:
             return self._non_resource(request, path.rstrip("/") or "/")
@@ -215,6 +219,18 @@ class ApiServer:
             "name": target.name or "",
         }
         return await self.faults.api.serve(request, audit, lambda: self._resource(request, target, audit["verb"]))
+
+    async def _proxy(self, request: web.Request, target: proxy.ProxyTarget) -> web.StreamResponse:
+        """``services/{name}/proxy``: audited and fault-injected like a resource request."""
+        audit = request["audit"]
+        audit |= {
+            "verb": proxy.VERBS.get(request.method, request.method.lower()),
+            "resource": "services",
+            "subresource": "proxy",
+            "namespace": target.namespace,
+            "name": target.service_id,
+        }
+        return await self.faults.api.serve(request, audit, lambda: self.service_proxy.serve(request, target))
 
     async def _resource(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
         store, sub = self.store, target.subresource

@@ -1,0 +1,98 @@
+"""A Service's endpoints, as the endpoints controller computes them, and how non-headless Service names reach them.
+
+Endpoints (``pkg/controller/endpoint/endpoints_controller.go`` ``syncService``, ``podutil.FindPort``,
+``endpointsliceutil.ShouldPodBeInEndpoints``): the pods the selector matches that have an IP, are not terminal and
+not terminating; Ready ones are addresses (not-ready ones too with ``publishNotReadyAddresses``); each Service
+port's ``targetPort`` is a number or the name of a container port of the pod. The API server's service proxy
+(:mod:`.api.proxy`) sends to one of them.
+
+There is no kube-proxy and no cluster IP: in a container's command, args and env, a non-headless Service's
+``<svc>.<ns>.svc[.cluster.local]`` with a port (``:80``, or the scheme's default port in a URL), and a bare
+``<svc>[.<ns>]`` as a URL host or a whole ``<svc>:<port>`` value, become ``<ready pod IP>:<targetPort>`` — what a
+connection to the Service's port reaches. A name without a ready endpoint, or a port the Service does not have,
+is left alone (a connection would fail on a real cluster too). Headless Services resolve as before
+(:mod:`.network`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from airflow_elastic.localcluster.resources import PODS, SERVICES
+from airflow_elastic.localcluster.selectors import match_label_selector
+from airflow_elastic.localcluster.store import Obj, Store
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_END = r"(?![\w-]|\.[\w-])"
+_SCHEME_PORTS = {"http": 80, "https": 443}
+_FQDN = re.compile(
+    rf"(?<![\w.-])(?:([a-z][a-z0-9+.-]*)://)?({_LABEL})\.({_LABEL})\.svc(?:\.cluster\.local)?(?::(\d+))?{_END}"
+)
+_URL = re.compile(rf"^([a-z][a-z0-9+.-]*)://({_LABEL})(?:\.({_LABEL}))?(?::(\d+))?(?=$|/)")
+_HOST_PORT = re.compile(rf"^()({_LABEL})(?:\.({_LABEL}))?:(\d+)$")
+
+
+def is_ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def target_port(pod: Obj, service_port: Obj) -> int | None:
+    """``podutil.FindPort``: a numeric targetPort as is, a named one from the pod's container ports."""
+    wanted = service_port.get("targetPort", service_port.get("port"))
+    if isinstance(wanted, int) or str(wanted).isdigit():
+        return int(wanted)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == wanted and port.get("protocol", "TCP") == service_port.get("protocol", "TCP"):
+                return int(port["containerPort"])
+    return None
+
+
+def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
+    """(pod, target port) of each endpoint address of ``service`` for its port ``port``, by pod name."""
+    spec = service.get("spec") or {}
+    selector = spec.get("selector")
+    if not selector:
+        return []  # endpoints of a Service without a selector are written by hand: not supported here
+    found = []
+    for pod in store.items(PODS, service["metadata"]["namespace"]):
+        status = pod.get("status") or {}
+        if not match_label_selector({"matchLabels": selector}, pod["metadata"].get("labels") or {}):
+            continue
+        if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        if pod["metadata"].get("deletionTimestamp") or not (is_ready(pod) or spec.get("publishNotReadyAddresses")):
+            continue
+        if (number := target_port(pod, port)) is not None:
+            found.append((pod, number))
+    return sorted(found, key=lambda found: found[0]["metadata"]["name"])
+
+
+def _service_port(service: Obj, number: int) -> Obj | None:
+    return next((p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == number), None)
+
+
+def cluster_ip_rewriter(store: Store, own_ns: str) -> Callable[[str], str]:
+    """Rewrites names of non-headless Services in a string for a container in ``own_ns`` (module docstring)."""
+
+    def resolve(m: re.Match[str], scheme: str | None, name: str, ns: str | None, port: str | None) -> str:
+        service = store.find(SERVICES, ns or own_ns, name)
+        if service is None or (service.get("spec") or {}).get("clusterIP") == "None":
+            return m.group(0)
+        number = int(port) if port else _SCHEME_PORTS.get(scheme or "")
+        service_port = _service_port(service, number) if number else None
+        found = addresses(store, service, service_port) if service_port else []
+        if not found:
+            return m.group(0)
+        pod, target = found[0]
+        prefix = f"{scheme}://" if scheme else ""
+        return f"{prefix}{pod['status']['podIP']}:{target}"
+
+    def rewrite(text: str) -> str:
+        text = _FQDN.sub(lambda m: resolve(m, m.group(1), m.group(2), m.group(3), m.group(4)), text)
+        text = _URL.sub(lambda m: resolve(m, m.group(1), m.group(2), m.group(3), m.group(4)), text, count=1)
+        return _HOST_PORT.sub(lambda m: resolve(m, None, m.group(2), m.group(3), m.group(4)), text, count=1)
+
+    return rewrite

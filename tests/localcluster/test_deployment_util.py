@@ -1,0 +1,111 @@
+"""Deployment arithmetic and ReplicaSet pod ranking, as upstream's ``deployment_util.go`` and ``controller_utils.go``
+compute them (pure: no cluster)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from airflow_elastic.localcluster.controllers import deploymentprogress as progress
+from airflow_elastic.localcluster.controllers import deploymentutil as du
+from airflow_elastic.localcluster.controllers.replicaset import deletion_order
+
+
+def deployment(replicas: int, surge: Any = "25%", unavailable: Any = "25%", status: Any = None) -> dict[str, Any]:
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
+    spec = {"replicas": replicas, "strategy": strategy, "progressDeadlineSeconds": 600, "template": {}}
+    return {"metadata": {"name": "d", "generation": 1}, "spec": spec, "status": status or {}}
+
+
+def rs(replicas: int, available: int = 0, created: str = "2026-01-01T00:00:00Z", **annotations: str) -> dict[str, Any]:
+    meta = {"name": f"rs-{created}", "creationTimestamp": created, "annotations": annotations}
+    status = {"replicas": replicas, "readyReplicas": available, "availableReplicas": available}
+    return {"metadata": meta, "spec": {"replicas": replicas}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("replicas", "surge", "unavailable", "expected"),
+    [
+        (2, "25%", "25%", (1, 0)),  # surge rounds up, unavailable down
+        (10, "25%", "25%", (3, 2)),
+        (4, "50%", "50%", (2, 2)),
+        (3, 0, "0%", (0, 1)),  # both zero: one may be unavailable (validation refuses it anyway)
+        (5, 2, 1, (2, 1)),
+    ],
+)
+def test_fenceposts_round_as_upstream(replicas, surge, unavailable, expected) -> None:
+    assert du.fenceposts(deployment(replicas, surge, unavailable)) == expected
+
+
+def test_new_replica_set_grows_within_the_surge() -> None:
+    d = deployment(4, surge=1)
+    old, new = rs(4, 4), rs(0)
+    assert du.new_rs_replicas(d, [old, new], new) == 1  # 4 + 1 surge - 4 running
+    assert du.new_rs_replicas(d, [rs(3, 3), rs(1)], rs(1)) == 2
+    assert du.new_rs_replicas(d, [rs(0), rs(4)], rs(4)) == 4  # never past the replicas
+    recreate = {**d, "spec": {**d["spec"], "strategy": {"type": "Recreate"}}}
+    assert du.new_rs_replicas(recreate, [old, new], new) == 4
+    assert du.max_unavailable(recreate) == du.max_surge(recreate) == 0
+
+
+def test_proportional_scaling_share_and_rounding() -> None:
+    # Scaling 10 -> 15 during a rollout (maxSurge 3 -> 4): an RS sized 6 for max 13 gets round(6 * 19 / 13) - 6 = 3.
+    d = deployment(15, surge=4)
+    old = rs(6, **{du.MAX_REPLICAS: "13"})
+    assert du.proportion(old, d, to_add=6, added=0) == 3
+    assert du.proportion(old, d, to_add=6, added=5) == 1  # never more than what is left to add
+    assert du.proportion(rs(0), d, to_add=6, added=0) == 0
+    assert du.round_half_away(2.5) == 3 and du.round_half_away(-2.5) == -3
+
+
+def test_template_hash_ignores_semantically_empty_fields() -> None:
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    sent = {
+        "metadata": {"labels": {"app": "a"}, "creationTimestamp": None},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {}}]},
+    }
+    assert du.template_hash(template, None) == du.template_hash(sent, None)
+    assert du.template_hash(template, None) != du.template_hash(template, 1)  # a collision count moves the name
+    assert set(du.template_hash(template, None)) <= set("bcdfghjklmnpqrstvwxz2456789")
+    hashed = {**template, "metadata": {"labels": {"app": "a", du.HASH_LABEL: "x"}}}
+    assert du.equal_ignore_hash(hashed, sent)
+
+
+def test_progress_deadline_on_the_given_clock() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    counts = {"updatedReplicas": 1, "replicas": 3, "readyReplicas": 2, "availableReplicas": 2}
+    d = deployment(2, status={**counts, "observedGeneration": 1})
+    du.set_condition(d["status"], "Progressing", "True", du.RS_UPDATED, "ReplicaSet is progressing.", now)
+    assert not du.timed_out(d, d["status"], now + timedelta(seconds=600))
+    assert du.timed_out(d, d["status"], now + timedelta(seconds=601))
+    assert progress.stuck_after(d, d["status"], now + timedelta(seconds=100)) == 501
+    status = progress.rollout_status(d, [rs(2, 2)], rs(1, 0), now + timedelta(seconds=601))
+    cond = du.condition(status, "Progressing")
+    assert (cond["status"], cond["reason"]) == ("False", du.TIMED_OUT)
+
+
+def pod(
+    name: str, *, node: str = "n1", phase: str = "Running", ready: bool = True, since: str = "", restarts: int = 0
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": [{"restartCount": restarts}]}
+    status["conditions"] = [{"type": "Ready", "status": str(ready), "lastTransitionTime": since}]
+    return {
+        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": node},
+        "status": status,
+    }
+
+
+def test_scale_down_deletes_the_least_useful_pods_first() -> None:
+    pods = [
+        pod("old-ready", since="2026-01-01T00:01:00Z"),
+        pod("new-ready", since="2026-01-01T00:05:00Z"),
+        pod("not-ready", ready=False),
+        pod("pending", phase="Pending", ready=False),
+        pod("unscheduled", node="", phase="Pending", ready=False),
+        pod("crashy", since="2026-01-01T00:01:00Z", restarts=3),
+    ]
+    order = [p["metadata"]["name"] for p in deletion_order(pods, pods)]
+    assert order == ["unscheduled", "pending", "not-ready", "new-ready", "crashy", "old-ready"]

@@ -1,0 +1,142 @@
+"""Service endpoints, non-headless Service names in pods, and the API server's ``services/proxy`` subresource."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_elastic.localcluster.components import bootstrap
+from airflow_elastic.localcluster.endpoints import addresses, cluster_ip_rewriter
+from airflow_elastic.localcluster.resources import PODS, SERVICES
+from airflow_elastic.localcluster.store import Store
+from tests.localcluster.test_e2e_jobsets import wait_for
+
+ECHO = Path(__file__).parent / "scripts" / "http_echo.py"
+SERVICE = {
+    "metadata": {"name": "web"},
+    "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+}
+
+
+def _pod(store: Store, name: str, *, ready: bool = True, ip: str | None = "127.1.0.1", **meta: Any) -> None:
+    container = {"name": "c", "image": "x", "ports": [{"name": "http", "containerPort": 8080}]}
+    store.create(
+        PODS, "default", {"metadata": {"name": name, "labels": {"app": "web"}}, "spec": {"containers": [container]}}
+    )
+    status: dict[str, Any] = {
+        "phase": meta.pop("phase", "Running"),
+        "conditions": [{"type": "Ready", "status": str(ready)}],
+    }
+    if ip:
+        status["podIP"] = ip
+    store.update(PODS, {"metadata": {"name": name, "namespace": "default"}, "status": status}, subresource="status")
+    if meta.get("terminating"):
+        current = store.get(PODS, "default", name)
+        current["metadata"]["finalizers"] = ["test/hold"]
+        store.update(PODS, current)
+        store.delete(PODS, "default", name)
+
+
+def test_endpoints_are_ready_pods_with_the_target_port() -> None:
+    store = Store()
+    bootstrap(store)
+    service = store.create(SERVICES, "default", SERVICE)
+    _pod(store, "ready", ip="127.1.0.1")
+    _pod(store, "not-ready", ready=False, ip="127.1.0.2")
+    _pod(store, "no-ip", ip=None)
+    _pod(store, "finished", ip="127.1.0.3", phase="Succeeded")
+    _pod(store, "terminating", ip="127.1.0.4", terminating=True)
+    port = service["spec"]["ports"][0]
+    assert [(p["metadata"]["name"], n) for p, n in addresses(store, service, port)] == [("ready", 8080)]
+    service["spec"]["publishNotReadyAddresses"] = True
+    assert [p["metadata"]["name"] for p, _ in addresses(store, service, port)] == ["not-ready", "ready"]
+
+
+def test_non_headless_service_names_become_an_endpoint_address() -> None:
+    store = Store()
+    bootstrap(store)
+    store.create(SERVICES, "default", SERVICE)
+    store.create(
+        SERVICES,
+        "default",
+        {"metadata": {"name": "empty"}, "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}},
+    )
+    _pod(store, "ready", ip="127.1.0.1")
+    rewrite = cluster_ip_rewriter(store, "default")
+    assert (
+        rewrite("http://web.default.svc.cluster.local/v1/models/m:predict")
+        == "http://127.1.0.1:8080/v1/models/m:predict"
+    )
+    assert rewrite("--url=http://web.default.svc:80/x") == "--url=http://127.1.0.1:8080/x"
+    assert rewrite("web:80") == "127.1.0.1:8080"
+    assert rewrite("http://web") == "http://127.1.0.1:8080"
+    assert rewrite("web.default.svc:81") == "web.default.svc:81"  # no such Service port
+    assert rewrite("web") == "web"  # no port: a plain word stays
+    assert rewrite("http://empty.default.svc") == "http://empty.default.svc"  # no endpoints
+
+
+def test_proxy_forwards_to_a_ready_pod_and_answers_503_without_one(core, kubectl, namespace):
+    from kubernetes.client.exceptions import ApiException
+
+    env = [
+        {"name": "VERSION", "value": "v1"},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    container = {
+        "name": "web",
+        "image": "python:3.12-slim",
+        "command": [sys.executable, str(ECHO)],
+        "env": env,
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+    }
+    pod = {"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {"containers": [container]}}
+    core.create_namespaced_service(namespace, SERVICE)
+
+    def unavailable(service_id: str) -> str:
+        with pytest.raises(ApiException) as err:
+            core.connect_get_namespaced_service_proxy_with_path(service_id, namespace, "x")
+        assert err.value.status == 503 and json.loads(err.value.body)["reason"] == "ServiceUnavailable"
+        return json.loads(err.value.body)["message"]
+
+    assert unavailable("web:80") == 'no endpoints available for service "web:80"'
+    raw = kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/services/web:80/proxy/", check=False)
+    assert raw.returncode != 0 and "no endpoints available" in raw.stderr
+    core.create_namespaced_pod(namespace, pod)
+    wait_for(
+        lambda: any(
+            c.type == "Ready" and c.status == "True"
+            for c in core.read_namespaced_pod("web", namespace).status.conditions or []
+        ),
+        what="the pod ready",
+    )
+    reply = core.connect_post_namespaced_service_proxy_with_path(
+        "web:http", namespace, "v1/models/m:predict", _preload_content=False
+    )
+    assert json.loads(reply.data) | {"pod": "web"} == {
+        "pod": "web",
+        "version": "v1",
+        "path": "/v1/models/m:predict",
+        "method": "POST",
+        "body": "",
+    }
+    sent = core.api_client.call_api(
+        f"/api/v1/namespaces/{namespace}/services/web:80/proxy/infer",
+        "POST",
+        body={"instances": [[1, 2]]},
+        header_params={"Content-Type": "application/json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    assert json.loads(json.loads(sent.data)["body"]) == {"instances": [[1, 2]]}
+    raw = kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/services/web:80/proxy/healthz?probe=1")
+    assert json.loads(raw.stdout)["path"] == "/healthz?probe=1"
+    assert unavailable("web:81") == 'no service port 81 found for service "web"'
+    assert unavailable("web") == 'no endpoints available for service "web"'  # a named port must be given
+    core.delete_namespaced_pod("web", namespace)
+    assert unavailable("web:80") == 'no endpoints available for service "web:80"'  # terminating: not an endpoint
