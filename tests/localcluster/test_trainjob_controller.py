@@ -213,6 +213,14 @@ def test_admission_rejects_as_upstream(custom, namespace):
     status, body = rejected(custom, namespace, trainjob("bad-manager", runtimePatches=[{"manager": "example.io/"}]))
     assert status == 403
     assert 'spec.runtimePatches.manager: Invalid value: \\"example.io/\\": must be a domain-prefixed path' in body
+    # Upstream checks patch targets against the template with the patches already merged in, so a patch naming a
+    # replicatedJob the runtime lacks passes (the JobSet then carries it).
+    ghost_pod = {"spec": {"containers": [{"name": "ghost", "image": "busybox"}]}}
+    ghost_rjobs = [{"name": "ghost", "template": {"spec": {"template": ghost_pod}}}]
+    ghost = {"manager": "example.io/g", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": ghost_rjobs}}}}
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainjobs", trainjob("ghost", runtimePatches=[ghost], suspend=True)
+    )
 
 
 def test_build_error_is_only_an_event_and_multikueue_jobs_are_skipped(custom, core, namespace):
@@ -251,3 +259,30 @@ def test_active_deadline_fails_the_trainjob_and_deletes_its_jobset(custom, names
     failed = condition(tj, "Failed")
     assert (failed["reason"], failed["message"]) == ("DeadlineExceeded", "TrainJob exceeded its active deadline")
     wait_for(lambda: jobset(custom, namespace, name) is None, what="the JobSet to be deleted")
+
+
+def test_a_failed_jobset_fails_the_trainjob_with_its_reason(custom, namespace):
+    pod = {"restartPolicy": "Never", "containers": [{"name": "node", "image": "python:3.11", "command": ["false"]}]}
+    rjob = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"backoffLimit": 0, "template": {"spec": pod}},
+        },
+    }
+    runtime = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "fails-fast"},
+        "spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [rjob]}}},
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruntimes", runtime)
+    body = trainjob("fails", "fails-fast", trainer={"numNodes": 2})
+    body["spec"]["runtimeRef"]["kind"] = "TrainingRuntime"
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", body)
+    tj = wait_for(lambda: finished(custom, namespace, "fails"), timeout=30, what="the TrainJob to fail")
+    assert [(c["type"], c["reason"]) for c in tj["status"]["conditions"]] == [("Failed", "FailedJobs")]
+    assert tj["status"]["conditions"][0]["message"] == (
+        "jobset failed due to one or more job failures (first failed job: fails-node-0)"
+    )
+    assert tj["status"]["jobsStatus"][0]["failed"] == 1

@@ -82,7 +82,8 @@ def propagated_metadata(trainjob: Obj, runtime: Obj) -> tuple[dict[str, str], di
 
 def merged_spec(trainjob: Obj, runtime: Obj) -> Obj:
     """``mergeRuntimePatches``: the runtime's JobSet spec with each runtimePatch strategic-merged in list order,
-    then the runtime's replicatedJob order restored (a patch naming a new replicatedJob adds it, sorted first)."""
+    then the runtime's replicatedJob order restored by index, stably (a replicatedJob a patch adds counts as index
+    0)."""
     spec = copy.deepcopy((runtime["spec"].get("template") or {}).get("spec") or {})
     order = {rjob.get("name"): i for i, rjob in enumerate(spec.get("replicatedJobs") or [])}
     for template in _template_patches(trainjob):
