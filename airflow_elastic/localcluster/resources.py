@@ -181,6 +181,16 @@ HORIZONTALPODAUTOSCALERS = Resource(
     subresources=frozenset({"status"}),
 )
 
+#: KServe's InferenceService (kserve v0.20 CRD: short name ``isvc``, no categories).
+INFERENCESERVICES = Resource(
+    "serving.kserve.io",
+    "v1beta1",
+    "inferenceservices",
+    "InferenceService",
+    short_names=("isvc",),
+    subresources=frozenset({"status"}),
+)
+
 ALL: tuple[Resource, ...] = (
     NAMESPACES,
     NODES,
@@ -199,6 +209,7 @@ ALL: tuple[Resource, ...] = (
     TRAINJOBS,
     CLUSTERTRAININGRUNTIMES,
     TRAININGRUNTIMES,
+    INFERENCESERVICES,
 )
 BY_KEY = {r.key: r for r in ALL}
 

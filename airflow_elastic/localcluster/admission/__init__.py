@@ -6,15 +6,18 @@ from __future__ import annotations
 from airflow_elastic.localcluster.admission.autoscaling import HorizontalPodAutoscalerAdmission
 from airflow_elastic.localcluster.admission.cronjob import CronJobAdmission
 from airflow_elastic.localcluster.admission.deployment import DeploymentAdmission, ReplicaSetAdmission
+from airflow_elastic.localcluster.admission.inferenceservice import InferenceServiceAdmission
 from airflow_elastic.localcluster.admission.job import JobAdmission
 from airflow_elastic.localcluster.admission.jobset import JobSetAdmission
 from airflow_elastic.localcluster.admission.pod import PodAdmission
 from airflow_elastic.localcluster.admission.service import ServiceAdmission
+from airflow_elastic.localcluster.admission.storageinitializer import StorageInitializerInjector
 from airflow_elastic.localcluster.admission.trainingruntime import register as register_trainer
 from airflow_elastic.localcluster.resources import (
     CRONJOBS,
     DEPLOYMENTS,
     HORIZONTALPODAUTOSCALERS,
+    INFERENCESERVICES,
     JOBS,
     JOBSETS,
     PODS,
@@ -27,6 +30,7 @@ __all__ = [
     "CronJobAdmission",
     "DeploymentAdmission",
     "HorizontalPodAutoscalerAdmission",
+    "InferenceServiceAdmission",
     "JobAdmission",
     "JobSetAdmission",
     "PodAdmission",
@@ -38,7 +42,7 @@ __all__ = [
 
 def register(store: Store) -> None:
     """Install the plugins on ``store`` (what the API server's admission chain does for these types)."""
-    store.admission[PODS.key] = PodAdmission()
+    store.admission[PODS.key] = StorageInitializerInjector(PodAdmission())  # KServe's pod webhook first
     store.admission[JOBS.key] = JobAdmission()
     store.admission[CRONJOBS.key] = CronJobAdmission()
     store.admission[JOBSETS.key] = JobSetAdmission()
@@ -47,3 +51,4 @@ def register(store: Store) -> None:
     store.admission[HORIZONTALPODAUTOSCALERS.key] = HorizontalPodAutoscalerAdmission()
     store.admission[SERVICES.key] = ServiceAdmission()
     register_trainer(store)  # TrainJobs, ClusterTrainingRuntimes, TrainingRuntimes
+    store.admission[INFERENCESERVICES.key] = InferenceServiceAdmission()

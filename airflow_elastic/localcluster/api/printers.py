@@ -23,6 +23,7 @@ from airflow_elastic.localcluster.resources import (
     DEPLOYMENTS,
     EVENTS,
     HORIZONTALPODAUTOSCALERS,
+    INFERENCESERVICES,
     JOBS,
     JOBSETS,
     NAMESPACES,
@@ -319,6 +320,26 @@ def trainjob_cells(obj: Obj) -> list[Any]:
     return [obj["metadata"]["name"], _printed(conditions[-1].get("type")) if conditions else None, age(obj)]
 
 
+def isvc_cells(obj: Obj) -> list[Any]:
+    """The InferenceService CRD's ``additionalPrinterColumns`` (KServe v0.20): URL, Ready, then the predictor's
+    Knative traffic (Prev/Latest percent and revision; empty in Standard mode), Age."""
+    status = obj.get("status") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    traffic = ((status.get("components") or {}).get("predictor") or {}).get("traffic") or []
+    prev = next((t for t in traffic if t.get("tag") == "prev"), {})
+    latest = next((t for t in traffic if t.get("latestRevision") is True), {})
+    return [
+        obj["metadata"]["name"],
+        _printed(status.get("url")),
+        _printed(ready),
+        prev.get("percent"),
+        latest.get("percent"),
+        _printed(prev.get("revisionName")),
+        _printed(latest.get("revisionName")),
+        age(obj),
+    ]
+
+
 def _columns(names: str) -> tuple[Column, ...]:
     """Columns from ``"Name, Age, +IP"``: ``+`` marks a wide column (priority 1), ``Data:integer`` a type."""
     columns = []
@@ -386,6 +407,12 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
         hpa_cells,
     ),
     TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
+    INFERENCESERVICES.key: (
+        _columns(
+            "Name, URL, Ready, Prev:integer, Latest:integer, PrevRolledoutRevision, LatestReadyRevision, Age:date"
+        ),
+        isvc_cells,
+    ),
 }
 _DEFAULT = (_columns("Name, Age"), lambda obj: [obj["metadata"]["name"], age(obj)])
 
