@@ -6,6 +6,10 @@
   the real image.
 * ``kserve/storage-initializer:v0.20.0`` — the storage initializer (``serving/storage_initializer.py``) under the
   cluster's own Python.
+* ``pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime`` — the image of Kubeflow Trainer's default ``torch-distributed``
+  runtime. It has no entrypoint, so a container's ``args`` alone run as its command (``sh -c 'exec "$@"'`` stands
+  for that; without args nothing runs); ``python3`` and ``torchrun`` resolve to the cluster's own environment,
+  first on ``PATH``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 PYTORCH_PREDICTOR = "ghcr.io/airflow-elastic/kserve-pytorch:0.21.0"
 STORAGE_INITIALIZER = "kserve/storage-initializer:v0.20.0"
+PYTORCH = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 SERVING_PYTHON_ENV = "AIRFLOW_ELASTIC_SERVING_PYTHON"
 _SERVING = Path(__file__).resolve().parent / "serving"
 _REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +46,7 @@ def serving_python() -> str:
 
 def builtin_name(image: str) -> str | None:
     """``image`` if it is built in, else ``None``."""
-    return image if image in (PYTORCH_PREDICTOR, STORAGE_INITIALIZER) else None
+    return image if image in (PYTORCH_PREDICTOR, STORAGE_INITIALIZER, PYTORCH) else None
 
 
 def builtin(image: str) -> list[str] | None:
@@ -50,4 +55,6 @@ def builtin(image: str) -> list[str] | None:
         return [serving_python(), str(_SERVING / "pytorch_server.py")]
     if image == STORAGE_INITIALIZER:
         return [sys.executable, str(_SERVING / "storage_initializer.py")]
+    if image == PYTORCH:
+        return ["sh", "-c", 'exec "$@"', "sh"]
     return None

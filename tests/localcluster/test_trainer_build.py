@@ -3,12 +3,16 @@ v2.3 ``plugins/jobset/builder.go``, ``plugins/torch/torch.go``, ``controller/tra
 
 from __future__ import annotations
 
+import subprocess
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from airflow_elastic.localcluster.api.humanize import parse_time
+from airflow_elastic.localcluster.config import ClusterConfig
+from airflow_elastic.localcluster.images import PYTORCH
+from airflow_elastic.localcluster.kubelet.env import command_line
 from airflow_elastic.localcluster.trainer.build import BuildError, build_jobset
 from airflow_elastic.localcluster.trainer.status import deadline_left, mirror_jobset, set_condition, set_failed
 
@@ -153,3 +157,10 @@ def test_the_deadline_counts_from_the_last_resume():
     assert deadline_left(tj, at) == 30
     assert deadline_left({**tj, "spec": {**tj["spec"], "suspend": True}}, at) is None
     assert deadline_left(tj, at + timedelta(seconds=31)) == -1
+
+
+def test_the_runtime_image_runs_its_args_as_the_command_even_with_strict_images():
+    argv = command_line(
+        {"image": PYTORCH, "args": ["python3", "-c", "print('ran')"]}, ClusterConfig(strict_images=True), {}
+    )
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "ran\n"

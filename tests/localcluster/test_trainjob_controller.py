@@ -248,13 +248,15 @@ def test_build_error_is_only_an_event_and_multikueue_jobs_are_skipped(custom, co
     assert not get(custom, namespace, "elsewhere").get("status")
 
 
-def test_active_deadline_fails_the_trainjob_and_deletes_its_jobset(custom, namespace):
-    sleeper = {"numNodes": 1, "command": ["python3", "-c", "import time; time.sleep(120)"]}
+def test_active_deadline_fails_the_trainjob_and_deletes_its_jobset(custom, core, namespace):
+    # args alone: the runtime's image has no entrypoint, so they run as the command.
+    sleeper = {"numNodes": 1, "args": ["python3", "-c", "import time; time.sleep(120)"]}
     name = "deadline"
     custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, "trainjobs", trainjob(name, trainer=sleeper, activeDeadlineSeconds=2)
     )
-    wait_for(lambda: jobset(custom, namespace, name), what="the JobSet")
+    phases = lambda: [p.status.phase for p in core.list_namespaced_pod(namespace).items if p.status]  # noqa: E731
+    wait_for(lambda: "Running" in phases(), what="the sleeper to run")
     tj = wait_for(lambda: finished(custom, namespace, name), timeout=30, what="the deadline")
     failed = condition(tj, "Failed")
     assert (failed["reason"], failed["message"]) == ("DeadlineExceeded", "TrainJob exceeded its active deadline")
