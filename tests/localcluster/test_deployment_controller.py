@@ -79,7 +79,8 @@ class PodWatch(threading.Thread):
         self.core, self.namespace, self.replicas, self.watch = core, namespace, replicas, watch.Watch()
         self.pods: dict[str, Any] = {}
         self.min_ready: int | None = None
-        self.max_pods = 0
+        self.max_pods = 0  # not terminating
+        self.max_existing = 0  # terminating ones included
 
     def run(self) -> None:
         from urllib3.exceptions import ProtocolError
@@ -102,6 +103,7 @@ class PodWatch(threading.Thread):
             return  # the initial list is still arriving
         self.min_ready = ready if self.min_ready is None else min(self.min_ready, ready)
         self.max_pods = max(self.max_pods, len(live))
+        self.max_existing = max(self.max_existing, len(self.pods))
 
     def stop(self) -> None:
         self.watch.stop()
@@ -211,6 +213,38 @@ def test_rollout_rollback_and_progress_deadline(apps, core, kubectl, namespace, 
     assert deployment(apps, namespace)["metadata"]["annotations"][REVISION] == "4"
     assert all(rs["spec"]["replicas"] == 0 for name, rs in sets.items() if name != v2_rs)
     assert {proxy_get(core, namespace)["version"] for _ in range(5)} == {"v2"}
+
+
+def test_recreate_waits_for_old_pods_and_paused_stops_rollouts(apps, core, namespace):
+    manifest, _ = echo_manifests()
+    manifest["spec"] |= {"replicas": 1, "strategy": {"type": "Recreate"}}
+    apps.create_namespaced_deployment(namespace, manifest)
+    wait_for(lambda: rolled_out(deployment(apps, namespace)), what="available")
+    pod_watch = PodWatch(core, namespace, 1)
+    pod_watch.start()
+    set_version(apps, namespace, "v2")
+    wait_for(lambda: rolled_out(deployment(apps, namespace)), what="the v2 rollout")
+    pod_watch.stop()
+    assert pod_watch.max_existing == 1  # the new pod was created only after the old one was gone
+    (pod,) = core.list_namespaced_pod(namespace).items
+    assert pod.spec.containers[0].env[0].value == "v2"
+    apps.patch_namespaced_deployment("echo", namespace, {"spec": {"paused": True}})
+    paused = wait_for(
+        lambda: (
+            (cond := condition(deployment(apps, namespace), "Progressing")).get("reason") == "DeploymentPaused" and cond
+        ),
+        what="DeploymentPaused",
+    )
+    assert (paused["status"], paused["message"]) == ("Unknown", "Deployment is paused")
+    set_version(apps, namespace, "v3")
+    wait_for(
+        lambda: (d := deployment(apps, namespace))["status"]["observedGeneration"] == d["metadata"]["generation"],
+        what="the paused template change observed",
+    )
+    assert len(replica_sets(apps, namespace)) == 2  # no ReplicaSet for v3 while paused
+    apps.patch_namespaced_deployment("echo", namespace, {"spec": {"paused": False}})
+    wait_for(lambda: rolled_out(deployment(apps, namespace)), what="the v3 rollout after resuming")
+    assert len(replica_sets(apps, namespace)) == 3
 
 
 def test_a_deleted_pod_is_replaced_and_an_orphan_is_adopted(apps, core, namespace):
