@@ -17,6 +17,7 @@ from airflow_elastic.localcluster.controllers.gc import GarbageCollector
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.controllers.nodes import register_nodes
+from airflow_elastic.localcluster.controllers.pytorchjob import PyTorchJobController
 from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
 from airflow_elastic.localcluster.controllers.trainjob import install as install_trainer
@@ -59,6 +60,7 @@ def install(
     manager.add(DeploymentController(store, recorder, clock))
     manager.add(ReplicaSetController(store, recorder, clock))
     manager.add(JobSetController(store, recorder))
+    manager.add(PyTorchJobController(store, recorder))
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them

@@ -21,8 +21,10 @@ documented substitutions:
     only as a whole value of the form ``<svc>:<port>`` or as a URL host (``scheme://<svc>[:port][/...]``) — a
     plain ``<svc>`` is left alone, since it is often just the group's name — to the IP of the first selected,
     non-terminal pod (ready ones first, then by hostname); a Service without such a pod is left unresolved, like
-    a name without endpoints.
-
+    a name without endpoints;
+  - in env values only, also a bare ``<svc>`` or ``<svc>.<ns>`` that is the whole value of a variable named
+    ``*_ADDR`` or ``*_HOST`` (an address by its name): training-operator v1 sets ``MASTER_ADDR=<job>-master-0``,
+    the name of the master's own headless Service;
   - names of non-headless Services with a port, to a ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
 
   Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
@@ -47,6 +49,8 @@ _BASE = int(ipaddress.IPv4Address("127.0.0.0"))
 _SPAN = 2**24
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _END = r"(?![\w-]|\.[\w-])"
+#: Env variables whose whole value may be a bare headless Service name (see the module docstring).
+ADDRESS_SUFFIXES = ("_ADDR", "_HOST")
 
 
 def identity(pod: Obj) -> str:
@@ -152,7 +156,7 @@ class Network:
 
         return self.pod_ip(min(pods, key=order))
 
-    def rewriter(self, pod: Obj) -> Callable[[str], str]:
+    def rewriter(self, pod: Obj) -> Callable[..., str]:
         """A function rewriting the cluster DNS names in a string for a container of ``pod``."""
         own_ns = pod["metadata"]["namespace"]
         subdomains = self._subdomains()
@@ -176,6 +180,7 @@ class Network:
         svc_re = re.compile(rf"(?<![\w.-])({_LABEL})\.({_LABEL})\.svc(?:\.cluster\.local)?{_END}")
         url_re = re.compile(rf"^([a-z][a-z0-9+.-]*://)({_LABEL})(?:\.({_LABEL}))?(?=$|:\d|/)")
         host_port_re = re.compile(rf"^()({_LABEL})(?:\.({_LABEL}))?(?=:\d+$)")
+        bare_re = re.compile(rf"^()({_LABEL})(?:\.({_LABEL}))?$")
 
         def host(m: re.Match[str]) -> str:
             ns = m.group(3) or own_ns
@@ -194,12 +199,15 @@ class Network:
 
         cluster_ip = endpoints.cluster_ip_rewriter(self.store, own_ns)
 
-        def rewrite(text: str) -> str:
+        def rewrite(text: str, *, address: bool = False) -> str:
+            """``address``: ``text`` is the value of an address variable (a bare Service name resolves too)."""
             text = cluster_ip(text)
             if host_re is not None:
                 text = host_re.sub(host, text)
             text = svc_re.sub(lambda m: service(m, 1, 2), text)
             text = url_re.sub(lambda m: service(m, 2, 3), text, count=1)
+            if address:
+                text = bare_re.sub(lambda m: service(m, 2, 3), text, count=1)
             return host_port_re.sub(lambda m: service(m, 2, 3), text, count=1)
 
         return rewrite

@@ -21,6 +21,8 @@ class Resource:
     default_propagation: str = "Background"
     categories: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    #: A CRD's scale subresource: (specReplicasPath, statusReplicasPath, labelSelectorPath), dotted paths.
+    scale: tuple[str, str, str] | None = None
 
     @property
     def api_version(self) -> str:
@@ -190,6 +192,19 @@ INFERENCESERVICES = Resource(
     short_names=("isvc",),
     subresources=frozenset({"status"}),
 )
+# training-operator v1 (kubeflow/trainer release-1.9 manifests/base/crds/kubeflow.org_pytorchjobs.yaml).
+PYTORCHJOBS = Resource(
+    "kubeflow.org",
+    "v1",
+    "pytorchjobs",
+    "PyTorchJob",
+    subresources=frozenset({"status", "scale"}),
+    scale=(
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+        "status.replicaStatuses.Worker.active",
+        "status.replicaStatuses.Worker.selector",
+    ),
+)
 
 ALL: tuple[Resource, ...] = (
     NAMESPACES,
@@ -203,6 +218,7 @@ ALL: tuple[Resource, ...] = (
     CRONJOBS,
     JOBSETS,
     PODDISRUPTIONBUDGETS,
+    PYTORCHJOBS,
     DEPLOYMENTS,
     REPLICASETS,
     HORIZONTALPODAUTOSCALERS,

@@ -66,6 +66,9 @@ def test_rewrites_dns_names_and_headless_services(tmp_path: Path) -> None:
     # A headless Service resolves to its first selected pod; bare names only as host:port or a URL host.
     assert rewrite("grp:8080") == f"{net.pod_ip(pod)}:8080"
     assert rewrite("grp") == "grp"  # a bare name is usually just the group's name
+    # ... except as the whole value of an address variable (MASTER_ADDR=<job>-master-0 of training-operator v1).
+    assert rewrite("grp", address=True) == rewrite("grp.default", address=True) == net.pod_ip(pod)
+    assert rewrite("nosuchsvc", address=True) == "nosuchsvc"
     assert rewrite("http://grp.default.svc.cluster.local:8080/x") == f"http://{net.pod_ip(pod)}:8080/x"
     assert rewrite("grp is a word") == "grp is a word"
 

@@ -10,6 +10,7 @@ from airflow_elastic.localcluster.admission.inferenceservice import InferenceSer
 from airflow_elastic.localcluster.admission.job import JobAdmission
 from airflow_elastic.localcluster.admission.jobset import JobSetAdmission
 from airflow_elastic.localcluster.admission.pod import PodAdmission
+from airflow_elastic.localcluster.admission.pytorchjob import PyTorchJobAdmission
 from airflow_elastic.localcluster.admission.service import ServiceAdmission
 from airflow_elastic.localcluster.admission.storageinitializer import StorageInitializerInjector
 from airflow_elastic.localcluster.admission.trainingruntime import register as register_trainer
@@ -21,6 +22,7 @@ from airflow_elastic.localcluster.resources import (
     JOBS,
     JOBSETS,
     PODS,
+    PYTORCHJOBS,
     REPLICASETS,
     SERVICES,
 )
@@ -46,6 +48,7 @@ def register(store: Store) -> None:
     store.admission[JOBS.key] = JobAdmission()
     store.admission[CRONJOBS.key] = CronJobAdmission()
     store.admission[JOBSETS.key] = JobSetAdmission()
+    store.admission[PYTORCHJOBS.key] = PyTorchJobAdmission()
     store.admission[DEPLOYMENTS.key] = DeploymentAdmission()
     store.admission[REPLICASETS.key] = ReplicaSetAdmission()
     store.admission[HORIZONTALPODAUTOSCALERS.key] = HorizontalPodAutoscalerAdmission()

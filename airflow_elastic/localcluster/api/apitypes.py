@@ -105,6 +105,8 @@ def root(key: str) -> Node | None:
     """The schema of a whole object of resource ``key``, or ``None`` when the package carries none."""
     if key == "jobsets.jobset.x-k8s.io":
         return _jobset_schema()
+    if key == "pytorchjobs.kubeflow.org":
+        return _crd_schema(schemas.PYTORCHJOBS)
     if key == "inferenceservices.serving.kserve.io":
         return _crd_schema(schemas.INFERENCESERVICES)
     trainer = {

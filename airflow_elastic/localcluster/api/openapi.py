@@ -20,10 +20,13 @@ KUBERNETES_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-airflo
 
 _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
+    "scale": ["get", "patch", "update"],
     "log": ["get"],
     "eviction": ["create"],
     "proxy": ["create", "delete", "get", "patch", "update"],
 }
+#: Subresources whose kind is another group's: (group, version, kind).
+_SUBRESOURCE_KINDS = {"eviction": ("policy", "v1", "Eviction"), "scale": ("autoscaling", "v1", "Scale")}
 
 
 def groups() -> dict[str, list[str]]:
@@ -80,11 +83,12 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["categories"] = list(res.categories)
         entries.append(entry)
         for sub in sorted(res.subresources):
-            kind = {"log": "Pod", "eviction": "Eviction", "proxy": "ServiceProxyOptions"}.get(sub, res.kind)
+            kind = {"log": "Pod", "proxy": "ServiceProxyOptions"}.get(sub, res.kind)
             sub_entry = {"name": f"{res.plural}/{sub}", "singularName": "", "namespaced": res.namespaced}
             entries.append({**sub_entry, "kind": kind, "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"])})
-            if sub == "eviction":
-                entries[-1] |= {"group": "policy", "version": "v1"}
+            if sub in _SUBRESOURCE_KINDS:
+                sub_group, sub_version, entries[-1]["kind"] = _SUBRESOURCE_KINDS[sub]
+                entries[-1] |= {"group": sub_group, "version": sub_version}
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": entries}
 

@@ -29,6 +29,7 @@ from airflow_elastic.localcluster.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    PYTORCHJOBS,
     REPLICASETS,
     SECRETS,
     SERVICES,
@@ -407,6 +408,7 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
         hpa_cells,
     ),
     TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
+    PYTORCHJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),  # the PyTorchJob CRD's columns too
     INFERENCESERVICES.key: (
         _columns(
             "Name, URL, Ready, Prev:integer, Latest:integer, PrevRolledoutRevision, LatestReadyRevision, Age:date"

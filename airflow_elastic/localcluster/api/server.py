@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import handlers, openapi, proxy, streams
+from airflow_elastic.localcluster.api import handlers, openapi, proxy, scale, streams
 from airflow_elastic.localcluster.api.handlers import Target, respond
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.components import install
@@ -244,6 +244,8 @@ class ApiServer:
             return await handlers.pod_action(request, store, target)
         if sub and verb not in ("get", "update", "patch"):
             raise errors.MethodNotAllowed(f"{verb} is not supported on {target.res.plural}/{sub}")
+        if sub == "scale":
+            return await scale.serve(request, store, target, verb)
         if verb == "watch":
             return await streams.watch(request, store, target, self.bookmark_seconds)
         if verb == "get":

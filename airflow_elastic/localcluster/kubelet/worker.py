@@ -25,6 +25,7 @@ from airflow_elastic.localcluster.kubelet.probes import readiness_loop
 from airflow_elastic.localcluster.kubelet.procs import Running, exit_code, spawn
 from airflow_elastic.localcluster.kubelet.status import ContainerRecord, build_status, go_duration, termination_message
 from airflow_elastic.localcluster.kubelet.volumes import MountError, mount, prepare_volumes
+from airflow_elastic.localcluster.network import ADDRESS_SUFFIXES
 from airflow_elastic.localcluster.resources import PODS
 from airflow_elastic.localcluster.store import Obj, now
 
@@ -244,7 +245,7 @@ class PodWorker:
         argv = command_line(spec, self.k.config, declared)
         rewrite = self.k.network.rewriter(pod)
         argv = [rewrite(a) for a in argv]
-        declared = {k: rewrite(v) for k, v in declared.items()}
+        declared = {k: rewrite(v, address=k.endswith(ADDRESS_SUFFIXES)) for k, v in declared.items()}
         cwd = self.dir / "containers" / record.name
         cwd.mkdir(parents=True, exist_ok=True)
         mounts = mount(spec, self.volumes, cwd)
