@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             f"serving: InferenceService {served['namespace']}/{served['name']} serves {served['storage_uri']} "
             f"({served['replicas']} replica(s), {served['mode']} mode) at {served['url']}"
         )
-        emit(f"  smoke request (test digits {labels}): {json.dumps(served['smoke_response'])}")
+        rows = (served.get("smoke_response") or {}).get("predictions") or []
+        predicted = [max(range(len(row)), key=row.__getitem__) for row in rows if isinstance(row, list) and row]
+        emit(f"  smoke request through the service proxy: test digits {labels} -> predicted {predicted}")
     emit(f"artefacts under {storage}")
     if set(states.values()) != {"success"} or not published or not served:
         emit("demo: the nightly pipeline did not succeed (see the full output above the report)")

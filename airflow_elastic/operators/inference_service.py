@@ -8,6 +8,7 @@ wait. ``docs/serving.md`` explains the rollout check and why ``Ready`` is not en
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from airflow_elastic.hooks.inference_service import InferenceServiceHook
     from airflow_elastic.rollout import RolloutEvent
+    from airflow_elastic.rollout_knative import Knative
 
 #: ``task_state_store`` key: ``{name, namespace, storage_uri, previous_storage_uri}`` of this task's publish.
 STATE_KEY = "inference_service"
@@ -153,17 +155,28 @@ class InferenceServiceOperator(_ServingOperator):
         hook = self.hook()
         namespace = self._namespace(hook)
         store = context["task_state_store"]
-        previous = self._write(hook, namespace, uri, store.get(STATE_KEY))
+        current = hook.get_inference_service(namespace, self.name)
+        knative = self._knative(current, self.predictor)
+        previous = self._write(hook, namespace, uri, store.get(STATE_KEY), current)
         store.set(
             STATE_KEY, {"name": self.name, "namespace": namespace, "storage_uri": uri, "previous_storage_uri": previous}
         )
-        return self._wait(context, hook, namespace, uri, "execute_complete", {})
+        return self._wait(context, hook, namespace, uri, "execute_complete", {}, knative)
 
-    def _write(self, hook: InferenceServiceHook, namespace: str, uri: str, record: Any) -> str | None:
+    def _knative(self, current: Mapping[str, Any] | None, predictor: serving.Predictor) -> Knative | None:
+        """In Knative mode, what its wait compares with: the revision before this write, the intended percent."""
+        if predictor.mode != "Knative":
+            return None
+        from airflow_elastic.rollout_knative import Knative, latest_created
+
+        return Knative(latest_created(current), 100 if predictor.canary_percent is None else predictor.canary_percent)
+
+    def _write(
+        self, hook: InferenceServiceHook, namespace: str, uri: str, record: Any, current: dict[str, Any] | None
+    ) -> str | None:
         """Create or merge-patch; the storage URI served before (``None``: a first publish)."""
         from airflow_elastic.hooks.errors import AlreadyExists
 
-        current = hook.get_inference_service(namespace, self.name)
         if current is None:
             try:
                 hook.create_inference_service(namespace, serving.render(self.name, namespace, uri, self.predictor))
@@ -183,7 +196,14 @@ class InferenceServiceOperator(_ServingOperator):
         return previous
 
     def _wait(
-        self, context: Context, hook: InferenceServiceHook, namespace: str, uri: str, method: str, extra: dict
+        self,
+        context: Context,
+        hook: InferenceServiceHook,
+        namespace: str,
+        uri: str,
+        method: str,
+        extra: dict[str, Any],
+        knative: Knative | None,
     ) -> dict[str, Any]:
         """Defer (then ``method`` resumes) or wait here, for ``uri`` to serve."""
         deadline = time.time() + self.rollout_timeout
@@ -198,6 +218,7 @@ class InferenceServiceOperator(_ServingOperator):
                 poll_interval=self.poll_interval,
                 deadline=deadline,
                 connection_extras=hook.get_connection_extras(),
+                knative=None if knative is None else knative.as_kwargs(),
             )
             # Past the trigger's own deadline, so its "timeout" event (which may roll back) comes first.
             timeout = datetime.timedelta(seconds=self.rollout_timeout + max(60, 2 * self.poll_interval))
@@ -205,7 +226,14 @@ class InferenceServiceOperator(_ServingOperator):
         from airflow_elastic.operators.rollout_waiting import wait_for_rollout
 
         event = wait_for_rollout(
-            hook, namespace, self.name, uri, poll_interval=self.poll_interval, deadline=deadline, log=self.log
+            hook,
+            namespace,
+            self.name,
+            uri,
+            poll_interval=self.poll_interval,
+            deadline=deadline,
+            log=self.log,
+            knative=knative,
         )
         return getattr(self, method)(context, event.to_payload(), **extra)
 
@@ -245,11 +273,14 @@ class InferenceServiceOperator(_ServingOperator):
                 f"InferenceService {verdict.namespace}/{self.name}: {failure} (not rolled back: {why})"
             )
         current = hook.get_inference_service(verdict.namespace, self.name) or {}
-        patch = serving.update_patch(current, previous, self.predictor)
+        back = dataclasses.replace(self.predictor, canary_percent=None)  # Knative: the old model takes all traffic
+        knative = self._knative(current, back)
+        patch = serving.update_patch(current, previous, back)
         if patch is not None:
             hook.patch_inference_service(verdict.namespace, self.name, patch)
         self.log.warning("Rolling %s back to %s", self.name, previous)
-        return self._wait(context, hook, verdict.namespace, previous, "rollback_complete", {"failure": failure})
+        extra = {"failure": failure}
+        return self._wait(context, hook, verdict.namespace, previous, "rollback_complete", extra, knative)
 
     def rollback_complete(self, context: Context, event: Mapping[str, Any], failure: str) -> dict[str, Any]:
         """The rollback's wait ended: fail with the original reason, saying whether the old model serves again."""

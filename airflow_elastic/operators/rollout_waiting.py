@@ -12,15 +12,21 @@ from typing import Any
 
 from airflow_elastic import rollout, serving
 from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.rollout_knative import Knative, judge_knative
 
 #: Consecutive failed looks (after the hook's own retries) before waiting gives up.
 MAX_FAILED_LOOKS = 5
 LOG_TAIL_LINES = 20
 
 
-def look(hook: Any, namespace: str, name: str, storage_uri: str) -> rollout.RolloutEvent:
-    """One look: the isvc, its predictor Deployment and pods, judged; a failing container's log tail added."""
+def look(
+    hook: Any, namespace: str, name: str, storage_uri: str, knative: Knative | None = None
+) -> rollout.RolloutEvent:
+    """One look: the isvc, its predictor Deployment and pods, judged; a failing container's log tail added.
+    ``knative``: the InferenceService is served in Knative mode (only the isvc is read)."""
     isvc = hook.get_inference_service(namespace, name)
+    if knative is not None:
+        return judge_knative(isvc, name=name, namespace=namespace, storage_uri=storage_uri, **knative.as_kwargs())
     deployment = hook.get_deployment(namespace, rollout.deployment_name(name)) if isvc is not None else None
     selector = rollout.selector(deployment) if deployment else None
     pods = hook.list_pods(namespace, selector) if selector else []
@@ -35,14 +41,22 @@ def look(hook: Any, namespace: str, name: str, storage_uri: str) -> rollout.Roll
 
 
 def wait_for_rollout(
-    hook: Any, namespace: str, name: str, storage_uri: str, *, poll_interval: float, deadline: float | None, log: Any
+    hook: Any,
+    namespace: str,
+    name: str,
+    storage_uri: str,
+    *,
+    poll_interval: float,
+    deadline: float | None,
+    log: Any,
+    knative: Knative | None = None,
 ) -> rollout.RolloutEvent:
     """Poll until :func:`look` says the rollout finished, ``deadline`` (epoch seconds) passes, or
     :data:`MAX_FAILED_LOOKS` looks in a row fail."""
     failed_looks, said = 0, ""
     while True:
         try:
-            event = look(hook, namespace, name, storage_uri)
+            event = look(hook, namespace, name, storage_uri, knative)
             failed_looks = 0
         except KubernetesApiError as error:
             failed_looks += 1

@@ -18,6 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import rollout
 from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.rollout_knative import Knative, judge_knative
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 
 #: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``.
@@ -37,6 +38,8 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         poll_interval: seconds between looks.
         deadline: epoch seconds; past it the event is ``timeout``.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
+        knative: for a Knative-mode InferenceService, ``Knative``'s fields (the revision before the patch, the
+            intended traffic percent); ``None``: Standard mode.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         poll_interval: float = 5.0,
         deadline: float | None = None,
         connection_extras: dict[str, Any] | None = None,
+        knative: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -58,6 +62,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         self.poll_interval = poll_interval
         self.deadline = deadline
         self.connection_extras = connection_extras
+        self.knative = knative
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -71,6 +76,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "connection_extras": self.connection_extras,
+                "knative": self.knative,
             },
         )
 
@@ -121,6 +127,9 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
 
     async def _look(self) -> rollout.RolloutEvent:
         isvc = await self.hook.get_inference_service(self.namespace, self.name)
+        if self.knative is not None:
+            where = {"name": self.name, "namespace": self.namespace, "storage_uri": self.storage_uri}
+            return judge_knative(isvc, **where, **Knative(**self.knative).as_kwargs())
         deployment = None
         pods: list[dict[str, Any]] = []
         if isvc is not None:

@@ -164,3 +164,17 @@ def test_scaling_patches_only_what_differs_and_says_what_changed():
     assert result["changed"] == {"min_replicas": [1, 3]} and (result["min_replicas"], result["max_replicas"]) == (3, 4)
     assert hook.writes == [("patch", {"spec": {"predictor": {"minReplicas": 3}}})]
     assert op.execute(context())["changed"] == {} and len(hook.writes) == 1
+
+
+def test_knative_mode_waits_for_a_new_revision_and_rolls_back_without_the_canary():
+    stored = isvc(V1, mode="Knative")
+    stored["status"]["components"] = {"predictor": {"latestCreatedRevision": "digits-predictor-00001"}}
+    hook, ctx = FakeServingHook(stored), context()
+    op = operator(hook, mode="Knative", canary_percent=10)
+    defer = deferred(op, ctx)
+    assert defer.trigger.knative == {"revision_before": "digits-predictor-00001", "percent": 10}
+    assert hook.stored["spec"]["predictor"]["canaryTrafficPercent"] == 10
+    with pytest.raises(TaskDeferred) as rollback:
+        op.execute_complete(ctx, event("failed", reason="RevisionFailed"))
+    assert rollback.value.trigger.knative["percent"] == 100
+    assert hook.stored["spec"]["predictor"].get("canaryTrafficPercent") is None
