@@ -1,16 +1,23 @@
 """Deployment arithmetic and ReplicaSet pod ranking, as upstream's ``deployment_util.go`` and ``controller_utils.go``
-compute them (pure: no cluster)."""
+compute them (pure: no cluster), and a ReplicaSet sync on an in-memory store."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from airflow_elastic.localcluster.admission.pod import PodAdmission
+from airflow_elastic.localcluster.clock import Clock
+from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.controllers import deploymentprogress as progress
 from airflow_elastic.localcluster.controllers import deploymentutil as du
-from airflow_elastic.localcluster.controllers.replicaset import deletion_order
+from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController, deletion_order
+from airflow_elastic.localcluster.events import Recorder
+from airflow_elastic.localcluster.resources import PODS, REPLICASETS
+from airflow_elastic.localcluster.store import Store
 
 
 def deployment(replicas: int, surge: Any = "25%", unavailable: Any = "25%", status: Any = None) -> dict[str, Any]:
@@ -109,3 +116,23 @@ def test_scale_down_deletes_the_least_useful_pods_first() -> None:
     ]
     order = [p["metadata"]["name"] for p in deletion_order(pods, pods)]
     assert order == ["unscheduled", "pending", "not-ready", "new-ready", "crashy", "old-ready"]
+
+
+def test_a_pod_the_api_server_refuses_is_a_replica_failure() -> None:
+    """``manageReplicas`` error → the ReplicaSet's ``ReplicaFailure``/``FailedCreate``, copied to its Deployment."""
+    store = Store()
+    bootstrap(store)
+    store.admission[PODS.key] = PodAdmission()  # the ReplicaSet itself is stored without admission
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c"}]}}  # no image
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "a"}}, "template": template}
+    store.create(REPLICASETS, "default", {"metadata": {"name": "a-1"}, "spec": spec})
+    controller = ReplicaSetController(store, Recorder(store), Clock())
+    assert asyncio.run(controller.reconcile(("default", "a-1"))) == 1.0  # retried
+    rs_now = store.get(REPLICASETS, "default", "a-1")
+    failure = du.condition(rs_now["status"], "ReplicaFailure")
+    assert (failure["status"], failure["reason"]) == ("True", "FailedCreate")
+    assert "spec.containers[0].image: Required value" in failure["message"]
+    d = deployment(1)
+    status = progress.rollout_status(d, [], rs_now, datetime(2026, 1, 1, tzinfo=UTC))
+    assert du.condition(status, "ReplicaFailure")["reason"] == "FailedCreate"
+    assert not store.list(PODS, "default")[0]
