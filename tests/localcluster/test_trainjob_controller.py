@@ -137,6 +137,7 @@ def test_snapshot_patches_suspend_and_resume(custom, core, kubectl, namespace):
 
     # While suspended, runtimePatches may change and the JobSet is re-applied.
     patches = get(custom, namespace, name)["spec"]["runtimePatches"]
+    assert patches[0]["time"]  # set by the mutating webhook
     patches[0]["trainingRuntimeSpec"]["template"]["metadata"]["labels"]["stage"] = "resumed"
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "trainjobs", name, {"spec": {"runtimePatches": patches, "suspend": False}}
