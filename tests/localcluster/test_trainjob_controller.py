@@ -214,6 +214,14 @@ def test_admission_rejects_as_upstream(custom, namespace):
     status, body = rejected(custom, namespace, trainjob("bad-manager", runtimePatches=[{"manager": "example.io/"}]))
     assert status == 403
     assert 'spec.runtimePatches.manager: Invalid value: \\"example.io/\\": must be a domain-prefixed path' in body
+    status, body = rejected(
+        custom, namespace, trainjob("needs-data", initializer={"dataset": {"storageUri": "hf://d"}})
+    )
+    assert status == 403
+    assert "must have dataset-initializer job when trainJob is configured with input datasetConfig" in body
+    status, body = rejected(custom, namespace, trainjob("bad-uri", initializer={"model": {"storageUri": "no-scheme"}}))
+    assert status == 422
+    assert "storageUri may be empty, or it must be a valid URI (scheme://...)" in body
     # Upstream checks patch targets against the template with the patches already merged in, so a patch naming a
     # replicatedJob the runtime lacks passes (the JobSet then carries it).
     ghost_pod = {"spec": {"containers": [{"name": "ghost", "image": "busybox"}]}}
