@@ -297,3 +297,25 @@ def test_a_failed_jobset_fails_the_trainjob_with_its_reason(custom, namespace):
         "jobset failed due to one or more job failures (first failed job: fails-node-0)"
     )
     assert tj["status"]["jobsStatus"][0]["failed"] == 1
+
+
+def test_runtime_admission_as_upstream(custom):
+    from kubernetes.client.exceptions import ApiException
+
+    def create(spec: dict[str, Any]) -> tuple[int, str]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime", "metadata": {"name": "bad"}}
+        with pytest.raises(ApiException) as caught:
+            custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", {**body, "spec": spec})
+        return caught.value.status, caught.value.body
+
+    labels = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    pod = {"spec": {"containers": [{"name": "main", "image": "img"}]}}
+    rjob = {"name": "node", "replicas": 2, "template": {"metadata": {"labels": labels}, "spec": {"template": pod}}}
+    status, body = create({"template": {"spec": {"replicatedJobs": [rjob]}}})
+    assert status == 403
+    assert 'admission webhook \\"validator.clustertrainingruntime.trainer.kubeflow.org\\" denied the request' in body
+    assert "spec.template.spec.replicatedJobs[0].replicas: Invalid value: 2: always must be 1" in body
+    assert "must contain the required container for the ancestor: trainer" in body
+    status, body = create({"mlPolicy": {"torch": {}, "mpi": {}}, "template": {"spec": {"replicatedJobs": []}}})
+    assert status == 422
+    assert "Only one of the policy can be configured" in body
