@@ -163,6 +163,7 @@ DEPLOYMENTS = Resource(
     short_names=("deploy",),
     categories=("all",),
     subresources=frozenset({"status", "scale"}),
+    scale=("spec.replicas", "status.replicas", "status.selector"),
 )
 REPLICASETS = Resource(
     "apps",
@@ -172,6 +173,7 @@ REPLICASETS = Resource(
     short_names=("rs",),
     categories=("all",),
     subresources=frozenset({"status", "scale"}),
+    scale=("spec.replicas", "status.replicas", "status.selector"),
 )
 HORIZONTALPODAUTOSCALERS = Resource(
     "autoscaling",

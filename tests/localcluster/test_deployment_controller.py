@@ -215,6 +215,27 @@ def test_rollout_rollback_and_progress_deadline(apps, core, kubectl, namespace, 
     assert {proxy_get(core, namespace)["version"] for _ in range(5)} == {"v2"}
 
 
+def test_scale_with_kubectl_and_the_scale_subresource(apps, core, kubectl, namespace):
+    manifest, _ = echo_manifests()
+    manifest["spec"]["replicas"] = 1
+    del manifest["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]  # Ready once running
+    apps.create_namespaced_deployment(namespace, manifest)
+    kubectl("scale", "deployment/echo", "-n", namespace, "--replicas=3")
+    wait_for(lambda: rolled_out(d := deployment(apps, namespace)) and d["status"]["replicas"] == 3, what="3 pods")
+    kubectl("rollout", "status", "deployment/echo", "-n", namespace, "--timeout=30s")
+    scale = apps.read_namespaced_deployment_scale("echo", namespace)
+    assert (scale.spec.replicas, scale.status.replicas) == (3, 3)
+    apps.patch_namespaced_deployment_scale("echo", namespace, {"spec": {"replicas": 1}})
+    wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 1, what="scaled down to 1 pod")
+    d = deployment(apps, namespace)
+    assert d["status"]["replicas"] == 1 and d["metadata"]["annotations"][REVISION] == "1"  # no new rollout
+    table = kubectl("get", "deployments,replicasets", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    assert table[1].split()[:4] == ["deployment.apps/echo", "1/1", "1", "1"]
+    assert table[3].split() == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+    assert table[4].split()[1:4] == ["1", "1", "1"]
+
+
 def test_recreate_waits_for_old_pods_and_paused_stops_rollouts(apps, core, namespace):
     manifest, _ = echo_manifests()
     manifest["spec"] |= {"replicas": 1, "strategy": {"type": "Recreate"}}
