@@ -10,6 +10,8 @@
   runtime. It has no entrypoint, so a container's ``args`` alone run as its command (``sh -c 'exec "$@"'`` stands
   for that; without args nothing runs); ``python3`` and ``torchrun`` resolve to the cluster's own environment,
   first on ``PATH``.
+* ``alpine:3.10`` — the image of training-operator v1's ``init-pytorch`` init container; it has a command, which
+  runs as given with the host's shell.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 PYTORCH_PREDICTOR = "ghcr.io/airflow-elastic/kserve-pytorch:0.21.0"
 STORAGE_INITIALIZER = "kserve/storage-initializer:v0.20.0"
 PYTORCH = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+INIT_PYTORCH = "alpine:3.10"
 SERVING_PYTHON_ENV = "AIRFLOW_ELASTIC_SERVING_PYTHON"
 _SERVING = Path(__file__).resolve().parent / "serving"
 _REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +49,7 @@ def serving_python() -> str:
 
 def builtin_name(image: str) -> str | None:
     """``image`` if it is built in, else ``None``."""
-    return image if image in (PYTORCH_PREDICTOR, STORAGE_INITIALIZER, PYTORCH) else None
+    return image if image in (PYTORCH_PREDICTOR, STORAGE_INITIALIZER, PYTORCH, INIT_PYTORCH) else None
 
 
 def builtin(image: str) -> list[str] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from airflow_elastic.localcluster import images
 from airflow_elastic.localcluster.store import Obj
 
 API_VERSION = "kubeflow.org/v1"
@@ -30,10 +31,11 @@ REPLICA_INDEX = "training.kubeflow.org/replica-index"
 JOB_ROLE = "training.kubeflow.org/job-role"
 #: ``initcontainer.go``: upstream loops ``nslookup <job>-master-0`` (100 tries, 2 s apart) until the master's
 #: Service has an endpoint. Here names are not resolved by DNS but rewritten by the kubelet (``network.py``) when
-#: a container starts, so the step has nothing to wait for and succeeds at once; name, image and resources stay.
+#: a container starts, so the step has nothing to wait for and succeeds at once; name, image (built in, see
+#: ``images.py``) and resources stay.
 INIT_CONTAINER = {
     "name": "init-pytorch",
-    "image": "alpine:3.10",
+    "image": images.INIT_PYTORCH,
     "imagePullPolicy": "IfNotPresent",
     "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}, "requests": {"cpu": "50m", "memory": "10Mi"}},
     "command": ["sh", "-c", "exit 0"],
