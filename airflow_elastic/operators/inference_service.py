@@ -251,6 +251,11 @@ class InferenceServiceOperator(_ServingOperator):
                 failure = f"SmokeRequestFailed: {error}"
             if failure is None:
                 return self._result(context, verdict, response)
+        elif verdict.status == "error":  # the wait failed, not the model: leave it, a retry waits again (no write)
+            raise AirflowException(
+                f"InferenceService {verdict.namespace}/{self.name}: waiting for {verdict.storage_uri} to serve failed "
+                f"({verdict.message}); the service was left as it is, and a retry of this task waits for it again"
+            )
         else:
             failure = verdict.describe()
         self.log.error("The new model %s of %s did not go live: %s", verdict.storage_uri, self.name, failure)

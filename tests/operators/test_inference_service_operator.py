@@ -178,3 +178,11 @@ def test_knative_mode_waits_for_a_new_revision_and_rolls_back_without_the_canary
         op.execute_complete(ctx, event("failed", reason="RevisionFailed"))
     assert rollback.value.trigger.knative["percent"] == 100
     assert hook.stored["spec"]["predictor"].get("canaryTrafficPercent") is None
+
+
+def test_a_failed_wait_is_not_a_failed_model_nothing_is_rolled_back():
+    hook, ctx = FakeServingHook(isvc(V1)), context()
+    deferred(operator(hook), ctx)
+    with pytest.raises(AirflowException, match="left as it is, and a retry of this task waits for it again"):
+        operator(hook).execute_complete(ctx, event("error", message="5 looks in a row failed"))
+    assert len(hook.writes) == 1 and hook.stored["spec"]["predictor"]["model"]["storageUri"] == V2
