@@ -239,6 +239,7 @@ def test_scale_with_kubectl_and_the_scale_subresource(apps, core, kubectl, names
 def test_recreate_waits_for_old_pods_and_paused_stops_rollouts(apps, core, namespace):
     manifest, _ = echo_manifests()
     manifest["spec"] |= {"replicas": 1, "strategy": {"type": "Recreate"}}
+    manifest["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "DRAIN_SECONDS", "value": "0.1"})
     apps.create_namespaced_deployment(namespace, manifest)
     wait_for(lambda: rolled_out(deployment(apps, namespace)), what="available")
     pod_watch = PodWatch(core, namespace, 1)
