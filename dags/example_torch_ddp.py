@@ -29,23 +29,21 @@ airflow-elastic``), change the connection and give a checkpoint location every p
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, Param
+import sys
+from pathlib import Path
 
-from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Placement, Resources, Role, TrainingGroup
+from airflow.sdk import DAG
+
+from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Role, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 
-#: The trainer image: torch 2.13 (CPU) and ``train_torch.py``; its entrypoint is ``python /app/train_torch.py``.
-TORCH_TRAINER_IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"
-RESOURCES = Resources(cpu="500m", memory="1Gi")
-SPOT = Placement(spot=True)
+# Shared with example_trainjob. Airflow's dag processor puts the DAGs folder on sys.path; a bare DagBag does not.
+if (here := str(Path(__file__).resolve().parent)) not in sys.path:
+    sys.path.append(here)
+from torch_example import ENV, RESOURCES, SPOT, TORCH_TRAINER_IMAGE, torch_params
+
 #: torchrun's conventional rendezvous port; a local cluster shares one port space for stores bound to every address.
 PORT = 29400
-ENV = {
-    "TRAIN_STEPS": "{{ params.steps }}",
-    "STEP_SECONDS": "{{ params.step_seconds }}",
-    "CHECKPOINT_EVERY": "{{ params.checkpoint_every }}",
-    "PYTHONUNBUFFERED": "1",
-}
 STATIC_TORCHRUN = (
     "torchrun",
     "--nnodes=$(NNODES)",
@@ -113,17 +111,7 @@ for dag_id, group in GROUPS.items():
         dag_id,
         schedule=None,
         catchup=False,
-        params={
-            "steps": Param(40, type="integer", minimum=1, description="target step count"),
-            "step_seconds": Param(0.1, type="number", minimum=0, description="extra time per step (simulated)"),
-            "checkpoint_every": Param(10, type="integer", minimum=1, description="steps between checkpoints"),
-            "checkpoint_root": Param(
-                f"/tmp/airflow-elastic/checkpoints/{group.name}",
-                type="string",
-                description="checkpoints of a run go to <checkpoint_root>/<run id> (a path or URI every pod reaches)",
-            ),
-            "script": Param("/app/train_torch.py", type="string", description="the trainer's path in the image"),
-        },
+        params=torch_params(group.name),
         tags=["example", "airflow-elastic", "pytorch"],
     ):
         TrainingGroupOperator(

@@ -33,5 +33,6 @@ def test_example_dags_import_without_errors(tmp_path):
     assert "example_training" in result["dags"]
     assert "example_batch_stage" in result["dags"]
     assert "example_sweep" in result["dags"]
+    assert "example_trainjob" in result["dags"]
     assert "nightly_training" in result["dags"]
     assert {"serving_scale_day", "serving_scale_night"} <= set(result["dags"])

@@ -1,0 +1,51 @@
+"""``dags/example_trainjob.py``: the PyTorch DDP example as a TrainJob survives a spot reclaim in Airflow try 1.
+
+The DAG runs unchanged with ``airflow dags test`` on a local cluster (its Trainer controller and the default
+``torch-distributed`` ClusterTrainingRuntime), and the test reclaims the node of the TrainJob's second pod GKE-style
+once the trainer's ``progress.json`` shows step 4, long before the first periodic checkpoint, as
+``tests/airflow/test_torch_examples.py`` does for the JobSet examples (its :class:`Reclaim` checks try 1, the exact
+target step, an uninterrupted run's loss and ``lost_steps == 0``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.airflow.test_torch_examples import Reclaim, torch_cluster  # noqa: F401 (the module's own cluster)
+
+pytest.importorskip("torch")
+
+#: The Job controller's index annotation on each of the Trainer's ``node`` pods (``PET_NODE_RANK`` reads it).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+class TrainJobReclaim(Reclaim):
+    """:class:`Reclaim` of the TrainJob's second node (node 0 hosts the rendezvous and writes the checkpoints)."""
+
+    def worker(self) -> Any | None:
+        selector = "airflow-elastic.io/group=torch-trainjob,jobset.sigs.k8s.io/replicatedjob-name=node"
+        for pod in self.core.list_namespaced_pod("default", label_selector=selector).items:
+            index = (pod.metadata.annotations or {}).get(COMPLETION_INDEX)
+            if index == "1" and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
+                return pod
+        return None
+
+
+def test_a_reclaimed_trainjob_node_is_replaced_and_the_run_loses_no_step(
+    torch_cluster,  # noqa: F811
+    tmp_path,
+    airflow_home,
+    airflow_db,
+):
+    run = TrainJobReclaim("example_trainjob", torch_cluster, airflow_home, airflow_db, tmp_path / "ckpt")
+    _, result, metrics = run.run()
+    assert result["backend"] == "trainjob" and metrics["world_size"] == 2, result
+    # Under the Trainer no group restart comes: the reclaimed pod was recreated for its index, and node 0, whose
+    # collective failed, saved the step it had reached and restarted in place from it (the resume Reclaim checked).
+    # Nothing was charged as a failure. (The operator counts JobSet restarts only: the in-cluster replacement is not
+    # in `preemptions`, see docs/kubeflow.md §2.)
+    assert (result["restarts"], result["failures"]) == (0, 0), (result, run.injected)
+    [resume] = metrics["resumes"]
+    assert resume["checkpoint"] == "peer_lost" and result["attempts"][0]["outcome"] == "succeeded", result
