@@ -11,10 +11,14 @@ import pytest
 
 from airflow_elastic.localcluster.api.humanize import parse_time
 from airflow_elastic.localcluster.config import ClusterConfig
+from airflow_elastic.localcluster.controllers.trainjob import install
+from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.images import PYTORCH
 from airflow_elastic.localcluster.kubelet.env import command_line
+from airflow_elastic.localcluster.resources import JOBSETS, TRAINJOBS
 from airflow_elastic.localcluster.trainer.build import BuildError, build_jobset
 from airflow_elastic.localcluster.trainer.status import deadline_left, mirror_jobset, set_condition, set_failed
+from tests.localcluster.inprocess import NS, Cluster, condition
 
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 
@@ -164,3 +168,24 @@ def test_the_runtime_image_runs_its_args_as_the_command_even_with_strict_images(
         {"image": PYTORCH, "args": ["python3", "-c", "print('ran')"]}, ClusterConfig(strict_images=True), {}
     )
     assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "ran\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_runtime_kind_the_trainer_does_not_know_fails_the_trainjob(anyio_backend):
+    # Unreachable through the API (the webhook refuses such a TrainJob), so the TrainJob is stored without admission.
+    cluster = Cluster()
+    install(cluster.store, cluster.manager, Recorder(cluster.store))
+    del cluster.store.admission[TRAINJOBS.key]
+    cluster.manager.start()
+    try:
+        body = {"metadata": {"name": "odd"}, "spec": {"runtimeRef": {"name": "x", "apiGroup": "example.com"}}}
+        body["spec"]["runtimeRef"]["kind"] = "Runtime"
+        cluster.store.create(TRAINJOBS, NS, body)
+        await cluster.settle()
+        failed = condition(cluster.store.get(TRAINJOBS, NS, "odd"), "Failed")
+        assert failed["reason"] == "TrainingRuntimeNotSupported"
+        assert failed["message"] == "unsupported runtime: Runtime.example.com"
+        assert cluster.get(JOBSETS, "odd") is None
+    finally:
+        await cluster.manager.stop()
