@@ -217,3 +217,27 @@ class AsyncTrainingJobHookProtocol(Protocol):
     def watch_pytorchjobs(
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]: ...
+
+
+@runtime_checkable
+class InferenceServiceHookProtocol(Protocol):
+    """What the serving operators need beyond pods and logs (``InferenceServiceHook`` satisfies it)."""
+
+    def get_inference_service(self, namespace: str, name: str) -> JSON | None: ...
+
+    def create_inference_service(self, namespace: str, body: Mapping[str, Any]) -> JSON: ...
+
+    def patch_inference_service(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON: ...
+
+    def get_deployment(self, namespace: str, name: str) -> JSON | None: ...
+
+    def call_service(self, namespace: str, service: str, path: str, body: Any = None) -> Any: ...
+
+
+@runtime_checkable
+class AsyncInferenceServiceHookProtocol(Protocol):
+    """The reads ``InferenceServiceTrigger`` makes beyond pods and logs (``AsyncInferenceServiceHook``)."""
+
+    async def get_inference_service(self, namespace: str, name: str) -> JSON | None: ...
+
+    async def get_deployment(self, namespace: str, name: str) -> JSON | None: ...

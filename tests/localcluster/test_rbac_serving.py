@@ -15,8 +15,9 @@ import yaml
 
 from airflow_elastic import serving
 from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.hooks.protocol import AsyncInferenceServiceHookProtocol, InferenceServiceHookProtocol
 from tests.conftest import ROOT
-from tests.localcluster.test_rbac import RBAC, SERVING_ROLE, granted, requested
+from tests.localcluster.test_rbac import RBAC, SERVING_ROLE, granted, protocol_methods, requested
 
 #: The serving Role's rules as documented: (API group, resource, verbs).
 TABLE = {
@@ -56,6 +57,8 @@ def test_every_serving_hook_request_is_granted_to_the_identity_sending_it(connec
         "list_pods": (namespace, "app=isvc.rbac-predictor"),
         "read_pod_log": (namespace, "rbac-predictor-x", "kserve-container"),
     }
+    serving_methods = protocol_methods(InferenceServiceHookProtocol) | {"list_pods", "read_pod_log"}
+    assert set(sync_calls) | {"call_service"} == serving_methods  # a new serving request must be driven here
     sync_hook = InferenceServiceHook(connection)
 
     def drive_sync() -> None:
@@ -68,7 +71,8 @@ def test_every_serving_hook_request_is_granted_to_the_identity_sending_it(connec
 
     async def drive_async() -> None:
         hook = AsyncInferenceServiceHook(connection)
-        for method in ("get_inference_service", "get_deployment", "list_pods", "read_pod_log"):
+        async_methods = protocol_methods(AsyncInferenceServiceHookProtocol) | {"list_pods", "read_pod_log"}
+        for method in sorted(async_methods):
             with contextlib.suppress(KubernetesApiError):
                 await getattr(hook, method)(*sync_calls[method])
         await hook.close()

@@ -52,6 +52,9 @@ class FakeServingHook:
         self.stored["metadata"]["resourceVersion"] = str(int(self.stored["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(self.stored)
 
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None  # the waits are the trigger's and rollout.judge's (tested there); these tests feed their events
+
     def call_service(self, namespace: str, service: str, path: str, body: Any = None) -> Any:
         self.requests.append((path, body))
         return {"ready": True} if body is None else {"predictions": [3]}
@@ -186,3 +189,13 @@ def test_a_failed_wait_is_not_a_failed_model_nothing_is_rolled_back():
     with pytest.raises(AirflowException, match="left as it is, and a retry of this task waits for it again"):
         operator(hook).execute_complete(ctx, event("error", message="5 looks in a row failed"))
     assert len(hook.writes) == 1 and hook.stored["spec"]["predictor"]["model"]["storageUri"] == V2
+
+
+def test_the_hooks_and_the_fake_keep_the_protocols():
+    from airflow_elastic.hooks.async_inference_service import AsyncInferenceServiceHook
+    from airflow_elastic.hooks.inference_service import InferenceServiceHook
+    from airflow_elastic.hooks.protocol import AsyncInferenceServiceHookProtocol, InferenceServiceHookProtocol
+
+    assert isinstance(InferenceServiceHook("c"), InferenceServiceHookProtocol)
+    assert isinstance(FakeServingHook(), InferenceServiceHookProtocol)
+    assert isinstance(AsyncInferenceServiceHook("c"), AsyncInferenceServiceHookProtocol)
