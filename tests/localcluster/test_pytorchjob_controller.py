@@ -140,6 +140,30 @@ def test_master_and_worker_all_reduce_with_operator_env_services_and_status(cust
     }
 
 
+def test_elastic_workers_rendezvous_through_torchrun(custom, core, namespace) -> None:
+    """Upstream's elastic echo example: no Master; torchrun agents meet at PET_RDZV_ENDPOINT (worker-0's Service
+    and port, rewritten to its pod IP) and form a world of 2; elastic jobs succeed with their first worker."""
+    body = yaml.safe_load((MANIFESTS / "pytorchjob-elastic.yaml").read_text())
+    port = free_port()
+    body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = (
+        port
+    )
+    create(custom, namespace, body)
+    done = wait_condition(custom, namespace, "elastic-example-echo", "Succeeded", timeout=90)
+    assert done["message"] == f"PyTorchJob {namespace}/elastic-example-echo successfully completed."
+    worker = pods(core, namespace)["elastic-example-echo-worker-0"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["PET_RDZV_ENDPOINT"] == f"elastic-example-echo-worker-0:{port}" and env["PET_NNODES"] == "1:2"
+    assert (env["PET_RDZV_BACKEND"], env["PET_MAX_RESTARTS"]) == ("c10d", "3") and "MASTER_ADDR" not in env
+    assert worker.metadata.labels["training.kubeflow.org/job-role"] == "master"  # worker 0 of a masterless job
+
+    def logs() -> list[str]:  # the other worker may still be printing when the first one's success ends the job
+        names = ("elastic-example-echo-worker-0", "elastic-example-echo-worker-1")
+        return [core.read_namespaced_pod_log(n, namespace, container="pytorch") for n in names]
+
+    wait_for(lambda: all("of 2: sum 2" in log for log in logs()), 30, 0.2, "both ranks of a world of 2")
+
+
 def test_exit_code_policy_retries_a_retryable_code_and_fails_on_a_permanent_one(
     custom, core, namespace, tmp_path
 ) -> None:
