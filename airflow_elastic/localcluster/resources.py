@@ -163,7 +163,7 @@ DEPLOYMENTS = Resource(
     short_names=("deploy",),
     categories=("all",),
     subresources=frozenset({"status", "scale"}),
-    scale=("spec.replicas", "status.replicas", "status.selector"),
+    scale=("spec.replicas", "status.replicas", "spec.selector"),
 )
 REPLICASETS = Resource(
     "apps",
@@ -173,7 +173,7 @@ REPLICASETS = Resource(
     short_names=("rs",),
     categories=("all",),
     subresources=frozenset({"status", "scale"}),
-    scale=("spec.replicas", "status.replicas", "status.selector"),
+    scale=("spec.replicas", "status.replicas", "spec.selector"),
 )
 HORIZONTALPODAUTOSCALERS = Resource(
     "autoscaling",

@@ -59,6 +59,17 @@ def parse_label_selector(selector: str | None) -> Matcher:
     return lambda labels: all(t(labels) for t in tests)
 
 
+def selector_string(selector: Mapping[str, Any]) -> str:
+    """A ``metav1.LabelSelector`` as ``LabelSelectorAsSelector(...).String()`` prints it: requirements sorted by key,
+    ``k=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k`` (what a built-in ``Scale`` reports as its selector)."""
+    parts = [(k, f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(sorted(expr.get("values") or []))
+        shown = {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(op, f"!{key}")
+        parts.append((key, shown))
+    return ",".join(shown for _, shown in sorted(parts, key=lambda part: part[0]))
+
+
 def match_label_selector(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """Whether ``labels`` match a ``metav1.LabelSelector`` object (matchLabels + matchExpressions)."""
     if selector is None:

@@ -224,7 +224,7 @@ def test_scale_with_kubectl_and_the_scale_subresource(apps, core, kubectl, names
     wait_for(lambda: rolled_out(d := deployment(apps, namespace)) and d["status"]["replicas"] == 3, what="3 pods")
     kubectl("rollout", "status", "deployment/echo", "-n", namespace, "--timeout=30s")
     scale = apps.read_namespaced_deployment_scale("echo", namespace)
-    assert (scale.spec.replicas, scale.status.replicas) == (3, 3)
+    assert (scale.spec.replicas, scale.status.replicas, scale.status.selector) == (3, 3, "app=echo")
     apps.patch_namespaced_deployment_scale("echo", namespace, {"spec": {"replicas": 1}})
     wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 1, what="scaled down to 1 pod")
     d = deployment(apps, namespace)

@@ -2,8 +2,10 @@
 
 As the apiextensions-apiserver serves it (``pkg/registry/customresource/etcd.go``, ``ScaleREST``): ``spec.replicas``
 is read from and written to the CRD's ``specReplicasPath``, ``status.replicas`` from ``statusReplicasPath`` (0 when
-absent) and ``status.selector`` from ``labelSelectorPath``. A write changes only that one field of the object, then
-goes through the resource's admission like any update (so ``kubectl scale`` meets the same validation).
+absent) and ``status.selector`` from ``labelSelectorPath`` (Deployments and ReplicaSets: ``spec.selector``, printed as
+a string, as ``pkg/registry/apps/deployment/storage`` ``scaleFromDeployment`` does). A write changes only that one
+field of the object, then goes through the resource's admission like any update (so ``kubectl scale`` meets the same
+validation).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from aiohttp import web
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.api import patch
 from airflow_elastic.localcluster.api.handlers import Target, read_body, respond
+from airflow_elastic.localcluster.selectors import selector_string
 from airflow_elastic.localcluster.store import Obj, Store
 
 _META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
@@ -44,7 +47,8 @@ def scale_of(target: Target, obj: Obj) -> Obj:
     meta = obj["metadata"]
     status: dict[str, Any] = {"replicas": _get(obj, status_path) or 0}
     if (selector := _get(obj, selector_path)) is not None:
-        status["selector"] = selector
+        # A built-in kind's path names its LabelSelector (``spec.selector``): the Scale carries it as a string.
+        status["selector"] = selector_string(selector) if isinstance(selector, dict) else selector
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
