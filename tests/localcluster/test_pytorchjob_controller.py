@@ -272,6 +272,16 @@ def test_suspend_resume_eviction_scale_and_kubectl(
 
     wait_for(replaced, 30, 0.1, "the evicted worker recreated")
 
+    # A kubelet eviction leaves the pod Failed (not deleted): under OnFailure the operator deletes and recreates it.
+    def restarts() -> int:
+        message = "job sleepy is restarting because Worker replica(s) failed."  # ReconcilePods' own event
+        return sum(e.count for e in core.list_namespaced_event(namespace).items if e.message == message)
+
+    worker, before = running_worker(), restarts()
+    local_cluster.pressure_evict(namespace, "sleepy-worker-0", pressure_seconds=0.5)
+    wait_for(replaced, 30, 0.1, "the worker evicted by the kubelet recreated")
+    assert restarts() > before
+
     patch_spec(custom, namespace, "sleepy", {"runPolicy": {"suspend": True}})
     suspended = wait_condition(custom, namespace, "sleepy", "Suspended")
     assert (suspended["reason"], suspended["message"]) == ("PyTorchJobSuspended", "PyTorchJob sleepy is suspended.")
