@@ -16,7 +16,7 @@ def get_provider_info() -> dict[str, Any]:
         # Only what the package contains (tests/test_provider_info.py maps each claim to the code behind it).
         "description": (
             "Distributed ML training on Kubernetes JobSets: training groups, batch stages, preemption "
-            "classification, checkpoint resume and an embedded local cluster."
+            "classification, checkpoint resume, model publishing to KServe and an embedded local cluster."
         ),
         "versions": [__version__],
         "integrations": [

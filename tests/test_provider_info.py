@@ -24,6 +24,7 @@ CLAIMS = {
     "batch stages": "airflow_elastic.stage:BatchStage",
     "preemption classification": "airflow_elastic.classify:classify",
     "checkpoint resume": "airflow_elastic.checkpoints:latest_complete",
+    "model publishing to KServe": "airflow_elastic.operators.inference_service:InferenceServiceOperator",
     "an embedded local cluster": "airflow_elastic.localcluster:LocalCluster",
 }
 MODULES = [(kind, module) for kind in KINDS for entry in INFO.get(kind, []) for module in entry["python-modules"]]
