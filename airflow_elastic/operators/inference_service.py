@@ -307,7 +307,7 @@ class InferenceServiceOperator(_ServingOperator):
         from airflow_elastic.operators.rollout_waiting import smoke
 
         request = json.loads(self.smoke_request) if isinstance(self.smoke_request, str) else self.smoke_request
-        response = smoke(hook, namespace, self.name, request)
+        response = smoke(hook, namespace, self.name, request, model_server=bool(self.predictor.model_format))
         self.log.info("Smoke request to %s answered: %s", self.name, str(response)[:500])
         return response
 

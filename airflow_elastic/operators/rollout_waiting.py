@@ -75,8 +75,9 @@ def wait_for_rollout(
         time.sleep(poll_interval)
 
 
-def smoke(hook: Any, namespace: str, name: str, request: Any) -> Any:
-    """The model's readiness through its Service, then ``request`` POSTed to it; the model server's reply.
+def smoke(hook: Any, namespace: str, name: str, request: Any, *, model_server: bool = True) -> Any:
+    """The model's readiness through its Service (``model_server``: a KServe runtime, which serves the protocol's
+    readiness path; a custom container need not), then ``request`` POSTed to it; the model server's reply.
 
     Raises:
         KubernetesApiError: the Service did not answer, or answered with an error status.
@@ -85,7 +86,7 @@ def smoke(hook: Any, namespace: str, name: str, request: Any) -> Any:
     protocol = serving.smoke_protocol(request)
     ready_path, infer_path = (p.format(name=name) for p in serving.PROTOCOL_PATHS[protocol])
     service = rollout.deployment_name(name)
-    ready = hook.call_service(namespace, service, ready_path)
+    ready = hook.call_service(namespace, service, ready_path) if model_server else None
     if isinstance(ready, dict) and ready.get("ready") is False:
         raise ValueError(f"{protocol} {ready_path} on Service {service} says the model is not ready: {ready}")
     return hook.call_service(namespace, service, infer_path, request)

@@ -199,3 +199,14 @@ def test_the_hooks_and_the_fake_keep_the_protocols():
     assert isinstance(InferenceServiceHook("c"), InferenceServiceHookProtocol)
     assert isinstance(FakeServingHook(), InferenceServiceHookProtocol)
     assert isinstance(AsyncInferenceServiceHook("c"), AsyncInferenceServiceHookProtocol)
+
+
+def test_a_custom_container_gets_the_smoke_request_without_a_readiness_probe():
+    hook, ctx = FakeServingHook(), context()
+    op = InferenceServiceOperator(
+        task_id="serve", name="digits", storage_uri=V2, image="me/server:1", smoke_request=SMOKE
+    )
+    op.hook = lambda: hook  # type: ignore[method-assign]
+    deferred(op, ctx)
+    assert op.execute_complete(ctx, event("serving"))["smoke_response"] == {"predictions": [3]}
+    assert hook.requests == [("v1/models/digits:predict", SMOKE)]
