@@ -14,6 +14,7 @@ from airflow_elastic.localcluster.controllers import namespaces
 from airflow_elastic.localcluster.controllers.cronjob import CronJobController
 from airflow_elastic.localcluster.controllers.deployment import DeploymentController
 from airflow_elastic.localcluster.controllers.gc import GarbageCollector
+from airflow_elastic.localcluster.controllers.inferenceservice import InferenceServiceController
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.controllers.nodes import register_nodes
@@ -60,6 +61,7 @@ def install(
     manager.add(DeploymentController(store, recorder, clock))
     manager.add(ReplicaSetController(store, recorder, clock))
     manager.add(JobSetController(store, recorder))
+    manager.add(InferenceServiceController(store, recorder))
     manager.add(PyTorchJobController(store, recorder))
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)

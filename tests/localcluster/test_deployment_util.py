@@ -67,25 +67,6 @@ def test_proportional_scaling_share_and_rounding() -> None:
     assert du.round_half_away(2.5) == 3 and du.round_half_away(-2.5) == -3
 
 
-def test_proportional_scaling_example_of_the_upstream_docs() -> None:
-    """kubernetes.io "Proportional scaling": 10 replicas, maxSurge 3, a stuck rollout with 8 old and 5 new pods,
-    scaled to 15: the 5 extra pods go 3 to the old ReplicaSet and 2 to the new one."""
-    d = deployment(15, surge=3, unavailable=2)
-    old = rs(8, 8, "2026-01-01T00:00:00Z", **{du.MAX_REPLICAS: "13"})
-    new = rs(5, 0, "2026-01-01T00:01:00Z", **{du.MAX_REPLICAS: "13"})
-    assert [(r["metadata"]["name"], size) for r, size in du.proportional_sizes(d, [new, old])] == [
-        (old["metadata"]["name"], 11),
-        (new["metadata"]["name"], 7),
-    ]
-    down = deployment(5, surge=3, unavailable=2)  # back down to 5 (+3 surge): each shrinks by its share
-    assert [
-        size
-        for _, size in du.proportional_sizes(
-            down, [rs(11, 0, **{du.MAX_REPLICAS: "18"}), rs(7, 0, "x", **{du.MAX_REPLICAS: "18"})]
-        )
-    ] == [5, 3]
-
-
 def test_template_hash_ignores_semantically_empty_fields() -> None:
     template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
     sent = {
