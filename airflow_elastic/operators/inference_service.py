@@ -242,50 +242,43 @@ class InferenceServiceOperator(_ServingOperator):
         from airflow_elastic.rollout import RolloutEvent
 
         verdict = RolloutEvent.from_payload(event)
+        where = f"InferenceService {verdict.namespace}/{self.name}"
+        if verdict.status == "error":  # the wait failed, not the model: leave it, a retry waits again (no write)
+            raise AirflowException(
+                f"{where}: waiting for {verdict.storage_uri} to serve failed ({verdict.message}); the service was "
+                "left as it is, and a retry of this task waits for it again"
+            )
         hook = self.hook()
-        if verdict.status == "serving":
-            failure = None
+        failure = None if verdict.status == "serving" else verdict.describe()
+        if failure is None:
             try:
                 response = self._smoke(hook, verdict.namespace)
             except Exception as error:  # any reply but a prediction fails the publish, with it as the reason
                 failure = f"SmokeRequestFailed: {error}"
-            if failure is None:
+            else:
                 return self._result(context, verdict, response)
-        elif verdict.status == "error":  # the wait failed, not the model: leave it, a retry waits again (no write)
-            raise AirflowException(
-                f"InferenceService {verdict.namespace}/{self.name}: waiting for {verdict.storage_uri} to serve failed "
-                f"({verdict.message}); the service was left as it is, and a retry of this task waits for it again"
-            )
-        else:
-            failure = verdict.describe()
         self.log.error("The new model %s of %s did not go live: %s", verdict.storage_uri, self.name, failure)
-        record = context["task_state_store"].get(STATE_KEY) or {}
-        previous = record.get("previous_storage_uri")
-        if (
-            verdict.status == "missing"
-            or not self.rollback_on_failure
-            or not previous
-            or previous == verdict.storage_uri
-        ):
-            why = (
-                "it is gone"
-                if verdict.status == "missing"
-                else "rollback_on_failure is off"
-                if not self.rollback_on_failure
-                else "there is no previous model"
-            )
-            raise AirflowException(
-                f"InferenceService {verdict.namespace}/{self.name}: {failure} (not rolled back: {why})"
-            )
-        current = hook.get_inference_service(verdict.namespace, self.name) or {}
+        previous = (context["task_state_store"].get(STATE_KEY) or {}).get("previous_storage_uri")
+        if verdict.status == "missing":
+            raise AirflowException(f"{where}: {failure} (not rolled back: it is gone)")
+        if not self.rollback_on_failure:
+            raise AirflowException(f"{where}: {failure} (not rolled back: rollback_on_failure is off)")
+        if not previous or previous == verdict.storage_uri:
+            raise AirflowException(f"{where}: {failure} (not rolled back: there is no previous model)")
+        return self._roll_back(context, hook, verdict.namespace, previous, failure)
+
+    def _roll_back(
+        self, context: Context, hook: InferenceServiceHook, namespace: str, previous: str, failure: str
+    ) -> dict[str, Any]:
+        """Merge-patch ``previous`` back, then wait for it (``rollback_complete`` fails the task either way)."""
+        current = hook.get_inference_service(namespace, self.name) or {}
         back = dataclasses.replace(self.predictor, canary_percent=None)  # Knative: the old model takes all traffic
-        knative = self._knative(current, back)
         patch = serving.update_patch(current, previous, back)
         if patch is not None:
-            hook.patch_inference_service(verdict.namespace, self.name, patch)
+            hook.patch_inference_service(namespace, self.name, patch)
         self.log.warning("Rolling %s back to %s", self.name, previous)
-        extra = {"failure": failure}
-        return self._wait(context, hook, verdict.namespace, previous, "rollback_complete", extra, knative)
+        knative = self._knative(current, back)
+        return self._wait(context, hook, namespace, previous, "rollback_complete", {"failure": failure}, knative)
 
     def rollback_complete(self, context: Context, event: Mapping[str, Any], failure: str) -> dict[str, Any]:
         """The rollback's wait ended: fail with the original reason, saying whether the old model serves again."""
