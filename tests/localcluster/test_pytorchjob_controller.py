@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from airflow_elastic.localcluster import LocalCluster
@@ -300,6 +301,26 @@ def test_suspend_resume_eviction_scale_and_kubectl(
     names = {"sleepy-master-0", "sleepy-worker-0", "sleepy-worker-1"}
     wait_for(lambda: set(pods(core, namespace)) == names, 30, 0.1, "pods recreated for 1 master + 2 workers")
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sleepy")
+
+
+def test_elastic_metrics_get_an_hpa_on_the_scale_subresource(api_client, custom, core, namespace) -> None:
+    """``elasticPolicy.metrics`` ⇒ an HPA named after the job on its scale subresource (``ReconcileHPA``, also
+    while suspended); a suspended job gets no pods and the conditions Created, Suspended."""
+    metric = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+    }
+    elastic = {"minReplicas": 1, "maxReplicas": 3, "metrics": [metric]}
+    body = job("scaled", {"Worker": replica(SLEEP)}, elasticPolicy=elastic, runPolicy={"suspend": True})
+    create(custom, namespace, body)
+    wait_condition(custom, namespace, "scaled", "Suspended")
+    assert [c["type"] for c in get(custom, namespace, "scaled")["status"]["conditions"]] == ["Created", "Suspended"]
+    hpa = client.AutoscalingV2Api(api_client).read_namespaced_horizontal_pod_autoscaler("scaled", namespace)
+    assert (hpa.spec.scale_target_ref.kind, hpa.spec.scale_target_ref.name) == ("PyTorchJob", "scaled")
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (1, 3)
+    assert hpa.spec.metrics[0].resource.target.average_utilization == 80
+    assert hpa.metadata.owner_references[0].kind == "PyTorchJob"
+    assert not pods(core, namespace)
 
 
 def test_active_deadline_fails_the_job(custom, core, namespace) -> None:

@@ -11,7 +11,8 @@ Two upstream quirks kept on purpose: the work queue is a ``FakeWorkQueue`` (``Nu
 the job anyway), and a Master's success ends the job whatever its workers do (with ``cleanPodPolicy: None`` they
 keep running). Differing on purpose: upstream's ``AddAfter`` for the active deadline is a no-op on that fake
 queue (the deadline is seen at the next event); here the job is looked at again when the deadline is due.
-Not implemented: HPA for ``elasticPolicy.metrics`` and gang scheduling (``schedulingPolicy``).
+Not implemented: gang scheduling (``schedulingPolicy``). The HPA of ``elasticPolicy.metrics`` is written as upstream
+writes it; the local cluster records HPAs without acting on metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from airflow_elastic.localcluster.controllers.pytorchjobspec import (
     REPLICA_INDEX,
     REPLICA_TYPE,
     apply_defaults,
+    build_hpa,
     build_pod,
     build_service,
     specs,
@@ -48,7 +50,7 @@ from airflow_elastic.localcluster.controllers.pytorchjobstatus import (
     update_job_status,
 )
 from airflow_elastic.localcluster.events import Recorder
-from airflow_elastic.localcluster.resources import PODS, PYTORCHJOBS, SERVICES, Resource
+from airflow_elastic.localcluster.resources import HORIZONTALPODAUTOSCALERS, PODS, PYTORCHJOBS, SERVICES, Resource
 from airflow_elastic.localcluster.store import Obj, Store, now
 
 COMPONENT = "pytorchjob-controller"
@@ -99,6 +101,7 @@ class PyTorchJobController(Controller):
             return None  # ManagedByExternalController
         job = copy.deepcopy(found)
         apply_defaults(job)
+        self._reconcile_hpa(job)
         status: Status = copy.deepcopy(found.get("status") or {})
         before = copy.deepcopy(status)
         # onOwnerCreateFunc: the Created condition on the create event (a no-op when it is already there).
@@ -113,6 +116,17 @@ class PyTorchJobController(Controller):
         for kind, why, message in events:
             self._event(job, kind, why, message)
         return delay
+
+    def _reconcile_hpa(self, job: Obj) -> None:
+        """``ReconcileHPA``: create the HPA, or update its spec when it differs from the desired one."""
+        desired = build_hpa(job)
+        if desired is None:
+            return
+        current = self.store.find(HORIZONTALPODAUTOSCALERS, job["metadata"]["namespace"], job["metadata"]["name"])
+        if current is None:
+            self.store.create(HORIZONTALPODAUTOSCALERS, job["metadata"]["namespace"], desired)
+        elif {**current["spec"], **desired["spec"]} != current["spec"]:  # the API server's defaults stay
+            self.store.update(HORIZONTALPODAUTOSCALERS, {**current, "spec": {**current["spec"], **desired["spec"]}})
 
     def _owned(self, job: Obj) -> tuple[list[Obj], list[Obj]]:
         ns, uid = job["metadata"]["namespace"], job["metadata"]["uid"]

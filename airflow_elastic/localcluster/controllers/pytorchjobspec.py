@@ -5,7 +5,8 @@ Ported from kubeflow/trainer release-1.9: defaults from ``pkg/apis/kubeflow.org/
 (``SetDefaults_PyTorchJob``) and ``defaulting_utils.go``; pods from ``pkg/controller.v1/common/pod.go``
 (``createNewPod``) with ``pkg/core/pod.go SetRestartPolicy``; env from ``pkg/controller.v1/pytorch/envvar.go``
 (``setPodEnv``), ``master.go`` and ``elastic.go``; the init container from ``initcontainer.go``; services from
-``pkg/controller.v1/common/service.go`` (``CreateNewService``) and ``pkg/core/service.go GetPortsFromJob``.
+``pkg/controller.v1/common/service.go`` (``CreateNewService``) and ``pkg/core/service.go GetPortsFromJob``; the
+HPA of ``elasticPolicy.metrics`` from ``pkg/controller.v1/pytorch/hpa.go`` (``desiredHPA``).
 """
 
 from __future__ import annotations
@@ -211,4 +212,25 @@ def build_service(job: Obj, role: str, index: int) -> Obj:
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": n, "port": p} for n, p in ports]},
+    }
+
+
+def build_hpa(job: Obj) -> Obj | None:
+    """``desiredHPA``: an HPA named after the job on its scale subresource, bounded by the elastic policy (only when
+    ``elasticPolicy.metrics`` is set)."""
+    elastic = job["spec"].get("elasticPolicy") or {}
+    if elastic.get("metrics") is None:
+        return None
+    meta = job["metadata"]
+    spec = {
+        "scaleTargetRef": {"kind": KIND, "name": meta["name"]},  # upstream sets no apiVersion
+        "minReplicas": elastic["minReplicas"],
+        "maxReplicas": elastic["maxReplicas"],
+        "metrics": copy.deepcopy(elastic["metrics"]),
+    }
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "ownerReferences": [owner_reference(job)]},
+        "spec": spec,
     }
