@@ -50,8 +50,9 @@ def target_port(pod: Obj, service_port: Obj) -> int | None:
     return None
 
 
-def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
-    """(pod, target port) of each endpoint address of ``service`` for its port ``port``, by pod name."""
+def members(store: Store, service: Obj) -> list[tuple[Obj, bool]]:
+    """(pod, counts as ready) of every pod in the Service's endpoints, ready or not, by pod name: selected, with an
+    IP, not terminal and not terminating (``publishNotReadyAddresses`` makes every one ready)."""
     spec = service.get("spec") or {}
     selector = spec.get("selector")
     if not selector:
@@ -63,11 +64,21 @@ def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
             continue
         if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
             continue
-        if pod["metadata"].get("deletionTimestamp") or not (is_ready(pod) or spec.get("publishNotReadyAddresses")):
-            continue
-        if (number := target_port(pod, port)) is not None:
-            found.append((pod, number))
-    return sorted(found, key=lambda found: found[0]["metadata"]["name"])
+        if not pod["metadata"].get("deletionTimestamp"):
+            found.append((pod, is_ready(pod) or bool(spec.get("publishNotReadyAddresses"))))
+    return sorted(found, key=lambda member: member[0]["metadata"]["name"])
+
+
+def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
+    """(pod, target port) of each ready endpoint address of ``service`` for its port ``port``, by pod name."""
+    found = [(pod, target_port(pod, port)) for pod, ready in members(store, service) if ready]
+    return [(pod, number) for pod, number in found if number is not None]
+
+
+def has_subsets(store: Store, service: Obj) -> bool:
+    """Whether the Service's Endpoints have any subset: some member, ready or not, with a port it resolves."""
+    ports = (service.get("spec") or {}).get("ports") or []
+    return any(target_port(pod, port) is not None for pod, _ in members(store, service) for port in ports)
 
 
 def _service_port(service: Obj, number: int) -> Obj | None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from airflow_elastic.localcluster import errors
+from airflow_elastic.localcluster.api.proxy import ProxyTarget, location
 from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.endpoints import addresses, cluster_ip_rewriter
 from airflow_elastic.localcluster.resources import PODS, SERVICES
@@ -54,6 +56,27 @@ def test_endpoints_are_ready_pods_with_the_target_port() -> None:
     assert [(p["metadata"]["name"], n) for p, n in addresses(store, service, port)] == [("ready", 8080)]
     service["spec"]["publishNotReadyAddresses"] = True
     assert [p["metadata"]["name"] for p, _ in addresses(store, service, port)] == ["not-ready", "ready"]
+
+
+def test_proxy_location_errors_as_kube_apiserver() -> None:
+    """``ResourceLocation``: no subsets name the Service, subsets without a ready address name the request's id."""
+    store = Store()
+    bootstrap(store)
+    store.create(SERVICES, "default", SERVICE)
+
+    def error(service_id: str) -> tuple[int, str]:
+        with pytest.raises(errors.ApiError) as err:
+            location(store, ProxyTarget("default", service_id, "/"))
+        return err.value.code, err.value.message
+
+    assert error("missing:80") == (404, 'services "missing" not found')
+    assert error("missing") == (404, 'endpoints "missing" not found')
+    assert error("web:80") == (503, 'no endpoints available for service "web"')
+    _pod(store, "not-ready", ready=False)
+    assert error("web:80") == (503, 'no endpoints available for service "web:80"')
+    assert error("web:81") == (503, 'no service port 81 found for service "web"')
+    _pod(store, "ready", ip="127.1.0.9")
+    assert location(store, ProxyTarget("default", "https:web:http", "/")) == ("https", "127.1.0.9", 8080)
 
 
 def test_non_headless_service_names_become_an_endpoint_address() -> None:
@@ -104,7 +127,7 @@ def test_proxy_forwards_to_a_ready_pod_and_answers_503_without_one(core, kubectl
         assert err.value.status == 503 and json.loads(err.value.body)["reason"] == "ServiceUnavailable"
         return json.loads(err.value.body)["message"]
 
-    assert unavailable("web:80") == 'no endpoints available for service "web:80"'
+    assert unavailable("web:80") == 'no endpoints available for service "web"'  # no subsets: the Service's name
     raw = kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/services/web:80/proxy/", check=False)
     assert raw.returncode != 0 and "no endpoints available" in raw.stderr
     core.create_namespaced_pod(namespace, pod)
@@ -139,4 +162,4 @@ def test_proxy_forwards_to_a_ready_pod_and_answers_503_without_one(core, kubectl
     assert unavailable("web:81") == 'no service port 81 found for service "web"'
     assert unavailable("web") == 'no endpoints available for service "web"'  # a named port must be given
     core.delete_namespaced_pod("web", namespace)
-    assert unavailable("web:80") == 'no endpoints available for service "web:80"'  # terminating: not an endpoint
+    assert unavailable("web:80") == 'no endpoints available for service "web"'  # terminating: not an endpoint

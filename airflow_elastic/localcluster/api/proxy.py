@@ -59,15 +59,20 @@ def split_scheme_name_port(service_id: str) -> tuple[str, str, str]:
 def location(store: Store, target: ProxyTarget) -> tuple[str, str, int]:
     """``ResourceLocation``: (scheme, ip, port) of one ready endpoint of the Service."""
     scheme, name, port = split_scheme_name_port(target.service_id)
-    service = store.get(SERVICES, target.namespace, name)
+    service = store.find(SERVICES, target.namespace, name)
+    ports = ((service or {}).get("spec") or {}).get("ports") or []
     if port.isdigit():
-        match = next((p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == int(port)), None)
+        if service is None:
+            raise errors.NotFound.of("services", name)
+        match = next((p for p in ports if p.get("port") == int(port)), None)
         if match is None:
             raise ServiceUnavailable(f'no service port {port} found for service "{name}"')
         port = match.get("name") or ""
-    service_port = next(
-        (p for p in (service.get("spec") or {}).get("ports") or [] if (p.get("name") or "") == port), None
-    )
+    if service is None or not (service.get("spec") or {}).get("selector"):
+        raise errors.NotFound.of("endpoints", name)  # the endpoints controller writes them only for a selector
+    if not endpoints.has_subsets(store, service):
+        raise ServiceUnavailable(f'no endpoints available for service "{name}"')
+    service_port = next((p for p in ports if (p.get("name") or "") == port), None)
     found = endpoints.addresses(store, service, service_port) if service_port else []
     if not found:
         raise ServiceUnavailable(f'no endpoints available for service "{target.service_id}"')
