@@ -49,10 +49,10 @@ def condition(isvc: dict[str, Any], kind: str) -> str | None:
     return next((c["status"] for c in isvc.get("status", {}).get("conditions") or [] if c["type"] == kind), None)
 
 
-def predict(core, namespace: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def predict(core, namespace: str, path: str, body: dict[str, Any], isvc: str = "digits") -> dict[str, Any]:
     """POST to the predictor through the API server's service proxy (port 80 of ``<isvc>-predictor``)."""
     reply = core.api_client.call_api(
-        f"/api/v1/namespaces/{namespace}/services/digits-predictor:80/proxy/{path}",
+        f"/api/v1/namespaces/{namespace}/services/{isvc}-predictor:80/proxy/{path}",
         "POST",
         body=body,
         header_params={"Content-Type": "application/json"},
@@ -215,6 +215,28 @@ def test_model_that_crashes_on_load(isvcs, tmp_path):
     assert failure["reason"] == "ModelLoadFailed" and failure["exitCode"] == 1
     assert "failed to load" in failure["message"] and "model.pt" in failure["message"]
     assert condition(failed, "Ready") != "True"
+
+
+def test_custom_predictor_container(core, isvcs, namespace, tmp_path):
+    model = save_model(tmp_path / "model", 1.0)
+    echo = Path(__file__).parent / "scripts" / "http_echo.py"
+    container = {
+        "name": "kserve-container",
+        "image": "me/echo:1",
+        # the version it answers with: the files the storage initializer copied, and STORAGE_URI as rewritten
+        "command": ["sh", "-c", f'VERSION="$(ls "$LOCALCLUSTER_MOUNT_MNT_MODELS")@$STORAGE_URI" exec python {echo}'],
+        "env": [
+            {"name": "STORAGE_URI", "value": f"file://{model}"},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+    }
+    body = isvc_body("echo", "unused")
+    body["spec"]["predictor"] = {"containers": [container]}
+    isvcs.create(body)
+    isvcs.until("echo", "Ready", lambda o: condition(o, "Ready") == "True")
+    reply = predict(core, namespace, "v1/models/echo:predict", {"instances": [[1]]}, isvc="echo")
+    assert reply["version"] == "model.pt@/mnt/models" and reply["path"] == "/v1/models/echo:predict"
 
 
 def test_knative_rejected_and_mode_sticky(core, isvcs, namespace):
