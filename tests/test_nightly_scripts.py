@@ -108,9 +108,20 @@ def test_evaluate_scores_the_newest_complete_checkpoint_on_the_held_out_split(tm
     uri, accuracy = trained_checkpoint(tmp_path, tmp_path / "data", epochs)
     (uri / "step-000000099").mkdir()  # newer, but incomplete: never chosen
     env = {"MODEL_URI": f"file://{uri}", "DATA_URI": str(tmp_path / "data")}
+    exported = tmp_path / "models" / "v1" / "model" / "model.pt"
+    if epochs:
+        env["EXPORT_URI"] = str(exported)
     out, metrics = run_stage("evaluate_digits.py", tmp_path, env)
     assert out.returncode == 0, out.stderr
     assert metrics["test_accuracy"] == pytest.approx(accuracy) and metrics["test_rows"] == 360
+    if epochs:  # the TorchScript the predictor serves is the evaluated network; the smoke rows are test rows
+        import torch
+
+        rows = torch.tensor(metrics["smoke_request"]["instances"])
+        assert rows.shape == (3, 64) and len(metrics["smoke_labels"]) == 3
+        assert torch.jit.load(str(exported))(rows).argmax(1).tolist() == metrics["smoke_labels"]
+    else:
+        assert "smoke_request" not in metrics and not exported.exists()
     assert metrics["epoch"] == epochs and metrics["checkpoint"].endswith(f"step-{epochs:09d}")
     assert set(metrics["per_digit_accuracy"]) == {str(d) for d in range(10)}
     # Trained, it is a real classifier; untrained, it guesses (so the score is the model's, not a constant).
