@@ -4,19 +4,22 @@ compute them (pure: no cluster), and a ReplicaSet sync on an in-memory store."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from airflow_elastic.localcluster.admission.deployment import DeploymentAdmission
 from airflow_elastic.localcluster.admission.pod import PodAdmission
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.controllers import deploymentprogress as progress
 from airflow_elastic.localcluster.controllers import deploymentutil as du
+from airflow_elastic.localcluster.controllers.deployment import DeploymentController
 from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController, deletion_order
 from airflow_elastic.localcluster.events import Recorder
-from airflow_elastic.localcluster.resources import PODS, REPLICASETS
+from airflow_elastic.localcluster.resources import DEPLOYMENTS, PODS, REPLICASETS
 from airflow_elastic.localcluster.store import Store
 
 
@@ -65,6 +68,25 @@ def test_proportional_scaling_share_and_rounding() -> None:
     assert du.proportion(old, d, to_add=6, added=5) == 1  # never more than what is left to add
     assert du.proportion(rs(0), d, to_add=6, added=0) == 0
     assert du.round_half_away(2.5) == 3 and du.round_half_away(-2.5) == -3
+
+
+def test_proportional_scaling_example_of_the_upstream_docs() -> None:
+    """kubernetes.io "Proportional scaling": 10 replicas, maxSurge 3, a stuck rollout with 8 old and 5 new pods,
+    scaled to 15: the 5 extra pods go 3 to the old ReplicaSet and 2 to the new one."""
+    d = deployment(15, surge=3, unavailable=2)
+    old = rs(8, 8, "2026-01-01T00:00:00Z", **{du.MAX_REPLICAS: "13"})
+    new = rs(5, 0, "2026-01-01T00:01:00Z", **{du.MAX_REPLICAS: "13"})
+    assert [(r["metadata"]["name"], size) for r, size in du.proportional_sizes(d, [new, old])] == [
+        (old["metadata"]["name"], 11),
+        (new["metadata"]["name"], 7),
+    ]
+    down = deployment(5, surge=3, unavailable=2)  # back down to 5 (+3 surge): each shrinks by its share
+    assert [
+        size
+        for _, size in du.proportional_sizes(
+            down, [rs(11, 0, **{du.MAX_REPLICAS: "18"}), rs(7, 0, "x", **{du.MAX_REPLICAS: "18"})]
+        )
+    ] == [5, 3]
 
 
 def test_template_hash_ignores_semantically_empty_fields() -> None:
@@ -136,3 +158,39 @@ def test_a_pod_the_api_server_refuses_is_a_replica_failure() -> None:
     status = progress.rollout_status(d, [], rs_now, datetime(2026, 1, 1, tzinfo=UTC))
     assert du.condition(status, "ReplicaFailure")["reason"] == "FailedCreate"
     assert not store.list(PODS, "default")[0]
+
+
+def test_a_rollback_sync_moves_the_revision_without_a_conflict() -> None:
+    """The ReplicaSet whose template is current again gets the next revision in one sync (isScalingEvent already
+    wrote it once: the rollout must not write it again from a stale copy)."""
+    store = Store()
+    bootstrap(store)
+    store.admission[DEPLOYMENTS.key] = DeploymentAdmission()
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "v1"}]}}
+    body = {
+        "metadata": {"name": "a"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "a"}}, "template": template},
+    }
+    d = store.create(DEPLOYMENTS, "default", body)
+    owner = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "a", "uid": d["metadata"]["uid"], "controller": True}
+    ]
+    for name, image, revision in (("a-old", "v1", "1"), ("a-new", "v2", "2")):
+        rs_template = copy.deepcopy(d["spec"]["template"])
+        rs_template["spec"]["containers"][0]["image"] = image
+        meta = {
+            "name": name,
+            "ownerReferences": owner,
+            "labels": {"app": "a"},
+            "annotations": {du.REVISION: revision, du.DESIRED_REPLICAS: "1"},
+        }
+        spec = {
+            "replicas": 1 if image == "v2" else 0,
+            "selector": {"matchLabels": {"app": "a"}},
+            "template": rs_template,
+        }
+        store.create(REPLICASETS, "default", {"metadata": meta, "spec": spec})
+    controller = DeploymentController(store, Recorder(store), Clock())
+    asyncio.run(controller.reconcile(("default", "a")))
+    assert store.get(REPLICASETS, "default", "a-old")["metadata"]["annotations"][du.REVISION] == "3"
+    assert store.get(DEPLOYMENTS, "default", "a")["metadata"]["annotations"][du.REVISION] == "3"

@@ -135,7 +135,9 @@ class DeploymentController(Controller):
     # ------------------------------------------------------------------------------------- replica sets
 
     def _new_and_old(self, d: Obj, rss: list[Obj], create: bool) -> tuple[Obj | None, list[Obj]]:
-        """``getAllReplicaSetsAndSyncRevision``."""
+        """``getAllReplicaSetsAndSyncRevision`` (on the ReplicaSets as stored now: an earlier step of this sync may
+        have written one)."""
+        rss = [_refresh(self.store, rs) for rs in rss]
         existing = du.find_new(d, rss)
         old = [rs for rs in rss if existing is None or rs["metadata"]["uid"] != existing["metadata"]["uid"]]
         new = self._new_rs(d, existing, old, create)
@@ -273,21 +275,8 @@ class DeploymentController(Controller):
                 self._scale_rs(d, rs, 0)
             return [_refresh(self.store, rs) for rs in old_rss]
         if du.rolling(d):
-            live = du.active(old_rss + ([new_rs] if new_rs else []))
-            allowed = du.replicas(d) + du.max_surge(d) if du.replicas(d) > 0 else 0
-            to_add = allowed - du.total_spec(live)
-            if to_add > 0:  # ReplicaSetsBySizeNewer / BySizeOlder
-                live.sort(key=lambda rs: (du.replicas(rs), rs["metadata"].get("creationTimestamp", "")), reverse=True)
-            elif to_add < 0:
-                live.sort(key=lambda rs: (-du.replicas(rs), rs["metadata"].get("creationTimestamp", "")))
-            sizes, added = {}, 0
-            for rs in live:
-                share = du.proportion(rs, d, to_add, added) if to_add else 0
-                sizes[rs["metadata"]["name"]], added = du.replicas(rs) + share, added + share
-            for i, rs in enumerate(live):
-                if i == 0 and to_add:
-                    sizes[rs["metadata"]["name"]] = max(sizes[rs["metadata"]["name"]] + to_add - added, 0)
-                self._scale_rs(d, rs, sizes[rs["metadata"]["name"]])
+            for rs, size in du.proportional_sizes(d, du.active(old_rss + ([new_rs] if new_rs else []))):
+                self._scale_rs(d, rs, size)
         return [_refresh(self.store, rs) for rs in old_rss]
 
     def _cleanup(self, d: Obj, old_rss: list[Obj]) -> None:

@@ -215,6 +215,26 @@ def proportion(rs: Obj, deployment: Obj, to_add: int, added: int) -> int:
     return min(fraction, allowed) if to_add > 0 else max(fraction, allowed)
 
 
+def proportional_sizes(deployment: Obj, live: list[Obj]) -> list[tuple[Obj, int]]:
+    """``scale``'s rolling case: the active ReplicaSets resized so that together they hold ``replicas + maxSurge``,
+    each by its ``proportion``; the leftover goes to the first (largest: ``ReplicaSetsBySizeNewer`` when growing,
+    ``BySizeOlder`` when shrinking)."""
+    allowed = replicas(deployment) + max_surge(deployment) if replicas(deployment) > 0 else 0
+    to_add = allowed - total_spec(live)
+    if to_add > 0:
+        live = sorted(live, key=lambda rs: (replicas(rs), rs["metadata"].get("creationTimestamp", "")), reverse=True)
+    elif to_add < 0:
+        live = sorted(live, key=lambda rs: (-replicas(rs), rs["metadata"].get("creationTimestamp", "")))
+    sizes, added = [], 0
+    for rs in live:
+        share = proportion(rs, deployment, to_add, added) if to_add else 0
+        sizes.append(replicas(rs) + share)
+        added += share
+    if sizes and to_add:
+        sizes[0] = max(sizes[0] + to_add - added, 0)
+    return list(zip(live, sizes, strict=True))
+
+
 def round_half_away(value: float) -> int:
     """``integer.RoundToInt32`` (math.Round: halves away from zero)."""
     return math.floor(value + 0.5) if value >= 0 else -math.floor(-value + 0.5)
