@@ -114,7 +114,9 @@ def predict(api_client: Any, namespace: str) -> float:
     return float(json.loads(response.data)["predictions"][0][0])
 
 
-def test_publish_update_fail_roll_back_retry_and_scale(connection, namespace, api_client, custom, tmp_path):
+def test_publish_update_fail_roll_back_retry_and_scale(
+    connection, namespace, api_client, custom, local_cluster, tmp_path
+):
     from kubernetes import client
 
     from airflow_elastic.operators import ScaleInferenceServiceOperator
@@ -141,9 +143,12 @@ def test_publish_update_fail_roll_back_retry_and_scale(connection, namespace, ap
 
     # A retry of that publish (same task state) writes nothing, and still knows what it replaced.
     version = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", NAME)
+    mark = local_cluster.request_count()
     again = publish(connection, namespace, v2, store)
     after = custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", NAME)
     assert after["metadata"]["resourceVersion"] == version["metadata"]["resourceVersion"]
+    writes = [r for r in local_cluster.requests(since=mark) if r["verb"] in ("create", "patch", "update", "delete")]
+    assert [(r["resource"], r["subresource"]) for r in writes] == [("services", "proxy")], writes  # the smoke POST
     assert again["previous_storage_uri"] == f"file://{v1}" and again["smoke_response"] == {"predictions": [[8.0]]}
 
     # A model that crashes on load, then a URI the storage initializer cannot fetch: each fails with KServe's reason
