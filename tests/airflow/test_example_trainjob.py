@@ -1,7 +1,8 @@
 """``dags/example_trainjob.py``: the PyTorch DDP example as a TrainJob survives a spot reclaim in Airflow try 1.
 
-The DAG runs unchanged with ``airflow dags test`` on a local cluster (its Trainer controller and the default
-``torch-distributed`` ClusterTrainingRuntime), and the test reclaims the node of the TrainJob's second pod GKE-style
+The DAG runs unchanged with ``airflow dags test`` on the session's local cluster (its Trainer controller and the
+default ``torch-distributed`` ClusterTrainingRuntime; the command is torchrun, so no image map is needed), in its
+``default`` namespace, and the test reclaims the node of the TrainJob's second pod GKE-style
 once the trainer's ``progress.json`` shows step 4, long before the first periodic checkpoint, as
 ``tests/airflow/test_torch_examples.py`` does for the JobSet examples (its :class:`Reclaim` checks try 1, the exact
 target step, an uninterrupted run's loss and ``lost_steps == 0``).
@@ -13,12 +14,20 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.test_torch_examples import Reclaim, torch_cluster  # noqa: F401 (the module's own cluster)
+from tests.airflow.test_torch_examples import Reclaim
 
 pytest.importorskip("torch")
 
 #: The Job controller's index annotation on each of the Trainer's ``node`` pods (``PET_NODE_RANK`` reads it).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+@pytest.fixture
+def session_cluster(local_cluster, k8s_client) -> tuple[Any, Any]:
+    """The session's local cluster and a ``CoreV1Api`` of it, as :class:`Reclaim` takes them."""
+    from kubernetes import client
+
+    return local_cluster, client.CoreV1Api(k8s_client)
 
 
 class TrainJobReclaim(Reclaim):
@@ -34,12 +43,9 @@ class TrainJobReclaim(Reclaim):
 
 
 def test_a_reclaimed_trainjob_node_is_replaced_and_the_run_loses_no_step(
-    torch_cluster,  # noqa: F811
-    tmp_path,
-    airflow_home,
-    airflow_db,
+    session_cluster, tmp_path, airflow_home, airflow_db
 ):
-    run = TrainJobReclaim("example_trainjob", torch_cluster, airflow_home, airflow_db, tmp_path / "ckpt")
+    run = TrainJobReclaim("example_trainjob", session_cluster, airflow_home, airflow_db, tmp_path / "ckpt")
     _, result, metrics = run.run()
     assert result["backend"] == "trainjob" and metrics["world_size"] == 2, result
     # Under the Trainer no group restart comes: the reclaimed pod was recreated for its index, and node 0, whose
