@@ -239,6 +239,44 @@ def test_custom_predictor_container(core, isvcs, namespace, tmp_path):
     assert reply["version"] == "model.pt@/mnt/models" and reply["path"] == "/v1/models/echo:predict"
 
 
+def test_canary_then_promote(api_client, core, isvcs, namespace, tmp_path):
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    stable, candidate = save_model(tmp_path / "stable", 1.0), save_model(tmp_path / "candidate", 10.0)
+    body = isvc_body("shop", f"file://{stable}")
+    canary_model = {"name": "kserve-container", "modelFormat": {"name": "pytorch"}, "storageUri": f"file://{candidate}"}
+    body["spec"]["canary"] = [{"trafficPercent": 50, "predictor": {"name": "v2", "model": canary_model}}]
+    isvcs.create(body)
+    ready = isvcs.until(
+        "shop",
+        "the canary ready",
+        lambda o: condition(o, "Ready") == "True" and condition(o, "CanaryPredictorReady") == "True",
+    )
+    assert ready["status"]["canaryStatuses"] == [{"name": "v2", "ready": True, "trafficPercent": 50}]
+    assert apps.read_namespaced_deployment("shop-v2-predictor", namespace).spec.replicas == 1  # ceil(1 x 50%)
+    one = {"instances": [[1, 2, 3, 4]]}
+    assert predict(core, namespace, "v1/models/shop:predict", one, isvc="shop") == {"predictions": [[3.0, 7.0]]}
+    assert predict(core, namespace, "v1/models/shop:predict", one, isvc="shop-v2") == {"predictions": [[30.0, 70.0]]}
+
+    # promote: the stable predictor takes the canary's name and model, the canary entry goes
+    promoted = {"name": "v2", "model": {"storageUri": f"file://{candidate}"}}
+    isvcs.patch("shop", {"spec": {"predictor": promoted, "canary": None}})
+    wait_for(
+        lambda: (
+            [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items] == ["shop-v2-predictor"]
+            and [s.metadata.name for s in core.list_namespaced_service(namespace).items] == ["shop-v2-predictor"]
+        ),
+        what="the old stable predictor deleted as an orphan",
+    )
+    done = isvcs.until(
+        "shop", "Ready again", lambda o: condition(o, "Ready") == "True" and "canaryStatuses" not in o["status"]
+    )
+    assert condition(done, "CanaryPredictorReady") is None
+    assert done["status"]["address"]["url"] == f"http://shop-v2-predictor.{namespace}.svc.cluster.local"
+    assert predict(core, namespace, "v1/models/shop:predict", one, isvc="shop-v2") == {"predictions": [[30.0, 70.0]]}
+
+
 def test_knative_rejected_and_mode_sticky(core, isvcs, namespace):
     from kubernetes.client.exceptions import ApiException
 

@@ -9,8 +9,8 @@ import pytest
 
 from airflow_elastic.localcluster.admission.inferenceservice import apply_defaults, validation_message
 from airflow_elastic.localcluster.admission.storageinitializer import inject
+from airflow_elastic.localcluster.controllers import isvccanary, isvcstatus
 from airflow_elastic.localcluster.controllers import isvcobjects as objects
-from airflow_elastic.localcluster.controllers import isvcstatus
 
 
 def isvc(predictor: dict, annotations: dict | None = None) -> dict:
@@ -186,3 +186,71 @@ def test_storage_initializer_injected_once():
     untouched = {"metadata": {}, "spec": {"containers": [{"name": "kserve-container"}]}}
     inject(untouched)
     assert "initContainers" not in untouched["spec"]
+
+
+def with_canary(stable: dict, *canaries: dict) -> dict:
+    obj = isvc(stable, {"serving.kserve.io/deploymentMode": "Standard"})
+    obj["spec"]["canary"] = list(canaries)
+    return obj
+
+
+def test_canary_objects_and_status():
+    stable = {"minReplicas": 3, "maxReplicas": 6, "model": {"modelFormat": {"name": "pytorch"}, "storageUri": "a"}}
+    canary = {
+        "trafficPercent": 10,
+        "predictor": {"name": "v2", "model": {"name": "kserve-container", "storageUri": "b"}},
+    }
+    obj = with_canary(stable, canary)
+    assert isvccanary.replicas(obj, canary) == 1  # ceil(3 x 10 / 100)
+    built = isvccanary.canary_isvc(obj, canary)["spec"]["predictor"]
+    assert built["model"] == {"modelFormat": {"name": "pytorch"}, "storageUri": "b", "name": "kserve-container"}
+    assert (built["minReplicas"], "maxReplicas" in built) == (1, False)
+    ((deployment, service),) = isvccanary.children(obj)
+    assert deployment["metadata"]["name"] == service["metadata"]["name"] == "m-v2-predictor"
+    assert deployment["spec"]["replicas"] == 1
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[objects.STORAGE_URI_ANNOTATION] == "b"
+    assert isvccanary.expected(obj) == {"m-predictor", "m-v2-predictor"}
+    status: dict = {}
+    isvccanary.set_status(status, obj, {"m-v2-predictor": 0})
+    assert status["canaryStatuses"] == [{"name": "v2", "ready": False, "trafficPercent": 10}]
+    assert ready_state(status, "CanaryPredictorReady") == ("False", "CanariesNotReady")
+    isvccanary.set_status(status, obj, {"m-v2-predictor": 1})
+    assert ready_state(status, "CanaryPredictorReady") == ("True", "")
+    obj["spec"]["canary"] = []  # rolled back: the status and the condition go
+    isvccanary.set_status(status, obj, {})
+    assert "canaryStatuses" not in status and isvcstatus.condition(status, "CanaryPredictorReady") is None
+
+
+@pytest.mark.parametrize(
+    ("canary", "message"),
+    [
+        ({"trafficPercent": 5, "predictor": {"model": {}}}, "canary[0] predictor.name is required"),
+        ({"trafficPercent": 5, "predictor": {"name": "v2", "maxReplicas": 2, "model": {}}}, "must not set maxReplicas"),
+        (
+            {"trafficPercent": 5, "predictor": {"name": "v2", "minReplicas": 4, "model": {}}},
+            'canary "v2" minReplicas (4) must not exceed stable predictor minReplicas (1)',
+        ),
+        ({"trafficPercent": 5, "predictor": {"name": "v2"}}, 'canary "v2" predictor: exactly one of'),
+    ],
+)
+def test_canary_webhook(canary, message):
+    obj = with_canary({"model": {"modelFormat": {"name": "pytorch"}, "storageUri": "a"}}, canary)
+    assert message in validation_message(obj)
+
+
+def test_canary_webhook_totals_mode_and_names():
+    stable = {"model": {"modelFormat": {"name": "pytorch"}, "storageUri": "a"}}
+    one = {"trafficPercent": 60, "predictor": {"name": "v2", "model": {}}}
+    two = {"trafficPercent": 50, "predictor": {"name": "v3", "model": {}}}
+    assert (
+        validation_message(with_canary(stable, one, two)) == "sum of canary trafficPercent values (110) must be <= 100"
+    )
+    assert "is duplicated" in validation_message(with_canary(stable, one, one))
+    knative = with_canary(stable, one)
+    knative["metadata"]["annotations"] = {}
+    assert validation_message(knative) == "canary is only supported in Standard deployment mode"
+    old, renamed = with_canary(copy.deepcopy(stable)), with_canary({**copy.deepcopy(stable), "name": "v2"})
+    assert validation_message(renamed, old) == "predictor.name change requires a model change (e.g. storageUri)"
+    renamed["spec"]["predictor"]["model"]["storageUri"] = "b"
+    assert validation_message(renamed, old) is None

@@ -45,6 +45,7 @@ _EXACTLY_ONE = (
 )
 _AUTOSCALER_CLASSES = ("hpa", "external", "keda", "none")
 VALIDATOR = "inferenceservice.kserve-webhook-server.validator"
+PREDICTOR_CONTAINER = "kserve-container"  # constants.InferenceServiceContainerName
 
 
 def parse_mode(value: str) -> str:
@@ -65,10 +66,19 @@ def implementations(predictor: dict[str, Any]) -> list[str]:
     """The predictor's implementations, as ``PredictorSpec.GetImplementations`` finds them."""
     found = [name for name in (*FRAMEWORKS, "model") if predictor.get(name) is not None]
     containers = predictor.get("containers") or []
-    found += ["custom" for c in containers if c.get("name") == "kserve-container"]
+    found += ["custom" for c in containers if c.get("name") == PREDICTOR_CONTAINER]
     if containers and not found:
         found.append("custom")  # no kserve-container: the first container is the predictor
     return found
+
+
+def storage_uri(predictor: Obj) -> str | None:
+    """``GetStorageUri``: ``model.storageUri``, or ``STORAGE_URI`` on a custom predictor's ``kserve-container``."""
+    if predictor.get("model") is not None:
+        return predictor["model"].get("storageUri")
+    containers = predictor.get("containers") or []
+    main = next((c for c in containers if c.get("name") == PREDICTOR_CONTAINER), containers[0] if containers else {})
+    return next((e.get("value") for e in main.get("env") or [] if e.get("name") == "STORAGE_URI"), None)
 
 
 def apply_defaults(isvc: Obj) -> None:
@@ -131,6 +141,11 @@ def validation_message(isvc: Obj, old: Obj | None = None) -> str | None:
         wanted = annotations.get(MODE_ANNOTATION)
         if previous and wanted is not None and wanted != parse_mode(previous):  # validateDeploymentMode
             return f"update rejected: deploymentMode cannot be changed from '{parse_mode(previous)}' to '{wanted}'"
+        old_predictor = (old.get("spec") or {}).get("predictor") or {}
+        new_predictor = (isvc.get("spec") or {}).get("predictor") or {}
+        renamed = old_predictor.get("name", "") != new_predictor.get("name", "")
+        if renamed and (storage_uri(old_predictor) or "") == (storage_uri(new_predictor) or ""):
+            return "predictor.name change requires a model change (e.g. storageUri)"  # validatePredictorNameChange
     if not _NAME.match(meta["name"]):
         return (
             f'the InferenceService "{meta["name"]}" is invalid: a InferenceService name must consist of lower case '
@@ -146,9 +161,58 @@ def validation_message(isvc: Obj, old: Obj | None = None) -> str | None:
         return _EXACTLY_ONE
     if message := _replicas_message(predictor):
         return message
-    if annotations.get(MODE_ANNOTATION) == "Standard" and annotations.get(AUTOSCALER_CLASS) == "hpa":
-        return _hpa_message(predictor)
+    explicit_hpa = annotations.get(MODE_ANNOTATION) == "Standard" and annotations.get(AUTOSCALER_CLASS) == "hpa"
+    if explicit_hpa and (message := _hpa_message(predictor)):
+        return message
+    return canary_message(isvc)
+
+
+def _one_canary_message(index: int, canary: Obj, stable: Obj, seen: set[str]) -> str | None:
+    predictor = canary.get("predictor") or {}
+    name = predictor.get("name", "")
+    if not name:
+        return f"canary[{index}] predictor.name is required"
+    if name in seen:
+        return f'canary predictor.name "{name}" is duplicated'
+    seen.add(name)
+    if name == stable.get("name", ""):
+        return f'canary predictor.name "{name}" conflicts with stable predictor name'
+    traffic = canary.get("trafficPercent", 0)
+    if not 0 <= traffic <= 100:
+        return f'canary "{name}" trafficPercent must be between 0 and 100, got {traffic}'
+    if len(implementations(predictor)) != 1:
+        return f'canary "{name}" predictor: {_EXACTLY_ONE}'
+    if message := _replicas_message(predictor):
+        return f'canary "{name}" predictor: {message}'
+    if predictor.get("workerSpec") is not None:
+        return f'canary "{name}" must not set workerSpec (multi-node is not yet supported for canary)'
+    if predictor.get("maxReplicas", 0) > 0:
+        return f'canary "{name}" must not set maxReplicas (canary uses fixed replicas)'
+    for field in ("scaleTarget", "scaleMetric", "autoScaling"):
+        if predictor.get(field) is not None:
+            return f'canary "{name}" must not set {field} (canary uses fixed replicas)'
+    low, stable_low = predictor.get("minReplicas"), stable.get("minReplicas", 1)
+    if low is not None and low > stable_low:
+        return f'canary "{name}" minReplicas ({low}) must not exceed stable predictor minReplicas ({stable_low})'
     return None
+
+
+def canary_message(isvc: Obj) -> str | None:
+    """``validateCanarySpecs`` (``spec.canary[]``, Standard mode only; KServe v0.20)."""
+    canaries = (isvc.get("spec") or {}).get("canary") or []
+    if not canaries:
+        return None
+    if (isvc["metadata"].get("annotations") or {}).get(MODE_ANNOTATION) != "Standard":
+        return "canary is only supported in Standard deployment mode"
+    stable = isvc["spec"].get("predictor") or {}
+    if storage_uri(stable) is None and stable.get("model") is None:
+        return "canary requires a stable predictor with a model (multi-model serving is not supported with canary)"
+    seen: set[str] = set()
+    for index, canary in enumerate(canaries):
+        if message := _one_canary_message(index, canary, stable, seen):
+            return message
+    total = sum(c.get("trafficPercent", 0) for c in canaries)
+    return f"sum of canary trafficPercent values ({total}) must be <= 100" if total > 100 else None
 
 
 class InferenceServiceAdmission:

@@ -5,9 +5,10 @@ deployment mode (sticky ``status.deploymentMode``, then the annotation, then the
 the finalizer ``inferenceservice.finalizers``, refuse Knative (no Knative Serving here: Event
 ``ServerlessModeRejected`` and a terminal error, no requeue), reconcile the predictor's Deployment, Service and HPA
 (``components/predictor.go``), then the status (:mod:`.isvcstatus`) and ``updateStatus``'s Ready/NotReady events.
-No Ingress is written (``disableIngressCreation``): ``IngressReady`` is True as upstream sets it then. Not
-implemented: transformers, explainers, ``spec.canary[]``, the ``serving.kserve.io/stop`` annotation (``Stopped`` stays
-False), ModelMesh. The HPA is recorded, not actuated. Children are garbage-collected through their owner reference.
+No Ingress is written (``disableIngressCreation``): ``IngressReady`` is True as upstream sets it then. Canaries:
+:mod:`.isvccanary`. Not implemented: transformers, explainers, the ``serving.kserve.io/stop`` annotation (``Stopped``
+stays False), ModelMesh. The HPA is recorded, not actuated. Children are garbage-collected through their owner
+reference.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.inferenceservice import deployment_mode
 from airflow_elastic.localcluster.controller import Controller, Key, own_key, owner_key
+from airflow_elastic.localcluster.controllers import isvccanary
 from airflow_elastic.localcluster.controllers import isvcobjects as objects
 from airflow_elastic.localcluster.controllers import isvcstatus as status_of
 from airflow_elastic.localcluster.events import Recorder
@@ -141,8 +143,27 @@ class InferenceServiceController(Controller):
         updated["spec"] = {**updated.get("spec", {}), **copy.deepcopy(desired["spec"])}
         return self.store.update(res, updated)
 
+    def _reconcile_canaries(self, isvc: Obj, status: Obj) -> None:
+        """``reconcileCanaryDeployments``: canary objects, their status, orphaned predictor objects deleted."""
+        meta = isvc["metadata"]
+        for deployment, service in isvccanary.children(isvc):
+            self._apply(DEPLOYMENTS, deployment)
+            self._apply(SERVICES, service)
+        owned = self.store.owned(DEPLOYMENTS, meta["namespace"], meta["uid"])
+        available = {d["metadata"]["name"]: (d.get("status") or {}).get("availableReplicas", 0) for d in owned}
+        isvccanary.set_status(status, isvc, available)
+        keep = isvccanary.expected(isvc)
+        for res in (DEPLOYMENTS, SERVICES):
+            for obj in list(self.store.items(res, meta["namespace"])):
+                labels = obj["metadata"].get("labels") or {}
+                mine = labels.get(objects.ISVC_LABEL) == meta["name"] and labels.get("component") == "predictor"
+                if mine and obj["metadata"]["name"] not in keep and not obj["metadata"].get("deletionTimestamp"):
+                    with contextlib.suppress(errors.NotFound):
+                        self.store.delete(res, meta["namespace"], obj["metadata"]["name"])
+
     def _reconcile_predictor(self, isvc: Obj, status: Obj) -> float | None:
         deployment = objects.deployment(isvc)  # raises NoSupportingRuntime before anything is written
+        self._reconcile_canaries(isvc, status)  # first, as upstream: canary status is fresh for the stable one
         if runtime := objects.runtime_name(isvc):
             status["clusterServingRuntimeName"] = runtime
         deployment = self._apply(DEPLOYMENTS, deployment)

@@ -18,10 +18,9 @@ import copy
 from typing import Any
 
 from airflow_elastic.localcluster import images
-from airflow_elastic.localcluster.admission.inferenceservice import FRAMEWORKS
+from airflow_elastic.localcluster.admission.inferenceservice import FRAMEWORKS, PREDICTOR_CONTAINER, storage_uri
 from airflow_elastic.localcluster.store import Obj
 
-PREDICTOR_CONTAINER = "kserve-container"
 STORAGE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 MODEL_DIR = "/mnt/models"
@@ -74,15 +73,6 @@ def predictor_name(isvc: Obj) -> str:
 def app_label(component: str) -> str:
     """``constants.GetRawServiceLabel``."""
     return f"isvc.{component}"
-
-
-def storage_uri(predictor: Obj) -> str | None:
-    """``GetStorageUri``: ``model.storageUri``, or ``STORAGE_URI`` on a custom predictor's ``kserve-container``."""
-    if predictor.get("model") is not None:
-        return predictor["model"].get("storageUri")
-    containers = predictor.get("containers") or []
-    main = next((c for c in containers if c.get("name") == PREDICTOR_CONTAINER), containers[0] if containers else {})
-    return next((e.get("value") for e in main.get("env") or [] if e.get("name") == "STORAGE_URI"), None)
 
 
 def _owner(isvc: Obj) -> Obj:
