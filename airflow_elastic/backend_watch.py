@@ -36,19 +36,25 @@ class Objects:
         plural: its resource, the hooks' and the shared observer's ``kind`` (``jobsets``, ``trainjobs``, ...).
         pod_label: the label whose value is the object's name on each of its pods.
         crd: its CustomResourceDefinition, checked before the first create (empty: not checked).
+        wakes: the kind whose changes wake a deferred wait (the shared observer's ``kind``).
     """
 
     kind: str
     plural: str
     pod_label: str
     crd: str = ""
+    wakes: str = ""
 
 
 OBJECTS: dict[str, Objects] = {
-    JOBSET: Objects("JobSet", "jobsets", JOBSET_NAME_LABEL),
-    # The TrainJob's JobSet has the TrainJob's name, so its pods carry the JobSet's labels.
-    TRAINJOB: Objects("TrainJob", "trainjobs", JOBSET_NAME_LABEL, backends.TRAINJOB_CRD),
-    PYTORCHJOB: Objects("PyTorchJob", "pytorchjobs", backend_views.PTJ_JOB_NAME_LABEL, "pytorchjobs.kubeflow.org"),
+    JOBSET: Objects("JobSet", "jobsets", JOBSET_NAME_LABEL, wakes="jobsets"),
+    # The TrainJob's JobSet has the TrainJob's name, so its pods carry the JobSet's labels; its changes wake the
+    # wait: the TrainJob mirrors them only later, when a failed JobSet may already have deleted the pods whose
+    # stops are the evidence.
+    TRAINJOB: Objects("TrainJob", "trainjobs", JOBSET_NAME_LABEL, backends.TRAINJOB_CRD, wakes="jobsets"),
+    PYTORCHJOB: Objects(
+        "PyTorchJob", "pytorchjobs", backend_views.PTJ_JOB_NAME_LABEL, "pytorchjobs.kubeflow.org", wakes="pytorchjobs"
+    ),
 }
 
 

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from airflow_elastic.localcluster import admission, errors
+from airflow_elastic.localcluster import admission, crds, errors
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
@@ -36,6 +36,7 @@ def bootstrap(store: Store) -> None:
     for name in SYSTEM_NAMESPACES:
         with contextlib.suppress(errors.AlreadyExists):
             store.create(NAMESPACES, None, {"metadata": {"name": name}})
+    crds.install(store)
 
 
 def install(

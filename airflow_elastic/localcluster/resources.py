@@ -207,6 +207,16 @@ PYTORCHJOBS = Resource(
         "status.replicaStatuses.Worker.selector",
     ),
 )
+#: The CRDs of the custom resources above, served read-mostly from the packaged schemas (``crds.py``).
+CUSTOMRESOURCEDEFINITIONS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+    short_names=("crd", "crds"),
+    subresources=frozenset({"status"}),
+)
 
 ALL: tuple[Resource, ...] = (
     NAMESPACES,
@@ -228,6 +238,7 @@ ALL: tuple[Resource, ...] = (
     CLUSTERTRAININGRUNTIMES,
     TRAININGRUNTIMES,
     INFERENCESERVICES,
+    CUSTOMRESOURCEDEFINITIONS,
 )
 BY_KEY = {r.key: r for r in ALL}
 

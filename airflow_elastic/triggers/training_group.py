@@ -216,7 +216,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 label_selector=selector,
                 poll_interval=self.poll_interval,
                 name=self.name,
-                kind=self._objects.plural,
+                kind=self._objects.wakes,
             ) as subscription:
                 self._observer, self._subscription = subscription.observer, subscription
                 outcome = await self._follow(subscription, unlabelled=selector is None)
@@ -241,14 +241,19 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             elif snapshot.error is not None:
                 obs = Observation.failed(now, snapshot.error, transient=isinstance(snapshot.error, TRANSIENT_ERRORS))
             else:
-                jobset = snapshot.jobsets.get(self.name)
-                if jobset is None and not unlabelled:
-                    jobset = await self._get()  # absent from the labelled list: gone, or not ours to list
-                    labelled = jobset is not None and selects(subscription.observer.label_selector, jobset)
-                    if jobset is not None and self._uid_matches(jobset) and not labelled:
+                obj = found = snapshot.objects.get(self.name)  # a TrainJob's wait is woken by its JobSet
+                self._version = ((found or {}).get("metadata") or {}).get("resourceVersion") or ""
+                if self.backend == bw.TRAINJOB:
+                    obj = await self._trainjob(subscription.observer.label_selector)
+                if obj is None and not unlabelled:
+                    obj = await self._get()  # absent from the labelled list: gone, or not ours to list
+                    labelled = obj is not None and selects(subscription.observer.label_selector, obj)
+                    if obj is not None and self._uid_matches(obj) and not labelled:
                         return None  # (a labelled one is just not in the watched cache yet)
-                self._version = ((jobset or {}).get("metadata") or {}).get("resourceVersion") or ""
-                obs = Observation(now, await self._view(jobset))
+                if not self._version:
+                    self._version = ((obj or {}).get("metadata") or {}).get("resourceVersion") or ""
+                jobset = found if self.backend == bw.TRAINJOB else None
+                obs = Observation(now, await self._view(obj, jobset))
             step = await self._settle(obs)
             for record in step.records:
                 self.log.info("JobSet %s/%s: %s", self.namespace, self.name, describe(record))
@@ -299,21 +304,25 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         except NotFound:
             return None
 
-    async def _view(self, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """What the watch judges: a JobSet itself; a TrainJob with its JobSet (from the shared JobSet cache) and, while
-        that JobSet does not exist, the Warning events a build error leaves; a PyTorchJob as it is."""
+    async def _trainjob(self, selector: str | None) -> dict[str, Any] | None:
+        """The awaited TrainJob, from the namespace's TrainJobs watched (or listed) once for the loop, once that
+        cache passed the JobSet being judged; ``None`` when it is not there (the caller then reads it directly)."""
+
+        async def listed() -> list[dict[str, Any]]:
+            return (await self.hook.list_trainjobs_versioned(self.namespace, selector))[0]
+
+        try:
+            trainjobs = await self._shared("trainjobs", selector, listed)
+        except KubernetesApiError as exc:
+            self.log.warning("could not list the TrainJobs of %s: %s", self.namespace, exc)
+            return None
+        return next((t for t in trainjobs if (t.get("metadata") or {}).get("name") == self.name), None)
+
+    async def _view(self, obj: Mapping[str, Any] | None, jobset: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """What the watch judges: a JobSet itself; a TrainJob with its JobSet and, while that JobSet does not exist,
+        the Warning events a build error leaves; a PyTorchJob as it is."""
         if self.backend == bw.JOBSET or obj is None:
             return None if obj is None else dict(obj)
-        jobset = None
-        if self.backend == bw.TRAINJOB:
-            try:
-                jobsets = await self._shared(
-                    "jobsets", MANAGED_SELECTOR, lambda: self.hook.list_jobsets(self.namespace, MANAGED_SELECTOR)
-                )
-            except KubernetesApiError as exc:  # judged on the TrainJob's own conditions this time
-                self.log.warning("could not list the JobSets of %s/%s: %s", self.namespace, self.name, exc)
-                jobsets = []
-            jobset = next((j for j in jobsets if (j.get("metadata") or {}).get("name") == self.name), None)
         events = await self._group_events("Warning") if bw.wants_events(self.backend, obj, jobset) else None
         return bw.view(self.backend, obj, jobset=jobset, events=events or (), roles=self.roles)
 
@@ -339,8 +348,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             # The unfiltered events (the startup diagnosis, read once) are kept only while a wait that read them
             # waits; the pods and Warning events that every wait reads, for the loop's life.
             reader = self._subscription if kind == "events" and selector is None else None
-            # Pods (and a TrainJob's JobSet) are read once their cache passed the object being judged.
-            return self._observer.cached(kind, selector, self._version if kind in ("pods", "jobsets") else "", reader)
+            # Pods (and a TrainJob, woken by its JobSet) are read once their cache passed the object being judged.
+            return self._observer.cached(kind, selector, self._version if kind != "events" else "", reader)
         identity = connection_identity(self.kubernetes_conn_id, self.connection_extras)
         return SharedRead.read((*identity, self.namespace, kind, selector or ""), self._looked_at, send)
 

@@ -22,8 +22,10 @@ from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import AsyncJobSetHook, JobSetHookProtocol, KubernetesApiError
 from airflow_elastic.hooks.protocol import (
     AsyncJobHookProtocol,
+    AsyncTrainingJobHookProtocol,
     CronJobHookProtocol,
     JobHookProtocol,
+    TrainingJobHookProtocol,
     WatchingHookProtocol,
 )
 from airflow_elastic.localcluster import LocalCluster
@@ -82,6 +84,34 @@ def cronjob_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
     }
 
 
+def training_job_calls(namespace: str, *, sync: bool) -> dict[str, list[tuple[Any, ...]]]:
+    """The other backends' calls (``backend="trainjob" | "pytorchjob"``), for both resources; the worker also creates
+    and runs the pre-flight reads (runtime, CRD). A refused create (no runtime) was still authorised."""
+    plurals = ("trainjobs", "pytorchjobs")
+    found = {
+        "get_training_job": [(p, namespace, "rbac-x") for p in plurals],
+        "patch_training_job": [(p, namespace, "rbac-x", {"metadata": {"labels": {"patched": "yes"}}}) for p in plurals],
+        "delete_training_job": [(p, namespace, "rbac-x") for p in plurals],
+    }
+    if sync:
+        kinds = {
+            "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+            "pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"),
+        }
+        found["create_training_job"] = [
+            (p, namespace, {"apiVersion": v, "kind": k, "metadata": {"name": "rbac-x"}, "spec": {}})
+            for p, (v, k) in kinds.items()
+        ]
+        found["get_training_runtime"] = [
+            (namespace, "torch-distributed", k) for k in ("TrainingRuntime", "ClusterTrainingRuntime")
+        ]
+        found["get_crd"] = [("trainjobs.trainer.kubeflow.org",)]
+    else:
+        found |= {f"list_{p}_versioned": [(namespace,)] for p in plurals}
+        found |= {f"watch_{p}": [(namespace, None, "", 1)] for p in plurals}
+    return found
+
+
 def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
     """The async hook's streams: list-then-watch (the triggers' shared observer, of JobSets or Jobs; each watch ends
     after 1 s), and the followed log (404 is fine: the request was authorised)."""
@@ -135,30 +165,32 @@ def granted(manifest: Path, skip: frozenset[str] = frozenset()) -> dict[str, set
 
 def test_rbac_grants_each_identity_exactly_what_its_hook_requests(hook, connection, namespace, local_cluster, core):
     node = core.list_node().items[0].metadata.name
-    sync_calls = {**calls(namespace, node), **cronjob_calls(namespace)}
-    async_calls = {**calls(namespace, node), **watch_calls(namespace)}
+    single = {**calls(namespace, node), **cronjob_calls(namespace)}
+    sync_calls = {**{k: [v] for k, v in single.items()}, **training_job_calls(namespace, sync=True)}
+    single = {**calls(namespace, node), **watch_calls(namespace)}
+    async_calls = {**{k: [v] for k, v in single.items()}, **training_job_calls(namespace, sync=False)}
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
-    sync_protocols = (JobSetHookProtocol, JobHookProtocol, CronJobHookProtocol)
+    sync_protocols = (JobSetHookProtocol, JobHookProtocol, CronJobHookProtocol, TrainingJobHookProtocol)
     assert set(sync_calls) == set().union(*map(protocol_methods, sync_protocols)) - LOCAL_METHODS
-    assert (
-        set(async_calls)
-        == (protocol_methods(WatchingHookProtocol) | protocol_methods(AsyncJobHookProtocol)) - LOCAL_METHODS
-    )
+    async_protocols = (WatchingHookProtocol, AsyncJobHookProtocol, AsyncTrainingJobHookProtocol)
+    assert set(async_calls) == set().union(*map(protocol_methods, async_protocols)) - LOCAL_METHODS
 
     def drive_sync() -> None:
-        for method, args in sync_calls.items():
-            with contextlib.suppress(KubernetesApiError):  # read_pod_log's 404: the request was made, and authorised
-                getattr(hook, method)(*args)
+        for method, each in sync_calls.items():
+            for args in each:
+                with contextlib.suppress(KubernetesApiError):  # read_pod_log's 404: the request was made, authorised
+                    getattr(hook, method)(*args)
 
     async def drive_async() -> None:
         async_hook = AsyncJobSetHook(connection)
-        for method, args in async_calls.items():
-            with contextlib.suppress(KubernetesApiError):
-                result = getattr(async_hook, method)(*args)
-                if hasattr(result, "__aiter__"):  # a stream (a watch): read to its end
-                    _ = [item async for item in result]
-                else:
-                    await result
+        for method, each in async_calls.items():
+            for args in each:
+                with contextlib.suppress(KubernetesApiError):
+                    result = getattr(async_hook, method)(*args)
+                    if hasattr(result, "__aiter__"):  # a stream (a watch): read to its end
+                        _ = [item async for item in result]
+                    else:
+                        await result
 
     needed = {
         "sync": requested(local_cluster, drive_sync),
