@@ -63,11 +63,13 @@ class InferenceServiceController(Controller):
         super().__init__(store)
         self.recorder = recorder
         owned = owner_key("InferenceService")
+        # SetupWithManager: For(isvc), Owns(Deployment), Owns(Service) (not the HPA), and pods by the isvc label.
+        # Upstream's pod predicate passes only init-container status changes; here every change of such a pod
+        # enqueues (the mapper cannot compare old and new), which reconciles more often to the same result.
         self.watches = {
             INFERENCESERVICES.key: own_key,
             DEPLOYMENTS.key: owned,
             SERVICES.key: owned,
-            HORIZONTALPODAUTOSCALERS.key: owned,
             PODS.key: _pod_keys,
         }
 
