@@ -49,7 +49,7 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def rolled_out(d: dict[str, Any]) -> bool:
-    """What INTEROP.md's client check and ``kubectl rollout status`` wait for."""
+    """What the publish step's rollout check (``docs/serving.md``) and ``kubectl rollout status`` wait for."""
     status, want = d.get("status") or {}, d["spec"]["replicas"]
     return (
         status.get("observedGeneration", 0) >= d["metadata"]["generation"]

@@ -50,7 +50,7 @@ def _replica_errors(specs: dict[str, Any] | None) -> list[str]:
             found.append(f"{containers_path}: Required value: must have at least one container with name {CONTAINER}")
         if role == "Master" and spec.get("replicas") != 1:
             found.append(f"{path}.replicas: Forbidden: must be 1")
-        # INTEROP §2.1 (release-1.9): Worker.replicas >= 1; the wording is ours, the upstream string unverified.
+        # release-1.9 pytorchjob_webhook.go: Worker.replicas >= 1; the wording is ours (upstream's string unverified).
         if role == "Worker" and spec.get("replicas") is not None and spec["replicas"] < 1:
             found.append(f"{path}.replicas: Forbidden: must be at least 1")
     return found
@@ -66,7 +66,7 @@ def webhook_errors(job: Obj, old: Obj | None = None) -> list[str]:
     if elastic is not None and elastic.get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
         found.append("spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode")
     specs = spec.get("pytorchReplicaSpecs")
-    # INTEROP §2.1: an elasticPolicy needs a Worker replica spec (its rendezvous runs on worker-0); wording ours.
+    # release-1.9 pytorchjob_webhook.go: elasticPolicy needs a Worker replica spec (rendezvous: worker-0); our wording.
     if elastic is not None and specs is not None and "Worker" not in specs:
         found.append(f"{_REPLICAS}[Worker]: Required value: must be set when elasticPolicy is set")
     found += _replica_errors(specs)
