@@ -277,6 +277,25 @@ def test_canary_then_promote(api_client, core, isvcs, namespace, tmp_path):
     assert predict(core, namespace, "v1/models/shop:predict", one, isvc="shop-v2") == {"predictions": [[30.0, 70.0]]}
 
 
+def test_stop_annotation(api_client, isvcs, namespace):
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    body = isvc_body("paused", "file:///nowhere")
+    body["metadata"]["annotations"]["serving.kserve.io/stop"] = "True"
+    isvcs.create(body)
+    stopped = isvcs.until("paused", "Stopped", lambda o: condition(o, "Stopped") == "True")
+    assert [(c["type"], c["status"], c.get("reason")) for c in stopped["status"]["conditions"]] == [
+        ("PredictorReady", "False", "Stopped"),
+        ("Ready", "False", "Stopped"),
+        ("Stopped", "True", None),
+    ]
+    assert not apps.list_namespaced_deployment(namespace).items
+    isvcs.patch("paused", {"metadata": {"annotations": {"serving.kserve.io/stop": None}}})
+    resumed = isvcs.until("paused", "resumed", lambda o: condition(o, "Stopped") == "False")
+    assert resumed["status"]["url"] and apps.read_namespaced_deployment("paused-predictor", namespace)
+
+
 def test_knative_rejected_and_mode_sticky(core, isvcs, namespace):
     from kubernetes.client.exceptions import ApiException
 

@@ -6,9 +6,9 @@ the finalizer ``inferenceservice.finalizers``, refuse Knative (no Knative Servin
 ``ServerlessModeRejected`` and a terminal error, no requeue), reconcile the predictor's Deployment, Service and HPA
 (``components/predictor.go``), then the status (:mod:`.isvcstatus`) and ``updateStatus``'s Ready/NotReady events.
 No Ingress is written (``disableIngressCreation``): ``IngressReady`` is True as upstream sets it then. Canaries:
-:mod:`.isvccanary`. Not implemented: transformers, explainers, the ``serving.kserve.io/stop`` annotation (``Stopped``
-stays False), ModelMesh. The HPA is recorded, not actuated. Children are garbage-collected through their owner
-reference.
+:mod:`.isvccanary`; ``serving.kserve.io/stop: "true"`` deletes the predictor's objects until it is removed. Not
+implemented: transformers, explainers, ModelMesh. The HPA is recorded, not actuated. Children are garbage-collected
+through their owner reference.
 """
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ class InferenceServiceController(Controller):
             self.recorder.record(isvc, "Warning", "ServerlessModeRejected", KNATIVE_REJECTED, COMPONENT)
             self._update_status(isvc, before, mode)
             return None  # reconcile.TerminalError: not retried
+        if objects.stopped(isvc):
+            self._stop(isvc, status)
+            self._update_status(isvc, before, mode)
+            return None
         try:
             delay = self._reconcile_predictor(isvc, status)
         except objects.NoSupportingRuntime as err:
@@ -114,6 +118,21 @@ class InferenceServiceController(Controller):
         if not self._update_status(isvc, before, mode):
             return 0.0
         return delay
+
+    def _stop(self, isvc: Obj, status: Obj) -> None:
+        """``serving.kserve.io/stop: "true"``: the predictor's objects are deleted, the status cleared to
+        ``PredictorReady=False/Stopped`` (``Predictor.Reconcile``) and ``Stopped=True`` (``Reconcile``)."""
+        meta = isvc["metadata"]
+        for res in (DEPLOYMENTS, SERVICES, HORIZONTALPODAUTOSCALERS):
+            for child in list(self.store.owned(res, meta["namespace"], meta["uid"])):
+                if not child["metadata"].get("deletionTimestamp"):
+                    with contextlib.suppress(errors.NotFound):
+                        self.store.delete(res, meta["namespace"], child["metadata"]["name"])
+        predictor = status_of.condition(status, "PredictorReady") or {}
+        if (predictor.get("status"), predictor.get("reason")) != ("False", "Stopped"):
+            status.clear()
+            status_of.set_condition(status, "PredictorReady", "False", "Stopped")
+        status_of.set_condition(status, "Stopped", "True")
 
     def _write_meta(self, isvc: Obj, finalizers: list[str]) -> bool:
         meta = isvc["metadata"]

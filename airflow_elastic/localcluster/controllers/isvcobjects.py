@@ -288,6 +288,11 @@ def _utilization(value: int) -> Obj:
     return {"type": "Utilization", "averageUtilization": value}
 
 
+def stopped(isvc: Obj) -> bool:
+    """``GetForceStopRuntime``: the annotation ``serving.kserve.io/stop`` is ``true`` (any case)."""
+    return (isvc["metadata"].get("annotations") or {}).get("serving.kserve.io/stop", "").lower() == "true"
+
+
 def wants_hpa(isvc: Obj) -> bool:
     """``autoscalerClass`` ``hpa`` (the default) creates an HPA; ``none``, ``external`` and ``keda`` do not."""
     return (isvc["metadata"].get("annotations") or {}).get("serving.kserve.io/autoscalerClass", "hpa") == "hpa"
