@@ -35,11 +35,16 @@ class TrainJobReclaim(Reclaim):
 
     def worker(self) -> Any | None:
         selector = "airflow-elastic.io/group=torch-trainjob,jobset.sigs.k8s.io/replicatedjob-name=node"
-        for pod in self.core.list_namespaced_pod("default", label_selector=selector).items:
-            index = (pod.metadata.annotations or {}).get(COMPLETION_INDEX)
-            if index == "1" and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
-                return pod
-        return None
+        running = {
+            (pod.metadata.annotations or {}).get(COMPLETION_INDEX): pod
+            for pod in self.core.list_namespaced_pod("default", label_selector=selector).items
+            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+        }
+        if not {"0", "1"} <= running.keys():
+            return None
+        # The scenario is a survivor's: the reclaim must not take node 0 along.
+        assert running["0"].spec.node_name != running["1"].spec.node_name, "both TrainJob pods run on one node"
+        return running["1"]
 
 
 def test_a_reclaimed_trainjob_node_is_replaced_and_the_run_loses_no_step(
