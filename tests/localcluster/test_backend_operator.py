@@ -125,19 +125,20 @@ def apply_runtime(custom: client.CustomObjectsApi, namespace: str, manifest: str
     custom.create_namespaced_custom_object(*TRAINER, namespace, "trainingruntimes", body)
 
 
-def test_a_spot_reclaimed_trainjob_is_resubmitted_from_its_checkpoint_while_deferred(
-    local_cluster, core, custom, namespace, connection, tmp_path
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
+def test_a_spot_reclaimed_trainjob_is_resubmitted_from_its_checkpoint(
+    deferrable, local_cluster, core, custom, namespace, connection, tmp_path
 ):
     apply_runtime(custom, namespace, "trainingruntime-no-retries.yaml")  # wins over the cluster's torch-distributed
     ckpt = tmp_path / "ckpt"
     node = Role("node", command=["python", str(SCRIPT)], placement=Placement(spot=True))
-    op = operator(connection, group("tjop", [node], ckpt, coordinator_port=29500), "trainjob")
+    op = operator(connection, group("tjop", [node], ckpt, coordinator_port=29500), "trainjob", deferrable=deferrable)
     disrupter = disrupt_when(ckpt, 3, lambda: reclaim(local_cluster, core, namespace, "jobset.sigs.k8s.io/jobset-name"))
     result, triggers = run_deferred(op, ctx := context())
     disrupter.join(5)
-    _, second = (t.name for t in triggers)
-    assert [t.backend for t in triggers] == ["trainjob", "trainjob"]
-    assert (result["backend"], result["name"], result["state"]) == ("trainjob", second, "Succeeded")
+    assert [t.backend for t in triggers] == (["trainjob"] * 2 if deferrable else [])
+    second = result["name"]
+    assert (result["backend"], result["state"]) == ("trainjob", "Succeeded")
     assert result["metrics"]["step"] == STEPS and result["metrics"]["resumed_from"] >= 3, result["metrics"]
     assert result["preemptions"] == 1 and ctx["ti"].try_number == 1
     assert [(a["outcome"], a["cause"]) for a in result["attempts"]] == [
