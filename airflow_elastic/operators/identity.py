@@ -171,6 +171,7 @@ def submit(
     namespace: str,
     build: Callable[[str], dict[str, Any]],
     log: Any,
+    kind: str = "JobSet",
 ) -> Submission:
     """Create this task instance's JobSet, or adopt the live one it already has.
 
@@ -182,6 +183,8 @@ def submit(
         namespace: where the JobSet lives.
         build: returns the manifest for a given JobSet name.
         log: a logger.
+        kind: what the group is (``JobSet``, or a TrainJob or PyTorchJob through ``operators.backend_io``), for
+            the log.
 
     Returns:
         The submission (``adopted=True`` when an existing JobSet was taken over).
@@ -214,16 +217,18 @@ def submit(
             else:
                 submission = Submission(name, namespace, epoch, _uid(created), reserved.submitted_at)
                 store.set(STATE_KEY, submission.record())
-                log.info("Created JobSet %s/%s (uid %s)", namespace, name, submission.uid)
+                log.info("Created %s %s/%s (uid %s)", kind, namespace, name, submission.uid)
                 return submission
         reason = refusal(existing, identity)
         if not reason:
             submitted_at = previous.submitted_at if previous and previous.name == name else _created(existing)
             submission = Submission(name, namespace, epoch, _uid(existing), submitted_at, adopted=True)
             store.set(STATE_KEY, submission.record())
-            log.info("Adopted the running JobSet %s/%s (uid %s) of this task instance", namespace, name, submission.uid)
+            log.info(
+                "Adopted the running %s %s/%s (uid %s) of this task instance", kind, namespace, name, submission.uid
+            )
             return submission
-        log.info("Not adopting JobSet %s/%s: %s; submitting a new group", namespace, name, reason)
+        log.info("Not adopting %s %s/%s: %s; submitting a new group", kind, namespace, name, reason)
         epoch += 1
     raise RuntimeError(
         f"{MAX_EPOCH_STEPS} JobSet names derived for {identity.dag_id}.{identity.task_id} in namespace "

@@ -57,6 +57,7 @@ class Attempts:
         finish: ``(context, hook, submission, event) -> result`` for a verdict that ends the task (or raises).
         delete: ``(hook, submission, why)``: delete a group, logging why.
         log: the task logger.
+        kind: what the group is on its backend (``JobSet``, ``TrainJob``, ``PyTorchJob``), for messages.
         max_wall_clock, max_gpu_hours, checkpoint_seconds, on_preemption, on_budget_exhausted: the operator's
             arguments of the same names.
     """
@@ -73,6 +74,7 @@ class Attempts:
     checkpoint_seconds: float | None = None
     on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None
     on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None
+    kind: str = "JobSet"
     _storage: checkpoints.Storage | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -169,7 +171,7 @@ class Attempts:
         manifest = self.render(name, namespace, identity, group=group)
         resume = self.latest_checkpoint() if history.attempts or identity.try_number > 1 else None
         if resume is not None:
-            self.log.info("JobSet %s resumes from checkpoint step %d (%s)", name, resume.step, resume.path)
+            self.log.info("%s %s resumes from checkpoint step %d (%s)", self.kind, name, resume.step, resume.path)
         return with_resume(manifest, resume_from=resume.path if resume else None, max_restarts=left)
 
     def wait_deadline(
@@ -202,7 +204,9 @@ class Attempts:
                 history.save(store)
         if history.finished:
             if previous is not None and previous.name:
-                self.log.info("JobSet %s already finished: a new group and a fresh attempt history", previous.name)
+                self.log.info(
+                    "%s %s already finished: a new group and a fresh attempt history", self.kind, previous.name
+                )
                 ident.advance(store, previous)  # first: a crash now must not find the finished group again
             history = attempts.History()
         if not history.started:
@@ -275,7 +279,7 @@ class Attempts:
             event, history, max_preemptions=policy.max_preemptions, started=started, gpus=self.gpus
         )
         if decision.cause is not None:
-            self.log.info("JobSet %s ended because of %s", submission.name, describe(decision.cause))
+            self.log.info("%s %s ended because of %s", self.kind, submission.name, describe(decision.cause))
         if decision.outcome == "resubmit":
             resume = self.latest_checkpoint()
             decision.attempt.update(attempts.lost_work(decision.attempt, resume, gpus=self.gpus))
@@ -290,8 +294,9 @@ class Attempts:
                 self.delete(hook, submission, event.message)
             ident.advance(store, submission)
             self.log.warning(
-                "JobSet %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
+                "%s %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
                 "latest checkpoint (same Airflow try)",
+                self.kind,
                 submission.namespace,
                 submission.name,
                 decision.attempt["cause"],
@@ -345,7 +350,7 @@ class Attempts:
         if self.on_budget_exhausted is not None:
             self.on_budget_exhausted(context, info)
         raise AirflowFailException(
-            f"JobSet {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. {hint}"
+            f"{self.kind} {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. {hint}"
         )
 
     # ------------------------------------------------------------------------------------------ reporting
@@ -353,9 +358,10 @@ class Attempts:
     def _log_attempts(self, history: attempts.History) -> None:
         for i, attempt in enumerate(history.attempts):
             self.log.info(
-                "attempt %d: JobSet %s (uid %s) %s, cause %s, %d preemption(s), %d failure(s), in-cluster restart "
+                "attempt %d: %s %s (uid %s) %s, cause %s, %d preemption(s), %d failure(s), in-cluster restart "
                 "causes %s",
                 i + 1,
+                self.kind,
                 attempt.get("name"),
                 attempt.get("uid"),
                 attempt.get("outcome"),

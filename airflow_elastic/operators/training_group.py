@@ -300,6 +300,7 @@ class TrainingGroupOperator(BaseOperator):
                 checkpoint_seconds=self.checkpoint_seconds,
                 on_preemption=self.on_preemption,
                 on_budget_exhausted=self.on_budget_exhausted,
+                kind=self._kind,
             )
         return self._attempt_logic
 
@@ -430,6 +431,7 @@ class TrainingGroupOperator(BaseOperator):
                 namespace=namespace,
                 build=lambda name, i=identity, h=history: self._attempts.attempt_manifest(name, namespace, i, h),
                 log=self.log,
+                kind=self._kind,
             )
             self._track(context, submission)
             if self.deferrable:
