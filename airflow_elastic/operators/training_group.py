@@ -77,7 +77,8 @@ class TrainingGroupOperator(BaseOperator):
             ``MAX_REDEFERS`` re-deferrals), so it does not hold its nodes with nobody waiting.
         on_finish_action: ``"keep"`` finished groups (``ttl_seconds_after_finished`` removes them), ``"delete"``
             them at once, or ``"delete_succeeded"`` (keep failed ones for inspection).
-        ttl_seconds_after_finished: the JobSet's TTL after it finished (default one day; ``None``: none).
+        ttl_seconds_after_finished: the JobSet's (or PyTorchJob's) TTL after it finished (default one day; ``None``:
+            none). A TrainJob has no TTL field: ``on_finish_action`` removes it.
         log_role: the role whose first pod's log is copied into the task log (default: the leader).
         metrics_role: the role whose first pod's termination message holds the final metrics (default: the
             leader).
