@@ -18,6 +18,7 @@ TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Missing"})
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 ROLE_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 #: Condition types that mean "finished" (upstream may rename Completed to Complete: accept both).
 _SUCCEEDED = ("Completed", "Complete")
 
@@ -181,9 +182,16 @@ def pending_diagnosis(pods: Iterable[Obj], events: Iterable[Obj]) -> str:
 
 
 def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
-    """The JSON object the first pod of ``role`` wrote to its termination message, if any (newest attempt)."""
+    """The JSON object the first pod of ``role`` wrote to its termination message, if any: the newest attempt's,
+    lowest index (``job-index``) first."""
     candidates = [p for p in pods if _labels(p).get(ROLE_LABEL) == role]
-    candidates.sort(key=lambda p: (int(_labels(p).get(RESTART_LABEL, "0") or 0), p["metadata"]["name"]), reverse=True)
+    candidates.sort(
+        key=lambda p: (
+            -int(_labels(p).get(RESTART_LABEL, "0") or 0),
+            int(_labels(p).get(JOB_INDEX_LABEL, "0") or 0),
+            p["metadata"]["name"],
+        )
+    )
     return next((found for pod in candidates if (found := termination_metrics(pod)) is not None), None)
 
 

@@ -147,6 +147,18 @@ def test_reported_metrics_from_the_newest_attempt():
     )
 
 
+def test_reported_metrics_are_the_first_pods_of_the_role():
+    def indexed(name: str, index: str, loss: float) -> dict:
+        found = pod(
+            name, role="leader", phase="Succeeded", terminated={"exitCode": 0, "message": f'{{"loss": {loss}}}'}
+        )
+        found["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = index
+        return found
+
+    pods = [indexed("g-leader-0-0-zzzzz", "0", 0.1), indexed("g-leader-1-0-aaaaa", "1", 5), indexed("g-x", "10", 9)]
+    assert reported_metrics(pods, "leader") == {"loss": 0.1}
+
+
 def test_event_payload_round_trip():
     event = GroupEvent("failed", "train-abc123", "ml", message="boom", failures=({"pod": "p"},), metrics={"loss": 1})
     payload = event.to_payload()
