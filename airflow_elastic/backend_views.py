@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_elastic.state import JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL
+# JOB_INDEX_LABEL: JobSet's index within a replicated job (one pod per index in a view of a PyTorchJob).
+from airflow_elastic.state import JOB_INDEX_LABEL, JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL
 
 Obj = Mapping[str, Any]
-#: JobSet's index label within a replicated job (one pod per index in a view of a PyTorchJob).
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 #: The Warning event that is the Trainer's only report of a TrainJob it could not build (runtime missing, JobSet
 #: rejected, bad patch): kubeflow/trainer ``pkg/controller/trainjob_controller.go``, ``Reconcile``.
 BUILD_FAILED_REASON = "TrainJobResourcesCreationFailed"
@@ -34,6 +33,8 @@ _PTJ_CONDITIONS = {
     "Suspended": "Suspended",
     "Restarting": "RestartingJobSet",
 }
+#: The view's replicated-Job counts <- ``replicaStatuses`` (``active``: Running pods, the ready ones).
+_COUNT = {"ready": "active", "active": "active", "succeeded": "succeeded", "failed": "failed"}
 
 
 def _meta(obj: Obj | None) -> Mapping[str, Any]:
@@ -131,8 +132,31 @@ def trainjob_build_error(events: Iterable[Obj], name: str) -> str | None:
     return str(newest.get("message") or newest.get("note") or BUILD_FAILED_REASON)
 
 
+def _replica_roles(roles: Mapping[str, str]) -> dict[str, str]:
+    """Replica type -> role: a Worker without a role of its own is the Master's role (a one-role group)."""
+    if "Master" not in roles or "Worker" in roles:
+        return dict(roles)
+    return {**roles, "Worker": roles["Master"]}
+
+
+def _merged(rows: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` of the same ``name`` summed over ``keys`` (a one-role group's Master and Workers), in order."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["name"] in out:
+            for key in keys:
+                out[row["name"]][key] += row[key]
+        else:
+            out[row["name"]] = dict(row)
+    return list(out.values())
+
+
 def pytorchjob_observed(ptj: Obj | None, roles: Mapping[str, str]) -> Obj | None:
-    """A JobSet-shaped view of a PyTorchJob (``roles``: ``{"Master": leader role, "Worker": worker role}``).
+    """A JobSet-shaped view of a PyTorchJob.
+
+    ``roles`` maps replica types to the group's roles: ``{"Master": leader, "Worker": worker}`` for two roles;
+    ``{"Master": role}`` for one role, whose Workers are then its pods 1..N-1 (one replicated job of N pods in the
+    view).
 
     Conditions ``Succeeded`` -> ``Completed``, ``Failed`` -> ``Failed``, ``Suspended``, and ``Restarting`` ->
     ``RestartingJobSet`` (reason and message kept); ``replicatedJobsStatus`` per role from ``replicaStatuses``
@@ -146,6 +170,7 @@ def pytorchjob_observed(ptj: Obj | None, roles: Mapping[str, str]) -> Obj | None
     """
     if ptj is None:
         return None
+    roles = _replica_roles(roles)
     meta = _meta(ptj)
     spec = ptj.get("spec") or {}
     status = ptj.get("status") or {}
@@ -154,18 +179,18 @@ def pytorchjob_observed(ptj: Obj | None, roles: Mapping[str, str]) -> Obj | None
     conditions = [
         {**c, "type": _PTJ_CONDITIONS[c["type"]]} for c in _conditions(ptj) if c.get("type") in _PTJ_CONDITIONS
     ]
-    jobs = [
-        {
-            "name": roles[kind],
-            "ready": int((counts.get(kind) or {}).get("active", 0) or 0),
-            "active": int((counts.get(kind) or {}).get("active", 0) or 0),
-            "succeeded": int((counts.get(kind) or {}).get("succeeded", 0) or 0),
-            "failed": int((counts.get(kind) or {}).get("failed", 0) or 0),
-            "suspended": 0,
-        }
-        for kind in replicas
-        if kind in roles and kind in counts
-    ]
+    jobs = _merged(
+        (
+            {
+                "name": roles[kind],
+                **{key: int((counts.get(kind) or {}).get(field, 0) or 0) for key, field in _COUNT.items()},
+                "suspended": 0,
+            }
+            for kind in replicas
+            if kind in roles and kind in counts
+        ),
+        tuple(_COUNT),
+    )
     view_status: dict[str, Any] = {"conditions": conditions, "restarts": 0, "restartsCountTowardsMax": 0}
     if jobs:
         view_status["replicatedJobsStatus"] = jobs
@@ -179,11 +204,14 @@ def pytorchjob_observed(ptj: Obj | None, roles: Mapping[str, str]) -> Obj | None
         },
         "spec": {
             "suspend": bool((spec.get("runPolicy") or {}).get("suspend")),
-            "replicatedJobs": [
-                {"name": roles[kind], "replicas": int((replicas[kind] or {}).get("replicas", 1))}
-                for kind in replicas
-                if kind in roles
-            ],
+            "replicatedJobs": _merged(
+                (
+                    {"name": roles[kind], "replicas": int((replicas[kind] or {}).get("replicas", 1))}
+                    for kind in replicas
+                    if kind in roles
+                ),
+                ("replicas",),
+            ),
         },
         "status": view_status,
     }
@@ -191,20 +219,25 @@ def pytorchjob_observed(ptj: Obj | None, roles: Mapping[str, str]) -> Obj | None
 
 def pytorchjob_pods(pods: Iterable[Obj], roles: Mapping[str, str]) -> list[Obj]:
     """Copies of a PyTorchJob's pods (pods of other replica types dropped) carrying the JobSet labels the watch,
-    evidence and log follower read: role (``roles`` maps ``Master``/``Worker`` to role names), index within the
-    role, the job's name, restart attempt 0."""
-    by_type = {kind.lower(): role for kind, role in roles.items()}
+    evidence and log follower read: role (``roles`` as for :func:`pytorchjob_observed`), index within the role
+    (Worker *i* is index *i* + 1 when it shares the Master's role, so the Master is the leader's pod 0), the job's
+    name, restart attempt 0."""
+    by_type = {kind.lower(): role for kind, role in _replica_roles(roles).items()}
+    # The Master has exactly 1 replica (release-1.9 pytorchjob_webhook.go, validatePyTorchReplicaSpecs).
+    offset = {"master": 0, "worker": int(by_type.get("worker") == by_type.get("master"))}
     out = []
     for pod in pods:
         labels = _meta(pod).get("labels") or {}
-        role = by_type.get(str(labels.get(PTJ_REPLICA_TYPE_LABEL, "")).lower())
+        kind = str(labels.get(PTJ_REPLICA_TYPE_LABEL, "")).lower()
+        role = by_type.get(kind)
         if role is None:
             continue
         copied = copy.deepcopy(dict(pod))
+        index = int(labels.get(PTJ_REPLICA_INDEX_LABEL, "0") or 0) + offset.get(kind, 0)
         copied.setdefault("metadata", {})["labels"] = {
             **labels,
             ROLE_LABEL: role,
-            JOB_INDEX_LABEL: str(labels.get(PTJ_REPLICA_INDEX_LABEL, "0")),
+            JOB_INDEX_LABEL: str(index),
             JOBSET_NAME_LABEL: str(labels.get(PTJ_JOB_NAME_LABEL, "")),
             RESTART_LABEL: "0",
         }

@@ -5,7 +5,8 @@
   (:func:`airflow_elastic.render.render_trainjob`). The Trainer runs one homogeneous ``node`` role under torchrun
   and sets only torchrun's ``PET_*`` variables, so what needs more is refused here, at parse time.
 * ``pytorchjob``: a training-operator v1 ``PyTorchJob`` (legacy; :func:`airflow_elastic.render.render_pytorchjob`):
-  the leader becomes the Master, at most one other role the Workers.
+  a one-role group's pod 0 becomes the Master and its other pods the Workers (so one homogeneous group is valid for
+  all three backends); of two roles, the leader (one pod) becomes the Master and the other role the Workers.
 
 :func:`check_backend` raises one :class:`~airflow_elastic.spec.SpecError` listing every field a backend cannot
 express, with the reason.
@@ -243,28 +244,35 @@ def _pytorchjob_problems(group: TrainingGroup) -> Iterator[Problem]:
     if len(group.roles) > 2:
         yield (
             "roles",
-            f"pytorchjob has a Master (the leader) and one Worker role, got {len(group.roles)} roles: "
-            "use backend='jobset'",
+            f"pytorchjob has a Master and one Worker replica type: one role (pod 0 the Master), or a one-pod "
+            f"leader and one other role, got {len(group.roles)} roles: use backend='jobset'",
         )
-    if leader.replicas != 1:
+    if len(group.roles) > 1 and leader.replicas != 1:
         yield (
             "roles[0].replicas",
-            f"the leader becomes the PyTorchJob's Master, which has exactly 1 replica, got {leader.replicas}",
+            f"of two roles the leader becomes the PyTorchJob's Master, which has exactly 1 replica, got "
+            f"{leader.replicas} (one role of N pods runs as Master + N-1 Workers)",
         )
     roles = group.success.roles
-    if (roles and roles != (leader.name,)) or (not roles and group.success.mode == "any" and len(group.roles) > 1):
+    if len(group.roles) == 1 and group.success.mode == "any" and leader.replicas > 1:
+        yield (
+            "success.mode",
+            "'any' cannot be expressed: a PyTorchJob succeeds when its Master (pod 0) succeeds",
+        )
+    elif (roles and roles != (leader.name,)) or (not roles and group.success.mode == "any" and len(group.roles) > 1):
         yield (
             "success",
             f"a PyTorchJob succeeds when its Master succeeds: the success policy must be the default or "
             f"roles=({leader.name!r},)",
         )
-    if group.elastic is not None and group.elastic.role not in (None, *(r.name for r in group.roles[1:])):
+    if len(group.roles) > 1 and group.elastic is not None and group.elastic.role not in (None, group.roles[1].name):
         yield (
             "elastic.role",
             "a PyTorchJob's elasticPolicy scales the Workers: the elastic role must be the worker role",
         )
-    if group.elastic is not None and len(group.roles) < 2:
-        yield "elastic", "a PyTorchJob's elasticPolicy needs a Worker role (the leader is the Master)"
+    if group.elastic is not None and len(group.roles) == 1 and group.elastic.max_replicas < 2:
+        # release-1.9 pytorchjob_webhook.go: an elasticPolicy needs a Worker replica spec.
+        yield "elastic.max_replicas", "a PyTorchJob's elasticPolicy needs Workers: the role's pod 0 is the Master"
     for path, placement in (
         ("placement", group.placement),
         *((f"roles[{i}].placement", r.placement) for i, r in enumerate(group.roles)),

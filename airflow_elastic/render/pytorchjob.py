@@ -4,8 +4,10 @@ The training-operator (kubeflow/trainer ``release-1.9``, ``pkg/controller.v1/pyt
 Service per replica, ``<job>-master-0`` and ``<job>-worker-<i>``, and appends ``MASTER_ADDR``/``MASTER_PORT``,
 ``WORLD_SIZE``, ``RANK`` and torchrun's ``PET_*`` to every container (``envvar.go``, ``setPodEnv``). Mapping:
 
-* the leader is the ``Master`` (exactly 1 replica, the webhook's rule), the other role, if any, the ``Worker``;
-  container ``pytorch``; port ``pytorchjob-port`` = ``coordinator_port`` (the operator's ``MASTER_PORT``);
+* two roles: the leader is the ``Master`` (exactly 1 replica, the webhook's rule), the other role the ``Worker``;
+  one role of N pods (a homogeneous job, as upstream's ``examples/pytorch/simple.yaml`` runs one): its pod 0 is the
+  ``Master`` and pods 1..N-1 the ``Worker`` (replicas N-1, none for N=1), both from that role's command, env and
+  resources; container ``pytorch``; port ``pytorchjob-port`` = ``coordinator_port`` (the operator's ``MASTER_PORT``);
 * ``restartPolicy`` per replica from the failure policy: ``ExitCode`` when ``max_failures`` is 0 (a program error,
   exit 1-127, fails the job at once; a pod killed by a signal or evicted, 128-255, is recreated: the split the
   JobSet backend makes with its pod failure policy), ``OnFailure`` otherwise (containers restart in place, counted
@@ -50,7 +52,7 @@ def render_pytorchjob(
     """Render ``group`` as a PyTorchJob manifest (see the module docstring for the mapping).
 
     Args:
-        group: a validated training group with a one-pod leader and at most one other role.
+        group: a validated training group: one role, or a one-pod leader and one other role.
         name: PyTorchJob name (the operator passes a per-run name); defaults to the group's name.
         namespace: target namespace.
         labels: extra labels for the PyTorchJob and its pods.
@@ -68,9 +70,10 @@ def render_pytorchjob(
     common = {MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: group.name, **(labels or {})}
     metadata: dict[str, Any] = {"name": job, "namespace": namespace, "labels": dict(common)}
     policy = "ExitCode" if group.failure.max_failures == 0 else "OnFailure"
-    replicas = {MASTER: _replica(group, group.leader, job, common, policy)}
-    if len(group.roles) > 1:
-        replicas[WORKER] = _replica(group, group.roles[1], job, common, policy)
+    replicas = {
+        kind: _replica(group, role, count, job, common, policy, master=kind == MASTER)
+        for kind, (role, count) in replica_roles(group).items()
+    }
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "backoffLimit": group.failure.max_failures}
     if ttl_seconds_after_finished is not None:
         run_policy["ttlSecondsAfterFinished"] = ttl_seconds_after_finished
@@ -100,8 +103,8 @@ def _check_call(
     if not names.is_dns1035_label(job):
         problems.append(("name", f"{job!r} must be a DNS-1035 label (lowercase letters, digits, '-')"))
     else:
-        worker = group.roles[-1] if len(group.roles) > 1 else None
-        longest = f"{job}-worker-{worker.replicas - 1}" if worker else f"{job}-master-0"
+        workers = replica_roles(group).get(WORKER)
+        longest = f"{job}-worker-{workers[1] - 1}" if workers else f"{job}-master-0"
         if len(longest) > names.MAX_LABEL:
             problems.append(("name", f"PyTorchJob name {job!r} is too long: pod and Service {longest!r} exceed 63"))
     problems += call_problems(namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL))
@@ -109,23 +112,41 @@ def _check_call(
         raise SpecError(problems)
 
 
+def replica_roles(group: TrainingGroup) -> dict[str, tuple[Role, int]]:
+    """Replica type -> (the group's role, replicas rendered): the leader's one pod is the Master; the Workers are
+    the second role's pods, or, for a one-role group, that role's pods 1..N-1 (no Worker when N is 1)."""
+    leader = group.leader
+    if len(group.roles) > 1:
+        worker = group.roles[1]
+        return {MASTER: (leader, 1), WORKER: (worker, elastic.rendered_replicas(group, worker))}
+    pods = elastic.rendered_replicas(group, leader)
+    return {MASTER: (leader, 1), **({WORKER: (leader, pods - 1)} if pods > 1 else {})}
+
+
 def _replica(
-    group: TrainingGroup, role: Role, job: str, common: Mapping[str, str], restart_policy: str
+    group: TrainingGroup,
+    role: Role,
+    count: int,
+    job: str,
+    common: Mapping[str, str],
+    restart_policy: str,
+    *,
+    master: bool,
 ) -> dict[str, Any]:
-    master = role is group.leader
-    count = elastic.rendered_replicas(group, role)
+    shared = len(group.roles) == 1  # the Master and the Workers are one role's pods
     contract = group_env(
         group,
         role,
         jobset=job,
         coordinator=f"{job}-master-0",  # the operator's MASTER_ADDR (the Master's Service)
-        role_rank="0" if master else field_ref(f"metadata.labels['{REPLICA_INDEX_LABEL}']"),
-        # A Worker's group rank is its index + 1, which no downward-API field holds: the runtime reads the
-        # operator's PET_NODE_RANK instead (airflow_elastic.runtime.launchers).
+        # A Worker's role rank is its index (index + 1 when it shares the Master's role), and its group rank
+        # index + 1: where no downward-API field holds it, the runtime reads the operator's PET_NODE_RANK instead
+        # (airflow_elastic.runtime.launchers), which is the role rank too in a one-role group.
+        role_rank="0" if master else None if shared else field_ref(f"metadata.labels['{REPLICA_INDEX_LABEL}']"),
         rank="0" if master else None,
         restart_attempt=None,
         world_size=elastic.rendered_pods(group),
-        role_replicas=count,
+        role_replicas=elastic.rendered_replicas(group, role),
     )
     user_env = {**(group.env or {}), **(role.env or {})}
     pod = single_container_pod(

@@ -1,10 +1,11 @@
 """The same training group trains the same model to the same weights as a JobSet, a TrainJob and a PyTorchJob.
 
 One ``airflow dags test`` of ``tests/airflow/dags/backend_weights_dags.py`` on the session's local cluster: three
-``TrainingGroupOperator`` tasks, one per ``backend``, each DDP over gloo on 2 pods with a seeded model and data. Each
-backend starts the trainer differently (the JobSet contract's ``RANK``; the Trainer's ``PET_*`` read by torchrun; the
-training-operator's ``RANK``), so equal digests of the final parameters mean each launched the same 2-rank group in
-the same rank order, and each trained it for exactly the target steps.
+``TrainingGroupOperator`` tasks, one per ``backend``, all of the same ``TrainingGroup`` (one role of 2 pods, DDP over
+gloo with a seeded model and data). Each backend starts the trainer differently (the JobSet contract's ``RANK``; the
+Trainer's ``PET_*`` read by torchrun; the training-operator's ``RANK`` on a Master and a Worker), so equal digests of
+the final parameters mean each launched the same 2-rank group in the same rank order, and each trained it for exactly
+the target steps.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.airflow.airflow_env import dags_test, tail, task_states
-from tests.airflow.dags.backend_weights_dags import DAG_ID, GROUPS, STEPS
+from tests.airflow.dags.backend_weights_dags import BACKENDS, DAG_ID, STEPS
 from tests.airflow.test_torch_examples import SCRIPT, simulated_loss
 from tests.airflow.training_group_helpers import xcom
 
@@ -34,8 +35,8 @@ def untrained_digest() -> str:
 
 def test_the_same_group_trains_the_same_weights_on_every_backend(cluster_airflow_env, airflow_db, namespace, tmp_path):
     run = dags_test(DAG_ID, cluster_airflow_env, {"namespace": namespace, "root": str(tmp_path)}, timeout=300)
-    assert task_states(airflow_db, DAG_ID) == dict.fromkeys(GROUPS, "success"), tail(run.stdout, 200)
-    results = {backend: xcom(airflow_db, DAG_ID, backend) for backend in GROUPS}
+    assert task_states(airflow_db, DAG_ID) == dict.fromkeys(BACKENDS, "success"), tail(run.stdout, 200)
+    results = {backend: xcom(airflow_db, DAG_ID, backend) for backend in BACKENDS}
     for backend, result in results.items():
         metrics = result["metrics"]
         assert result["backend"] == backend and (metrics["step"], metrics["world_size"]) == (STEPS, 2), result

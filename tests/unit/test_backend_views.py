@@ -12,6 +12,7 @@ from airflow_elastic.backend_views import (
     trainjob_build_error,
     trainjob_observed,
 )
+from airflow_elastic.logfollow import leader_pod
 from airflow_elastic.state import ROLE_LABEL, group_status, pod_failures, reported_metrics
 from airflow_elastic.watch import Observation, Watch
 
@@ -223,3 +224,34 @@ def test_pytorchjob_pods_carry_the_labels_the_watch_reads():
     assert [(f.pod, f.role, f.exit_code) for f in pod_failures(labelled)] == [("job-worker-1", "worker", 1)]
     assert reported_metrics(labelled, "leader") == {"loss": 0.1}
     assert ROLE_LABEL not in pods[0]["metadata"]["labels"]  # copies
+
+
+def test_a_one_role_pytorchjob_is_one_replicated_job_of_all_its_pods():
+    created = cond("Created", reason="PyTorchJobCreated")
+    for roles in ({"Master": "node"}, {"Master": "node", "Worker": "node"}):
+        view = pytorchjob_observed(ptj(created, active={"Master": {"active": 1}, "Worker": {"active": 2}}), roles)
+        assert view["spec"]["replicatedJobs"] == [{"name": "node", "replicas": 3}]
+        assert view["status"]["replicatedJobsStatus"] == [
+            {"name": "node", "ready": 3, "active": 3, "succeeded": 0, "failed": 0, "suspended": 0}
+        ]
+        assert group_status(view).phase == "Running"
+    partly = pytorchjob_observed(
+        ptj(created, active={"Master": {"active": 1}, "Worker": {"active": 1}}), {"Master": "node"}
+    )
+    assert group_status(partly).phase == "Pending"
+    assert group_status(partly, {"node": 2}).phase == "Running"  # an elastic role's minimum counts Master + Workers
+    master_only = pytorchjob_observed(ptj(created, active={"Master": {"active": 1}}, workers=0), {"Master": "node"})
+    assert master_only["spec"]["replicatedJobs"] == [{"name": "node", "replicas": 1}]
+
+
+def test_a_one_role_pytorchjobs_master_is_the_roles_pod_0_and_worker_i_its_pod_i_plus_1():
+    pods = [pod("Worker", 1, "Succeeded", '{"pod": 2}'), pod("Master", 0, "Succeeded", '{"pod": 0}')]
+    pods.append(pod("Worker", 0, "Succeeded", '{"pod": 1}'))
+    labelled = pytorchjob_pods(pods, {"Master": "node"})
+    index = {p["metadata"]["name"]: p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] for p in labelled}
+    assert index == {"job-master-0": "0", "job-worker-0": "1", "job-worker-1": "2"}
+    assert {p["metadata"]["labels"][ROLE_LABEL] for p in labelled} == {"node"}
+    assert leader_pod(labelled, "node")["metadata"]["name"] == "job-master-0"  # the log followed
+    assert reported_metrics(labelled, "node") == {"pod": 0}  # the Master's, as the leader's pod 0
+    two_roles = pytorchjob_pods(pods, ROLES)
+    assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] for p in two_roles] == ["1", "0", "0"]

@@ -16,7 +16,7 @@ TORCH = ["python", "train.py"]
 
 
 def single(**role: object) -> TrainingGroup:
-    return group(roles=[Role("trainer", replicas=2, command=TORCH, **role)])
+    return group(roles=[Role("trainer", **{"replicas": 2, "command": TORCH, **role})])
 
 
 def paths(err: pytest.ExceptionInfo[SpecError]) -> list[str]:
@@ -24,9 +24,15 @@ def paths(err: pytest.ExceptionInfo[SpecError]) -> list[str]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_group_every_backend_can_run_passes(backend):
-    spec = single() if backend == "trainjob" else group(roles=[Role("leader", command=TORCH), Role("w", command=TORCH)])
-    check_backend(spec, backend)
+def test_one_homogeneous_group_is_valid_for_every_backend(backend):
+    check_backend(single(), backend)
+    check_backend(single(replicas=1), backend)  # a PyTorchJob of a Master only
+
+
+def test_a_leader_and_a_worker_role_run_as_a_jobset_or_a_pytorchjob():
+    two = group(roles=[Role("leader", command=TORCH), Role("w", command=TORCH)])
+    check_backend(two, "jobset")
+    check_backend(two, "pytorchjob")
 
 
 def test_unknown_backend_and_a_runtime_for_another_backend_are_refused():
@@ -112,11 +118,12 @@ def test_torchrun_is_recognised_in_both_spellings():
     ("changes", "path", "reason"),
     [
         ({"roles": [Role("leader", replicas=2), Role("w")]}, "roles[0].replicas", "exactly 1 replica"),
-        ({"roles": [Role("leader"), Role("a"), Role("b")]}, "roles", "one Worker role"),
+        ({"roles": [Role("leader"), Role("a"), Role("b")]}, "roles", "one Worker replica type"),
+        ({"roles": [Role("node", replicas=3)], "success": SuccessPolicy(mode="any")}, "success.mode", "pod 0"),
         ({"success": SuccessPolicy(roles=("worker",))}, "success", "succeeds when its Master succeeds"),
         ({"success": SuccessPolicy(mode="any")}, "success", "succeeds when its Master succeeds"),
         ({"elastic": Elastic(1, 1, role="leader")}, "elastic.role", "scales the Workers"),
-        ({"roles": [Role("leader")], "elastic": Elastic(1, 1)}, "elastic", "needs a Worker role"),
+        ({"roles": [Role("leader")], "elastic": Elastic(1, 1)}, "elastic.max_replicas", "needs Workers"),
         (
             {"placement": Placement(exclusive_topology="kubernetes.io/hostname")},
             "placement.exclusive_topology",
@@ -138,6 +145,12 @@ def test_pytorchjob_refuses_what_the_training_operator_cannot_express(changes, p
     with pytest.raises(SpecError) as err:
         check_backend(group().with_changes(**changes), "pytorchjob")
     assert reason in dict(err.value.problems)[path]
+
+
+def test_pytorchjob_runs_one_elastic_role_as_master_and_elastic_workers():
+    check_backend(
+        group(roles=[Role("node", replicas=3, command=["torchrun", "t.py"])], elastic=Elastic(2, 3)), "pytorchjob"
+    )
 
 
 def crd() -> dict:

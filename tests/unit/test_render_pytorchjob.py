@@ -3,9 +3,11 @@ failure policy, elasticPolicy from Elastic, and validity against the packaged v1
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from airflow_elastic import Elastic, FailurePolicy, Placement, Role, SpecError, TrainingGroup
+from airflow_elastic import Elastic, FailurePolicy, Placement, Resources, Role, SpecError, TrainingGroup
 from airflow_elastic.logfollow import training_container
 from airflow_elastic.render import render_pytorchjob
 from airflow_elastic.render.schema import pytorchjob_schema_errors
@@ -84,6 +86,41 @@ def test_a_leader_alone_is_a_master_only_job():
     assert list(manifest["spec"]["pytorchReplicaSpecs"]) == ["Master"]
 
 
+def test_one_role_of_n_pods_is_a_master_and_n_minus_1_workers_of_that_role():
+    node = Role("node", replicas=4, command=["python", "t.py"], env={"A": "1"}, resources=Resources(cpu="2"))
+    manifest = render_pytorchjob(group(roles=[node]), name="train-abc123")
+    assert [(k, r["replicas"]) for k, r in manifest["spec"]["pytorchReplicaSpecs"].items()] == [
+        ("Master", 1),
+        ("Worker", 3),
+    ]
+    master, worker = container(manifest, "Master"), container(manifest, "Worker")
+    assert {k: v for k, v in master.items() if k != "env"} == {k: v for k, v in worker.items() if k != "env"}
+    assert master["command"] == ["python", "t.py"] and master["resources"]["requests"]["cpu"] == "2"
+    for kind in ("Master", "Worker"):
+        assert replica(manifest, kind)["template"]["metadata"]["labels"]["airflow-elastic.io/role"] == "node"
+        assert env(manifest, kind)["A"] == "1" and env(manifest, kind)["AE_ROLE"] == "node"
+        assert env(manifest, kind)["AE_ROLE_REPLICAS"] == env(manifest, kind)["AE_WORLD_SIZE"] == "4"
+    assert env(manifest, "Master")["AE_ROLE_RANK"] == env(manifest, "Master")["AE_RANK"] == "0"
+    # Worker i is pod i + 1 of the role and of the group: the runtime reads the operator's PET_NODE_RANK.
+    assert not {"AE_ROLE_RANK", "AE_RANK"} & set(env(manifest, "Worker"))
+    assert pytorchjob_schema_errors(manifest) == []
+    twelve = group(roles=[replace(node, replicas=12)])
+    render_pytorchjob(twelve, name="n" * 53)
+    with pytest.raises(SpecError, match=r"'n{54}-worker-10' exceed 63"):  # its Master's 'n...-master-0' fits
+        render_pytorchjob(twelve, name="n" * 54)
+
+
+def test_one_elastic_role_scales_its_workers_within_the_groups_node_range():
+    node = Role("node", replicas=3, command=["torchrun", "t.py"])
+    manifest = render_pytorchjob(group(roles=[node], elastic=Elastic(1, 3)))
+    assert replica(manifest, "Worker")["replicas"] == 2
+    assert (manifest["spec"]["elasticPolicy"]["minReplicas"], manifest["spec"]["elasticPolicy"]["maxReplicas"]) == (
+        1,
+        3,
+    )
+    assert pytorchjob_schema_errors(manifest) == []
+
+
 def test_labels_queue_and_placement():
     manifest = render_pytorchjob(
         group(placement=Placement(spot=True, queue="team-a")), labels={"airflow-elastic.io/dag-id": "d"}
@@ -97,8 +134,8 @@ def test_labels_queue_and_placement():
 
 
 def test_refusals_and_bad_arguments():
-    with pytest.raises(SpecError, match=r"^roles\[0\]\.replicas: the leader becomes"):
-        render_pytorchjob(group(roles=[Role("leader", replicas=2)]))
+    with pytest.raises(SpecError, match=r"^roles\[0\]\.replicas: of two roles the leader becomes"):
+        render_pytorchjob(group(roles=[Role("leader", replicas=2), Role("worker")]))
     with pytest.raises(SpecError) as err:
         render_pytorchjob(group(), name="x" * 60, ttl_seconds_after_finished=-1)
     assert [p for p, _ in err.value.problems] == ["name", "ttl_seconds_after_finished"]

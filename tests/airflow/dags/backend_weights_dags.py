@@ -1,17 +1,14 @@
 """The DAG of ``tests/airflow/test_backend_weights.py``: one group run as a JobSet, a TrainJob and a PyTorchJob.
 
-Each task trains ``dags/scripts/train_torch.py`` (DDP over gloo, a seeded model and data, one process per pod on 2
-pods) for a few steps and reports a digest of the final weights. The trainer's command is plain ``python``: the
-JobSet contract gives it ``MASTER_ADDR``/``RANK``/``WORLD_SIZE``, the training-operator sets them on a PyTorchJob's
-pods, and a TrainJob runs it under ``torchrun --no-python``, which reads the Trainer's ``PET_*``.
-
-A PyTorchJob's leader is its Master (exactly one pod) and a TrainJob has exactly one role, so no 2-pod group runs on
-both: the PyTorchJob task runs :data:`GROUP` with its two pods split into a leader and a worker.
+Each task runs the same :data:`GROUP` object, unchanged, on its ``backend``: ``dags/scripts/train_torch.py`` (DDP over
+gloo, a seeded model and data, one process per pod on the 2 pods of one role) for a few steps, reporting a digest of
+the final weights. The trainer's command is plain ``python``: the JobSet contract gives it
+``MASTER_ADDR``/``RANK``/``WORLD_SIZE``, the training-operator sets them on a PyTorchJob's pods (pod 0 the Master,
+pod 1 its Worker), and a TrainJob runs it under ``torchrun --no-python``, which reads the Trainer's ``PET_*``.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from airflow.sdk import DAG, Param
@@ -32,13 +29,7 @@ GROUP = TrainingGroup(
     env={"TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "3", "PYTHONUNBUFFERED": "1"},
     coordinator_port=29500,  # the Trainer's fixed rendezvous port
 )
-GROUPS = {
-    "jobset": GROUP,
-    "trainjob": GROUP,
-    "pytorchjob": GROUP.with_changes(
-        roles=[replace(NODE, name="leader", replicas=1), replace(NODE, name="worker", replicas=1)]
-    ),
-}
+BACKENDS = ("jobset", "trainjob", "pytorchjob")
 
 with DAG(
     DAG_ID,
@@ -47,10 +38,10 @@ with DAG(
     params={"namespace": Param("default", type="string"), "root": Param("/nonexistent", type="string")},
     tags=["test"],
 ):
-    for backend, group in GROUPS.items():
+    for backend in BACKENDS:
         TrainingGroupOperator(
             task_id=backend,
-            group=group,
+            group=GROUP,
             backend=backend,
             namespace="{{ params.namespace }}",
             kubernetes_conn_id="local_cluster",
