@@ -89,3 +89,27 @@ def test_the_rendered_view_names_each_role():
     shown = backend_watch.compact(render_pytorchjob(two, name="g-1", namespace="ns"), ["leader", "worker"], limit=4096)
     assert "kubectl get pytorchjob g-1 -n ns -o yaml" in shown
     assert "\n  leader:\n" in shown and "\n  worker:\n" in shown and "replicas: 2" in shown
+
+
+def test_a_one_role_pytorchjob_is_seen_as_that_role_of_all_its_pods():
+    ptj = render_pytorchjob(TrainingGroup("g", [Role("node", replicas=3, command=["python"])], image="x"), name="g-1")
+    ptj["status"] = {"replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2}}}
+    view = backend_watch.view("pytorchjob", ptj, roles=["node"])
+    assert view["spec"]["replicatedJobs"] == [{"name": "node", "replicas": 3}]
+    assert group_status(view).phase == "Running"
+    pods = [
+        {"metadata": {"name": f"g-1-{t}-{i}", "labels": {"training.kubeflow.org/job-name": "g-1", **typed(t, i)}}}
+        for t, i in (("master", 0), ("worker", 0), ("worker", 1))
+    ]
+    found = backend_watch.group_pods("pytorchjob", pods, "g-1", ["node"])
+    assert [
+        (p["metadata"]["labels"][ROLE_LABEL], p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]) for p in found
+    ] == [
+        ("node", "0"),
+        ("node", "1"),
+        ("node", "2"),
+    ]
+
+
+def typed(kind: str, index: int) -> dict:
+    return {"training.kubeflow.org/replica-type": kind, "training.kubeflow.org/replica-index": str(index)}
