@@ -11,7 +11,7 @@ from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import JOBSET_RESOURCE, jobsets, pods_of, xcom
 
 RESULT_KEYS = {
-    *("name", "namespace", "uid", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"),
+    *("name", "namespace", "uid", "backend", "state", "restarts", "preemptions", "failures", "checkpoint", "metrics"),
     *("attempts", "gpu_hours", "spot_share", "lost_steps", "lost_gpu_hours"),
 }
 
@@ -28,7 +28,7 @@ def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8
     for task_id in ("train_deferrable", "train_sync"):
         value = xcom(airflow_db, dag_id, task_id)
         assert set(value) == RESULT_KEYS
-        assert value["state"] == "Succeeded" and value["namespace"] == namespace
+        assert (value["state"], value["namespace"], value["backend"]) == ("Succeeded", namespace, "jobset")
         assert value["metrics"]["world_size"] == 3 and value["metrics"]["steps"] == 3  # templated TRAIN_STEPS
         assert (value["restarts"], value["preemptions"], value["failures"], value["checkpoint"]) == (0, 0, 0, None)
         assert xcom(airflow_db, dag_id, task_id, "jobset_name") == value["name"]
