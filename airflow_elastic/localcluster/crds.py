@@ -14,7 +14,6 @@ the server accepts.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from typing import Any
 
@@ -75,8 +74,13 @@ def crd(res: Resource) -> dict[str, Any]:
 
 
 def install(store: Store) -> None:
-    """Write the CRD of every served custom resource (idempotent: a restarted cluster keeps its own, edits included)."""
+    """Write the CRD of every served custom resource (idempotent: a restarted cluster keeps its own, edits included),
+    then its status (a create ignores the status of a resource with a status subresource, as the API server does)."""
     for res in ALL:
         if res.group not in BUILT_IN:
-            with contextlib.suppress(errors.AlreadyExists):
-                store.create(CUSTOMRESOURCEDEFINITIONS, None, crd(res))
+            body = crd(res)
+            try:
+                created = store.create(CUSTOMRESOURCEDEFINITIONS, None, body)
+            except errors.AlreadyExists:
+                continue
+            store.update(CUSTOMRESOURCEDEFINITIONS, {**created, "status": body["status"]}, subresource="status")

@@ -20,6 +20,7 @@ from airflow_elastic.localcluster.api.podprinter import pod_cells, pod_row_condi
 from airflow_elastic.localcluster.resources import (
     CONFIGMAPS,
     CRONJOBS,
+    CUSTOMRESOURCEDEFINITIONS,
     DEPLOYMENTS,
     EVENTS,
     HORIZONTALPODAUTOSCALERS,
@@ -414,6 +415,12 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
             "Name, URL, Ready, Prev:integer, Latest:integer, PrevRolledoutRevision, LatestReadyRevision, Age:date"
         ),
         isvc_cells,
+    ),
+    # No printer of its own upstream: the apiserver's default table (kubernetes/kubernetes
+    # staging/src/k8s.io/apiserver/pkg/registry/rest/table.go, defaultTableConvertor): name and RFC 3339 creation time.
+    CUSTOMRESOURCEDEFINITIONS.key: (
+        _columns("Name, Created At:date"),
+        lambda crd: [crd["metadata"]["name"], crd["metadata"].get("creationTimestamp", "")],
     ),
 }
 _DEFAULT = (_columns("Name, Age"), lambda obj: [obj["metadata"]["name"], age(obj)])
