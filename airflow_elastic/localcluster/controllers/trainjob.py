@@ -223,8 +223,9 @@ def _reapplied(existing: Obj, desired: Obj) -> Obj:
 
 
 def install(store: Store, manager: Manager, recorder: Recorder) -> None:
-    """Add the TrainJob controller and the default runtimes (``torch-distributed``)."""
-    from airflow_elastic.localcluster.trainer.runtimes import install_default_runtimes
+    """Add the TrainJob controller, the default runtimes (``torch-distributed``) and the SDK's public ConfigMap."""
+    from airflow_elastic.localcluster.trainer.runtimes import install_default_runtimes, install_public_configmap
 
     install_default_runtimes(store)
+    install_public_configmap(store)
     manager.add(TrainJobController(store, recorder))
