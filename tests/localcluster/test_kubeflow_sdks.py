@@ -89,6 +89,12 @@ def test_trainer_client_trains_on_the_default_runtime(configuration, core, custo
     job = CustomTrainer(func=all_reduce, num_nodes=2, env={"PYTHONUNBUFFERED": "1", **endpoint})
     assert trainer.train(runtime=runtime, trainer=job, options=[Name(name)]) == name
 
+    # Running (both node pods running, no condition yet) or already Complete; the followed log of node-0 ends when
+    # its container exits.
+    assert trainer.wait_for_job_status(name, {"Running", "Complete"}, timeout=60, polling_interval=0.2).num_nodes == 2
+    followed = [text(line) for line in trainer.get_job_logs(name, follow=True)]
+    assert "RANK 0 WORLD_SIZE 2 SUM 3 PET_NNODES=2 PET_NODE_RANK=0 PET_NPROC_PER_NODE=1" in followed
+
     done = trainer.wait_for_job_status(name, timeout=120, polling_interval=1)
     assert (done.status, done.num_nodes, done.runtime.name) == ("Complete", 2, "torch-distributed")
     steps = sorted(trainer.get_job(name).steps, key=lambda s: s.name)
