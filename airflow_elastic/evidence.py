@@ -13,6 +13,12 @@ list (phase ``Failed``, or gone while not succeeded), and the waiter classifies 
 
 The records are small JSON dicts (one per stopped pod), part of the trigger's event; :func:`attempt_causes`
 reduces them to one cause per restart attempt.
+
+A preempted pod is not always followed by a group restart: a Job with a ``backoffLimit`` (the Trainer's default
+runtime), a podFailurePolicy ``Ignore`` (a JobSet's elastic role) or the training-operator recreates it for its
+index while the group runs on. :meth:`Evidence.absorb` notices that replacement (a live pod in the stopped pod's
+:func:`slot`) and keeps the stop in :attr:`Evidence.absorbed`: a preemption the cluster absorbed, counted and charged
+like a free restart. A restart of the group is never one (its pods are the next attempt's, another slot).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.classify import SPOT_LABELS, Budget, Cause, classify
-from airflow_elastic.state import RESTART_LABEL, ROLE_LABEL
+from airflow_elastic.state import JOB_INDEX_LABEL, RESTART_LABEL, ROLE_LABEL
 
 Obj = Mapping[str, Any]
 #: Records kept at most (a looping disruption must not grow the trigger event without bound).
@@ -32,6 +38,10 @@ MAX_RECORDS = 50
 VAGUE_CAUSES = frozenset({Cause.UNKNOWN.value})
 #: Stops the JobSet made itself (its restart, its completion): they never explain an attempt.
 COLLATERAL_CAUSES = frozenset({Cause.GROUP_RESTART.value, Cause.GROUP_FINISHED.value})
+#: The Job controller's index of a pod in its Job (kubernetes ``pkg/controller/job/indexed_job_utils.go``).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+#: What an absorbed stop keeps (:attr:`Evidence.absorbed`).
+ABSORBED_KEYS = ("attempt", "pod", "role", "node", "cause", "replaced_by")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,20 @@ def _is_spot(pod: Obj) -> bool:
     return any((k, v) in SPOT_LABELS for k, v in selector.items())
 
 
+def slot(pod: Obj) -> tuple[str, ...] | None:
+    """Where ``pod`` runs in its group: restart attempt, role, Job index and completion index (``None`` without a
+    role). A pod the cluster recreates in place takes its predecessor's slot: the Job controller's for the same
+    completion index (kubernetes ``pkg/controller/job/job_controller.go``, ``manageJob``), the training-operator's
+    under the same name and replica index (kubeflow/trainer release-1.9 ``pkg/controller.v1/common/pod.go``,
+    ``ReconcilePods``)."""
+    meta = pod.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    if not labels.get(ROLE_LABEL):
+        return None
+    index = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX) or ""
+    return (labels.get(RESTART_LABEL, "0") or "0", labels[ROLE_LABEL], labels.get(JOB_INDEX_LABEL, ""), index)
+
+
 def reported_step(pod: Obj) -> int | None:
     """The ``step`` the pod last reported in its termination message (``runtime.report``), if any."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -84,6 +108,10 @@ class Evidence:
     #: Running pods summed over observations, and how many of them ran on spot capacity (by node selector).
     running_samples: int = 0
     spot_samples: int = 0
+    #: Preemption stops the cluster absorbed (the pod replaced in place, the group running on), oldest first.
+    absorbed: list[dict[str, Any]] = field(default_factory=list)
+    #: Slot -> its preemption records not yet seen replaced (this waiter's memory only).
+    _waiting: dict[tuple[str, ...], list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def observe(self, pods: Iterable[Obj]) -> list[Stop]:
         """Take a new pod list; return the pods that stopped since the previous one (each once)."""
@@ -130,22 +158,39 @@ class Evidence:
                 pod_gone=stop.gone,
                 node_gone=None if stop.node in nodes else False,
             )
-            new.append(
-                {
-                    "attempt": int(labels.get(RESTART_LABEL, "0") or 0),
-                    "pod": meta.get("name", ""),
-                    "role": labels.get(ROLE_LABEL, ""),
-                    "node": stop.node,
-                    "cause": verdict.cause.value,
-                    "budget": verdict.budget.value,
-                    "rule": verdict.rule,
-                    "evidence": list(verdict.evidence),
-                    "step": reported_step(stop.pod),
-                }
-            )
+            found = {
+                "attempt": int(labels.get(RESTART_LABEL, "0") or 0),
+                "pod": meta.get("name", ""),
+                "role": labels.get(ROLE_LABEL, ""),
+                "node": stop.node,
+                "cause": verdict.cause.value,
+                "budget": verdict.budget.value,
+                "rule": verdict.rule,
+                "evidence": list(verdict.evidence),
+                "step": reported_step(stop.pod),
+            }
+            new.append(found)
             self.done.add(_uid(stop.pod))
+            if verdict.is_preemption and (where := slot(stop.pod)) is not None:
+                self._waiting.setdefault(where, []).append(found)
         self.records = (self.records + new)[-MAX_RECORDS:]
         return new
+
+    def absorb(self, pods: Iterable[Obj]) -> list[dict[str, Any]]:
+        """The preemption records whose pod the cluster replaced in place: a live pod (not ``Failed``, never
+        recorded as stopped) holds its :func:`slot`. Each is marked ``absorbed`` (``replaced_by``: that pod) and
+        kept in :attr:`absorbed`; the marked records are returned (for the log)."""
+        found = []
+        for pod in pods:
+            where = slot(pod)
+            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) == "Failed":
+                continue
+            for record in self._waiting.pop(where):  # type: ignore[arg-type]
+                record |= {"absorbed": True, "replaced_by": (pod.get("metadata") or {}).get("name", "")}
+                found.append(record)
+        kept = [{k: r.get(k) for k in ABSORBED_KEYS} for r in found]
+        self.absorbed = (self.absorbed + kept)[-MAX_RECORDS:]
+        return found
 
     @property
     def spot_share(self) -> float | None:
@@ -160,8 +205,15 @@ def node_names(stops: Iterable[Stop]) -> set[str]:
 
 def decisive(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The record that explains a set of stops: the first with a specific cause, else the first ``unknown`` one,
-    else the first of the stops the JobSet made itself (:data:`COLLATERAL_CAUSES`); ``None`` for no records."""
+    else the first of the stops the JobSet made itself (:data:`COLLATERAL_CAUSES`); ``None`` for no records.
+
+    A stop the cluster absorbed (``absorbed``: its pod was replaced and the group ran on) is counted on its own and
+    explains an attempt's end only when no other stop does."""
     records = list(records)
+    return _ranked([r for r in records if not r.get("absorbed")]) or _ranked(records)
+
+
+def _ranked(records: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     collateral = [r for r in records if r.get("cause") in COLLATERAL_CAUSES]
     vague = [r for r in records if r.get("cause") in VAGUE_CAUSES]
     specific = [r for r in records if r.get("cause") not in VAGUE_CAUSES | COLLATERAL_CAUSES]
@@ -179,6 +231,8 @@ def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[st
 def describe(record: Mapping[str, Any]) -> str:
     """One line for the task log."""
     step = f", last reported step {record['step']}" if record.get("step") is not None else ""
+    if record.get("absorbed"):
+        step += f"; absorbed in cluster: replaced by pod {record.get('replaced_by')}, the group runs on"
     return (
         f"attempt {record.get('attempt', 0)}: pod {record.get('pod')} (role {record.get('role')}, node "
         f"{record.get('node') or '-'}) {record.get('cause')} [{record.get('rule')}; {_charge(record.get('budget'))}]"

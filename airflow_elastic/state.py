@@ -302,6 +302,9 @@ class GroupEvent:
     metrics: dict[str, Any] | None = None
     #: Why pods stopped, one record per pod (``airflow_elastic.evidence``), when the waiter captured evidence.
     evidence: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    #: Preemptions the cluster absorbed (the pod recreated in place, the group ran on: no restart counts them),
+    #: one per stop (``Evidence.absorbed``): charged to the preemption budget like free restarts.
+    absorbed: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     #: Approximate fraction of running pod-time on spot capacity (``None``: not sampled).
     spot_share: float | None = None
 
@@ -309,6 +312,7 @@ class GroupEvent:
         payload = asdict(self)
         payload["failures"] = list(self.failures)
         payload["evidence"] = list(self.evidence)
+        payload["absorbed"] = list(self.absorbed)
         return payload
 
     @classmethod
@@ -316,4 +320,5 @@ class GroupEvent:
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
         known["evidence"] = tuple(known.get("evidence") or ())
+        known["absorbed"] = tuple(known.get("absorbed") or ())
         return cls(**known)

@@ -132,7 +132,8 @@ class Watch:
         capture_evidence: classify every pod that stops (:class:`~airflow_elastic.evidence.Evidence`); the records
             are the verdict's ``evidence``.
         list_pods: look at the pods on every observation even when no decision needs them (a log follower).
-        max_preemptions: free restarts still allowed; one more -> ``preemption_budget_exhausted``.
+        max_preemptions: free restarts (and preemptions absorbed in cluster, ``Evidence.absorbed``) still allowed;
+            one more -> ``preemption_budget_exhausted``.
         suspend_timeout: seconds suspended (e.g. queued by Kueue) before ``suspend_timeout``; ``None``: forever.
         transient_exit_codes: exit codes the classifier treats as transient.
         elastic_role, elastic_min_replicas: the elastic role counts as started at ``min_replicas`` Ready pods.
@@ -262,7 +263,7 @@ class Watch:
             )
         if timed_out:
             return self._end(obs, "timeout", jobset, status, message=f"{self.where} passed its deadline")
-        disrupted = status.free_restarts + self._preempted_restarts(status)
+        disrupted = status.free_restarts + self._preempted_restarts(status) + len(self.evidence.absorbed)
         if self.max_preemptions is not None and disrupted > self.max_preemptions:
             message = (
                 f"{self.where} was disrupted {disrupted} time(s); the preemption budget allowed "
@@ -322,9 +323,11 @@ class Watch:
             if names:
                 return Need(nodes=frozenset(names))
         stops, self._stops = self._stops, []
-        return self.evidence.record(
+        records = self.evidence.record(
             stops, obs.nodes or {}, jobset=jobset, transient_exit_codes=self.transient_exit_codes
         )
+        absorbed = self.evidence.absorb(obs.pods)  # stopped pods replaced in place (each logged again, marked)
+        return records + [r for r in absorbed if not any(r is new for new in records)]
 
     def _settle_failure(self, obs: Observation, status: GroupStatus) -> tuple[bool, dict[str, Any] | None]:
         """For a ``Failed`` group whose attempt is charged to the failure budget: whether to hold the verdict (a pod
@@ -375,9 +378,14 @@ class Watch:
     def _preempted_restarts(self, status: GroupStatus) -> int:
         """How many counted restarts the evidence charges to the preemption budget (a node-loss cascade, or a
         disruption the JobSet did not label): restarted attempts whose decisive record is a preemption, beyond the
-        restarts the JobSet itself left uncounted (``free_restarts``)."""
+        restarts the JobSet itself left uncounted (``free_restarts``). An absorbed stop is counted on its own
+        (``Evidence.absorbed``), not again as a restart."""
         causes = attempt_causes(self.evidence.records)
-        preempted = sum(1 for k, r in causes.items() if k < status.restarts and (r or {}).get("budget") == "preemption")
+        preempted = sum(
+            1
+            for k, r in causes.items()
+            if k < status.restarts and (r or {}).get("budget") == "preemption" and not (r or {}).get("absorbed")
+        )
         return min(max(preempted - status.free_restarts, 0), status.restarts_counted)
 
     def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
@@ -417,6 +425,11 @@ class Watch:
                 **fields,
             }
         if self.capture_evidence:
-            fields = {"evidence": tuple(self.evidence.records), "spot_share": self.evidence.spot_share, **fields}
+            fields = {
+                "evidence": tuple(self.evidence.records),
+                "absorbed": tuple(self.evidence.absorbed),
+                "spot_share": self.evidence.spot_share,
+                **fields,
+            }
         event = GroupEvent(verdict, self.name, self.namespace, uid=uid, **fields)  # type: ignore[arg-type]
         return Step(verdict=event, observation=obs, status=status)

@@ -9,7 +9,9 @@ Budget arithmetic, over every attempt of the :class:`History` in ``task_state_st
 running group included; a try after the task finished starts a new history):
 
 * preemptions used = Σ (free restarts of the attempt, + its counted restarts the evidence charges to preemption,
-  e.g. node-loss cascades (``restarts_preempted``), + 1 when the attempt itself ended in a preemption);
+  e.g. node-loss cascades (``restarts_preempted``), + the preempted pods the cluster replaced in place while the
+  group ran on (``absorbed``: a Job's ``backoffLimit``, an elastic role, the training-operator), + 1 when the attempt
+  itself ended in a preemption);
 * failures used = Σ the other counted restarts; the next JobSet's ``maxRestarts`` is ``max_failures - failures
   used``;
 * while an attempt runs, the waiter may let it take ``max_preemptions - preemptions used`` free restarts; one more
@@ -111,7 +113,8 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     """
     # A counted restart the evidence charges to preemption (e.g. a node-loss cascade) is not a failure.
     lost = min(max(event.restarts_preempted, 0), event.restarts_counted)
-    free = max(event.restarts - event.restarts_counted, 0) + lost
+    # Preemptions the cluster absorbed (the pod recreated in place, the group ran on) count like free restarts.
+    free = max(event.restarts - event.restarts_counted, 0) + lost + len(event.absorbed)
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
     cause = decisive(last) if event.status in ("failed", "missing") else None
     if event.status == "elastic_below_min":  # the waiter stopped waiting: a preemption nobody labelled
@@ -125,13 +128,15 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
             "evidence": [event.message],
         }
     preempted = cause is not None and cause.get("budget") == "preemption"
+    # An end explained only by an absorbed stop is that preemption, already in ``free``.
+    ends_preempted = int(preempted and not (cause or {}).get("absorbed"))
     outcome: Outcome
     if event.status == "succeeded":
         outcome = "succeeded"
     elif event.status == "preemption_budget_exhausted":
         outcome = "preemption_budget_exhausted"
     elif preempted:
-        fits = history.preemptions + free + 1 <= max_preemptions
+        fits = history.preemptions + free + ends_preempted <= max_preemptions
         outcome = "resubmit" if fits else "preemption_budget_exhausted"
     else:
         outcome = "failed"
@@ -147,9 +152,10 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
         "uid": event.uid,
         "outcome": outcome,
         "cause": (cause or {}).get("cause") or ("succeeded" if outcome == "succeeded" else event.reason or "unknown"),
-        "preemptions": free + (1 if preempted else 0),
+        "preemptions": free + ends_preempted,
         "failures": event.restarts_counted - lost,
         "restart_causes": restarts,
+        "absorbed_causes": [r.get("cause") for r in event.absorbed],
         "started": started,
         "ended": ended,
         "gpu_hours": round(gpus * max(ended - started, 0.0) / 3600, 6),

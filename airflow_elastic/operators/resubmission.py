@@ -359,7 +359,7 @@ class Attempts:
         for i, attempt in enumerate(history.attempts):
             self.log.info(
                 "attempt %d: %s %s (uid %s) %s, cause %s, %d preemption(s), %d failure(s), in-cluster restart "
-                "causes %s",
+                "causes %s, absorbed in cluster %s",
                 i + 1,
                 self.kind,
                 attempt.get("name"),
@@ -369,6 +369,7 @@ class Attempts:
                 attempt.get("preemptions", 0),
                 attempt.get("failures", 0),
                 attempt.get("restart_causes") or {},
+                attempt.get("absorbed_causes") or [],
             )
 
     def _advise(self, history: attempts.History) -> None:

@@ -118,7 +118,9 @@ class TrainingGroupOperator(BaseOperator):
         ``{"name", "namespace", "uid", "backend", "state", "restarts", "preemptions", "failures", "checkpoint",
         "metrics"}``
         (plus ``trial_params`` when given, for ``sweeps.select_best``):
-        ``preemptions`` are free restarts (disruptions), ``failures`` restarts counted against ``max_failures``,
+        ``preemptions`` are disruptions (free restarts, preempted pods the cluster replaced in place, resubmissions;
+        per attempt in ``attempts``, with ``restart_causes`` and ``absorbed_causes``), ``failures`` restarts counted
+        against ``max_failures``,
         ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
         ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
 
