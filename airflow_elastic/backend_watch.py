@@ -159,7 +159,8 @@ def with_resume(manifest: Obj, *, resume_from: str | None, max_restarts: int | N
 def compact(manifest: Obj, roles: Sequence[str], *, limit: int) -> str:
     """A TrainJob or PyTorchJob manifest as the compact view of the "Rendered Template" page
     (:func:`airflow_elastic.render.compact.compact_view`): each role with its replicas, image, command, env and
-    placement, keyed by the group's role names (``roles``, leader first)."""
+    placement, keyed by the group's role names (``roles``, leader first; a one-role PyTorchJob's Master and Workers
+    are that one role of all its pods, as the watch sees them)."""
     from airflow_elastic.render.compact import compact_view
 
     spec = manifest.get("spec") or {}
@@ -175,10 +176,19 @@ def compact(manifest: Obj, roles: Sequence[str], *, limit: int) -> str:
     else:
         replicas = spec.get("pytorchReplicaSpecs") or {}
         role_of = {"Master": roles[0] if roles else "master", "Worker": roles[1] if len(roles) > 1 else "worker"}
+        if len(roles) == 1:  # one role of N pods: its pod 0 is the Master, the others Workers of the same template
+            role_of["Worker"] = roles[0]
+        shown: dict[str, dict[str, Any]] = {}
         for rtype, role in role_of.items():
-            if rtype in replicas:
+            if rtype not in replicas:
+                continue
+            count = int(replicas[rtype].get("replicas", 1))
+            if role in shown:
+                shown[role]["replicas"] += count
+            else:
                 job = {"template": replicas[rtype].get("template") or {}}
-                rjobs.append({"name": role, "replicas": replicas[rtype].get("replicas", 1), "template": {"spec": job}})
+                shown[role] = {"name": role, "replicas": count, "template": {"spec": job}}
+        rjobs.extend(shown.values())
     kept = {k: spec[k] for k in ("suspend", "ttlSecondsAfterFinished") if k in spec}
     shaped = {"metadata": manifest.get("metadata") or {}, "spec": {**kept, "replicatedJobs": rjobs}}
     return compact_view(shaped, limit=limit, kind=str(manifest.get("kind", "")))

@@ -91,6 +91,13 @@ def test_the_rendered_view_names_each_role():
     assert "\n  leader:\n" in shown and "\n  worker:\n" in shown and "replicas: 2" in shown
 
 
+def test_the_rendered_view_of_a_one_role_pytorchjob_is_that_role_of_all_its_pods():
+    one = TrainingGroup("g", [Role("node", replicas=3, command=["python", "train.py"])], image="x")
+    shown = backend_watch.compact(render_pytorchjob(one, name="g-1", namespace="ns"), ["node"], limit=4096)
+    assert "\n  node:\n" in shown and "replicas: 3" in shown, shown
+    assert "worker" not in shown and shown.count("train.py") == 1, shown
+
+
 def test_a_one_role_pytorchjob_is_seen_as_that_role_of_all_its_pods():
     ptj = render_pytorchjob(TrainingGroup("g", [Role("node", replicas=3, command=["python"])], image="x"), name="g-1")
     ptj["status"] = {"replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2}}}
