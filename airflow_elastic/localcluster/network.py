@@ -11,7 +11,8 @@ documented substitutions:
   identity alive at once, e.g. a replacement starting while its predecessor terminates, share the IP). The IP of
   a pod without ``spec.hostname`` is released when the pod is deleted. A server that binds its
   pod IP never collides with another pod's server on the same port; a server binding ``0.0.0.0`` shares the
-  host's port space with every other pod and with the host itself.
+  host's port space with every other pod and with the host itself (torchrun's rendezvous port is therefore moved
+  per rendezvous, :mod:`.storeport`).
 * **DNS names.** Before a container starts, the kubelet rewrites, in its command, args and env values:
 
   - ``<hostname>.<subdomain>`` and the same followed by ``.<ns>``, ``.<ns>.svc`` or ``.<ns>.svc.cluster.local``,

@@ -12,8 +12,10 @@ task before anything is created.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +27,16 @@ import yaml
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kubernetes import client
 
-from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, checkpoints, contract
+from airflow_elastic import (
+    Checkpointing,
+    FailurePolicy,
+    Placement,
+    Role,
+    TrainingGroup,
+    backends,
+    checkpoints,
+    contract,
+)
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.backend_io import BackendUnavailable
@@ -116,6 +127,18 @@ def reclaim(cluster: LocalCluster, core: client.CoreV1Api, namespace: str, selec
     cluster.preempt_node(pod.spec.node_name, style="gke", grace_seconds=1, delete_after=0.5, replace_after=0.2)
 
 
+@pytest.fixture
+def coordinator_elsewhere() -> Iterator[None]:
+    """Another group's coordinator listening on 29500 at its own pod IP meanwhile (any JobSet group's default
+    ``coordinator_port``, in this cluster or another one on the host): torch's store, which binds all interfaces,
+    must not need the Trainer's port free on the whole host. A port someone already holds is that situation too."""
+    with socket.socket() as listener:
+        with contextlib.suppress(OSError):
+            listener.bind(("127.250.0.1", backends.TRAINER_PORT))
+            listener.listen()
+        yield
+
+
 def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container.get("env") or []}
 
@@ -127,7 +150,7 @@ def apply_runtime(custom: client.CustomObjectsApi, namespace: str, manifest: str
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
 def test_a_spot_reclaimed_trainjob_is_resubmitted_from_its_checkpoint(
-    deferrable, local_cluster, core, custom, namespace, connection, tmp_path
+    deferrable, local_cluster, core, custom, namespace, connection, tmp_path, coordinator_elsewhere
 ):
     apply_runtime(custom, namespace, "trainingruntime-no-retries.yaml")  # wins over the cluster's torch-distributed
     ckpt = tmp_path / "ckpt"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_elastic.localcluster import storeport
 from tests.localcluster.test_e2e_jobsets import condition, wait_for
 
 MANIFESTS = Path(__file__).parent / "manifests"
@@ -78,9 +79,6 @@ def test_kubectl_serves_the_kinds_and_the_default_runtime(kubectl):
 
 def test_two_nodes_run_a_gloo_all_reduce_under_torchrun(custom, core, kubectl, namespace):
     manifest = yaml.safe_load((MANIFESTS / "trainjob-multi-node.yaml").read_text())
-    # torch's store binds every interface of this one host: another torchrun on 29500 (PET_MASTER_PORT) would
-    # collide, so this one listens elsewhere (torchrun's flags win over PET_*).
-    manifest["spec"]["trainer"]["command"].insert(1, f"--master-port={free_port()}")
     kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
     tj = wait_for(lambda: finished(custom, namespace, "multi-node"), timeout=120, what="the TrainJob to finish")
     assert [c["type"] for c in tj["status"]["conditions"]] == ["Complete"]
@@ -98,9 +96,12 @@ def test_two_nodes_run_a_gloo_all_reduce_under_torchrun(custom, core, kubectl, n
         {"name": "PET_MASTER_ADDR", "value": "multi-node-node-0-0.multi-node"},
         {"name": "PET_MASTER_PORT", "value": "29500"},
     ]
-    # The leader's DNS name reaches the processes rewritten to its pod IP (the local cluster's DNS).
+    # The leader's DNS name reaches the processes rewritten to its pod IP (the local cluster's DNS), and the port
+    # moved off 29500, the same for both nodes (torch's store binds every interface of the one host: storeport).
     leader = core.list_namespaced_pod(namespace, label_selector="batch.kubernetes.io/job-completion-index=0")
-    pet = f"PET_MASTER_ADDR={leader.items[0].status.pod_ip} PET_MASTER_PORT=29500 PET_NNODES=2 PET_NODE_RANK={{}}"
+    [port] = {line.split("PET_MASTER_PORT=")[1].split()[0] for line in logs(core, namespace, "multi-node", "RANK ")}
+    assert int(port) in storeport.PORTS, port
+    pet = f"PET_MASTER_ADDR={leader.items[0].status.pod_ip} PET_MASTER_PORT={port} PET_NNODES=2 PET_NODE_RANK={{}}"
     assert logs(core, namespace, "multi-node", "RANK ") == [
         f"RANK {i} WORLD_SIZE 2 SUM 3 {pet.format(i)} PET_NPROC_PER_NODE=1" for i in (0, 1)
     ]
@@ -149,7 +150,9 @@ def test_snapshot_patches_suspend_and_resume(custom, core, kubectl, namespace):
     ]
     assert jobset(custom, namespace, name)["metadata"]["labels"]["stage"] == "resumed"
     printed = [re.sub(r"PET_MASTER_ADDR=\S+ ", "", line) for line in logs(core, namespace, name, "RUNTIME_")]
-    pet = "PET_MASTER_PORT=29500 PET_NNODES=2 PET_NODE_RANK={} PET_NPROC_PER_NODE=2"
+    [port] = {re.search(r"PET_MASTER_PORT=(\d+)", line)[1] for line in printed}  # moved alike (storeport)
+    assert int(port) in storeport.PORTS, printed
+    pet = f"PET_MASTER_PORT={port} PET_NNODES=2 PET_NODE_RANK={{}} PET_NPROC_PER_NODE=2"
     assert printed == [f"RUNTIME_VERSION=v1 CUSTOM_VAR=custom-value {pet.format(i)}" for i in (0, 1)]
     pods = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
     assert {p.spec.node_selector["airflow-elastic.io/capacity-type"] for p in pods} == {"on-demand"}

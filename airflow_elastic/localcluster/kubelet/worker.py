@@ -28,6 +28,7 @@ from airflow_elastic.localcluster.kubelet.volumes import MountError, mount, prep
 from airflow_elastic.localcluster.network import ADDRESS_SUFFIXES
 from airflow_elastic.localcluster.resources import PODS
 from airflow_elastic.localcluster.store import Obj, now
+from airflow_elastic.localcluster.storeport import with_store_port
 
 if TYPE_CHECKING:
     from airflow_elastic.localcluster.kubelet.kubelet import Kubelet
@@ -242,6 +243,8 @@ class PodWorker:
     def _prepare(self, record: ContainerRecord, pod: Obj) -> tuple[list[str], dict[str, str], Path, Path]:
         spec = self.specs[record.name]
         declared = container_env(pod, spec, self.k.store)
+        # torch's store binds all interfaces of the one host: its rendezvous port is moved per rendezvous.
+        declared = with_store_port(declared, cluster=str(self.k.state_dir), namespace=pod["metadata"]["namespace"])
         argv = command_line(spec, self.k.config, declared)
         rewrite = self.k.network.rewriter(pod)
         argv = [rewrite(a) for a in argv]
