@@ -16,7 +16,7 @@ reduces them to one cause per restart attempt.
 
 A preempted pod is not always followed by a group restart: a Job with a ``backoffLimit`` (the Trainer's default
 runtime), a podFailurePolicy ``Ignore`` (a JobSet's elastic role) or the training-operator recreates it for its
-index while the group runs on. :meth:`Evidence.absorb` notices that replacement (a live pod in the stopped pod's
+index while the group runs on. :meth:`Evidence.absorb` notices that replacement (a pod running in the stopped pod's
 :func:`slot`) and keeps the stop in :attr:`Evidence.absorbed`: a preemption the cluster absorbed, counted and charged
 like a free restart. A restart of the group is never one (its pods are the next attempt's, another slot).
 """
@@ -177,13 +177,14 @@ class Evidence:
         return new
 
     def absorb(self, pods: Iterable[Obj]) -> list[dict[str, Any]]:
-        """The preemption records whose pod the cluster replaced in place: a live pod (not ``Failed``, never
-        recorded as stopped) holds its :func:`slot`. Each is marked ``absorbed`` (``replaced_by``: that pod) and
-        kept in :attr:`absorbed`; the marked records are returned (for the log)."""
+        """The preemption records whose pod the cluster replaced in place: a pod never recorded as stopped runs
+        (or ran to completion) in its :func:`slot`. A replacement still ``Pending`` (e.g. no room for it) has absorbed
+        nothing yet: a group left short-handed ends another way (``elastic_below_min``, a timeout). Each is marked
+        ``absorbed`` (``replaced_by``: that pod) and kept in :attr:`absorbed`; the marked records are returned."""
         found = []
         for pod in pods:
             where = slot(pod)
-            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) == "Failed":
+            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) not in ("Running", "Succeeded"):
                 continue
             for record in self._waiting.pop(where):  # type: ignore[arg-type]
                 record |= {"absorbed": True, "replaced_by": (pod.get("metadata") or {}).get("name", "")}

@@ -55,9 +55,14 @@ SCENARIOS = {
         [
             [pod("a", name="p-worker-0")],
             [pod("a", "Failed", name="p-worker-0", **RECLAIMED)],
-            [pod("b", "Pending", name="p-worker-0")],
+            [pod("b", "Pending", name="p-worker-0")],  # not absorbed yet: the replacement must run
+            [pod("b", name="p-worker-0")],
         ],
         ["spot_reclaim"],
+    ),
+    "a replacement that cannot be scheduled has absorbed nothing (an elastic group short-handed)": (
+        [[pod("a")], [pod("a", "Failed", **RECLAIMED), pod("c", "Pending")]],
+        [],
     ),
     "a JobSet restart is the next attempt, not a replacement": (
         [[pod("a")], [pod("a", "Failed", **RECLAIMED), pod("c", "Pending", attempt=1)]],
