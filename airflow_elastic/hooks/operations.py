@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from airflow_elastic import serving
 from airflow_elastic.logcursor import LogRequest
 from airflow_elastic.render.jobset import API_VERSION
 
@@ -27,8 +28,13 @@ TRAINING_JOBS = {
     "trainjobs": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "plural": "trainjobs"},
     "pytorchjobs": {"group": "kubeflow.org", "version": "v1", "plural": "pytorchjobs"},
 }
-#: The custom objects a group is, by resource (``create_custom`` and the others).
-CUSTOM = {JOBSET_PLURAL: _JOBSETS, **TRAINING_JOBS}
+#: The custom objects the hooks read and write, by resource (``create_custom`` and the others): what a group is,
+#: and KServe InferenceServices (the serving hooks).
+CUSTOM = {
+    JOBSET_PLURAL: _JOBSETS,
+    **TRAINING_JOBS,
+    serving.PLURAL: {"group": serving.GROUP, "version": serving.VERSION, "plural": serving.PLURAL},
+}
 #: A TrainJob's runtime kinds and their resources (``ClusterTrainingRuntime`` is cluster-scoped).
 RUNTIMES = {"TrainingRuntime": "trainingruntimes", "ClusterTrainingRuntime": "clustertrainingruntimes"}
 
@@ -89,13 +95,14 @@ class Operation:
 
 
 def create_custom(plural: str, namespace: str, body: Mapping[str, Any]) -> Operation:
-    """Create a custom object of :data:`CUSTOM` (JobSet, TrainJob, PyTorchJob). Never repeated (see ``retry``)."""
+    """Create a custom object of :data:`CUSTOM` (JobSet, TrainJob, PyTorchJob, InferenceService). Never repeated
+    (see ``retry``)."""
     name = (body.get("metadata") or {}).get("name") or (body.get("metadata") or {}).get("generateName", "")
     return Operation(
         f"create {plural} {namespace}/{name}",
         "CustomObjectsApi",
         "create_namespaced_custom_object",
-        # Strict: a cluster whose CRD lacks a field we set (an older JobSet) answers 400 instead of dropping it.
+        # Strict: a cluster whose CRD lacks a field we set (an older JobSet, KServe) answers 400 instead of dropping it.
         {**CUSTOM[plural], "namespace": namespace, "body": dict(body), "field_validation": "Strict"},
         repeatable=False,
     )
@@ -111,7 +118,8 @@ def get_custom(plural: str, namespace: str, name: str) -> Operation:
 
 
 def patch_custom(plural: str, namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
-    """A JSON merge patch (the Trainer's ``kubeflow-trainer-edit`` role grants patch, not update)."""
+    """A JSON merge patch, never a replace: fields webhooks defaulted (and other writers') stay; and the Trainer's
+    ``kubeflow-trainer-edit`` role grants patch, not update."""
     return Operation(
         f"patch {plural} {namespace}/{name}",
         "CustomObjectsApi",

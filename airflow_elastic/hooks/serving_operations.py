@@ -9,15 +9,15 @@ inside, with the connection's own credentials (RBAC ``services/proxy``, verbs ``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_elastic import serving
-from airflow_elastic.hooks.operations import Operation
+from airflow_elastic.hooks.operations import Operation, create_custom, get_custom, patch_custom
 
-_ISVCS = {"group": serving.GROUP, "version": serving.VERSION, "plural": serving.PLURAL}
 #: The port KServe's predictor Service listens on (``components/predictor.go``: 80 -> the container port).
 SERVICE_PORT = 80
 
@@ -50,42 +50,15 @@ class ProxyOperation(Operation):
 
 
 def get_inference_service(namespace: str, name: str) -> Operation:
-    return Operation(
-        f"get inferenceservices {namespace}/{name}",
-        "CustomObjectsApi",
-        "get_namespaced_custom_object",
-        {**_ISVCS, "namespace": namespace, "name": name},
-        none_if_missing=True,
-    )
+    return dataclasses.replace(get_custom(serving.PLURAL, namespace, name), none_if_missing=True)
 
 
 def create_inference_service(namespace: str, body: Mapping[str, Any]) -> Operation:
-    name = (body.get("metadata") or {}).get("name", "")
-    return Operation(
-        f"create inferenceservices {namespace}/{name}",
-        "CustomObjectsApi",
-        "create_namespaced_custom_object",
-        # Strict: a cluster whose KServe CRD lacks a field we set answers 400 instead of dropping it.
-        {**_ISVCS, "namespace": namespace, "body": dict(body), "field_validation": "Strict"},
-        repeatable=False,
-    )
+    return create_custom(serving.PLURAL, namespace, body)
 
 
 def patch_inference_service(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
-    return Operation(
-        f"patch inferenceservices {namespace}/{name}",
-        "CustomObjectsApi",
-        "patch_namespaced_custom_object",
-        {
-            **_ISVCS,
-            "namespace": namespace,
-            "name": name,
-            "body": dict(patch),
-            # A merge patch, never a replace: fields KServe's webhook defaulted (and other writers') stay.
-            "_content_type": "application/merge-patch+json",
-        },
-        repeatable=True,  # a JSON merge patch gives the same object however often it is applied
-    )
+    return patch_custom(serving.PLURAL, namespace, name, patch)
 
 
 def get_deployment(namespace: str, name: str) -> Operation:
