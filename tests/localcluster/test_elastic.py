@@ -65,7 +65,10 @@ class Progress:
     def finish_soon(self, steps: int = 5) -> None:
         """Let training end a few steps after the furthest worker."""
         target = max(p["step"] for p in self.all()) + steps
-        (self.dir / "target").write_text(str(target))
+        # Atomically: a worker reading the file mid-write saw "" and crashed (int(""), a flaky user_error).
+        partial = self.dir / "target.partial"
+        partial.write_text(str(target))
+        partial.replace(self.dir / "target")
 
 
 def collapse(counts: list[list[int]]) -> list[int]:
