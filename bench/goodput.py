@@ -5,8 +5,8 @@ leader on on-demand, workers on spot, one fake GPU per pod) trains ``--steps`` s
 checkpoint every ``--every`` steps, each write costing ``--checkpoint-seconds`` more. Each run is one
 ``airflow dags test`` of a DAG generated from ``bench/scripts/goodput_dag.py``, on one local cluster whose spot pool
 (one node per worker) loses nodes on the cluster's seeded schedule (``start_preemptions``: GKE-style and
-vanish-style reclaims mixed, time-compressed), started when the first step is recorded and stopped at the last, with
-the same seed for every run. Strategies:
+vanish-style reclaims mixed), started when the first step is recorded and stopped at the last, with the same seed for
+every run. Strategies:
 
 1. ``elastic``: airflow-elastic as documented (in-cluster free restarts, emergency checkpoint on SIGTERM and on a
    lost peer through ``runtime.peer_loss``, resubmission for unlabelled disruptions);
@@ -14,6 +14,15 @@ the same seed for every run. Strategies:
 3. ``handrolled``: the same JobSet with a plain counted failure policy (``maxRestarts: 0``), applied and polled by
    a ``@task`` through the cncf ``KubernetesHook``, Airflow ``retries`` starting it again from the latest checkpoint
    (why this is the faithful baseline: ``bench/scripts/goodput_dag.py``).
+
+**Time scale.** Everything the platform waits for is compressed by one factor, ``--scale`` real seconds per bench
+second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's
+and PodGC's timeouts, DefaultTolerationSeconds, a replacement node's provisioning, Airflow's ``retry_delay`` and the
+operator's poll interval. 30 is the factor at which what cannot be compressed here — a restarted trainer's process
+start, ``import torch``, rendezvous and checkpoint load, 3-4 s on these machines — matches a real restart's one to
+two minutes; the default checkpoint interval (80 steps of 0.1 s = 8 s) then stands for 4 minutes, and a reclaim
+every 10 intervals for one every 40 minutes. ``airflow dags test``'s in-process start of a retried task (a few
+seconds) is not compressed either: it stands for the scheduler round trip of strategy 3.
 
 Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), all from the
 trainer's step records, the task's result and the Airflow metadata DB: goodput = ideal training time (steps x the
@@ -23,12 +32,13 @@ task result's ``gpu_hours``; for the hand-rolled task, which has none, its JobSe
 GPU-hours (requested minus GPUs x ideal time); Airflow tries spent on reclaims; whether the task succeeded.
 
 Young/Daly check: at ``--sweep-rate``, strategy 2 (where the interval matters: no emergency checkpoint) runs with
-each interval of ``--sweep``; the measured optimum is set beside the interval the operator's end-of-task advice
-(``Checkpoint interval: ...`` in the task log) recommends from the reclaims it observed.
+each interval of ``--sweep``; the measured optimum (the peak of ``goodput = c - a/T - b·T`` fitted to the sweep,
+and the best point) is set beside the interval the operator's end-of-task advice (``Checkpoint interval: ...`` in
+the task log) recommends from the reclaims it observed.
 
 Tables and plot: ``bench/scripts/goodput_report.py``. Usage: ``python bench/goodput.py [--quick]
 [--png docs/goodput.png] [--table docs/goodput.md]``. Machines here are shared and noisy: compare ratios, not seconds,
-and expect variance between runs.
+and expect variance between runs (one seed: ``--seed``).
 """
 
 from __future__ import annotations
@@ -60,11 +70,38 @@ from tests.airflow.training_group_helpers import xcom  # noqa: E402
 SCRIPTS = ROOT / "bench" / "scripts"
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"
 CONN_ID = "local_cluster"
-#: Reclaims compressed like the rest: GKE's 30 s node grace and the node controller's 40 s / 300 s become seconds.
-STYLE_OPTIONS = {
-    "gke": {"grace_seconds": 1, "delete_after": 1},
-    "vanish": {"unreachable_after": 2, "delete_after": 3},
+#: Seconds after a reclaim within which the process training at that moment stops if the reclaim interrupted it.
+INTERRUPTED = 5.0
+#: What the platform waits for on a real cluster (seconds), each divided by ``--scale`` in the bench.
+REAL_SECONDS = {
+    "gke_grace": 15,  # GKE Spot graceful node shutdown: 30 s, of which regular pods get 15 s (critical pods 15 s)
+    "gke_node_delete": 30,  # the Spot VM is gone once its 30 s notice ends
+    "node_monitor_grace": 40,  # kube-controller-manager --node-monitor-grace-period: Ready=Unknown, unreachable taint
+    "vanished_node_delete": 60,  # cloud-node-lifecycle deletes the Node once its instance no longer exists
+    "podgc_quarantine": 40,  # PodGC waits this long before failing the pods of a deleted node
+    "default_toleration": 300,  # DefaultTolerationSeconds: not-ready/unreachable NoExecute tolerations
+    "node_provisioning": 60,  # a replacement Spot node registers (cluster autoscaler / Karpenter)
+    "retry_delay": 300,  # Airflow's [core] default_task_retry_delay (strategy 3)
+    "poll": 10,  # TrainingGroupOperator's poll_interval default; the hand-rolled task polls as often
 }
+
+
+def scaled(scale: float) -> dict[str, float]:
+    """:data:`REAL_SECONDS` compressed by ``scale``."""
+    return {key: round(seconds / scale, 3) for key, seconds in REAL_SECONDS.items()}
+
+
+def style_options(timings: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The reclaim styles' options at the bench's time scale."""
+    return {
+        "gke": {"grace_seconds": timings["gke_grace"], "delete_after": timings["gke_node_delete"]},
+        "vanish": {
+            "unreachable_after": timings["node_monitor_grace"],
+            "delete_after": timings["vanished_node_delete"],
+        },
+    }
+
+
 DAG_FILE = """# An airflow DAG generated by bench/goodput.py (Airflow parses files that name airflow and DAG).
 import json, sys
 sys.path.insert(0, {root!r})
@@ -112,8 +149,9 @@ class Run:
             "max_preemptions": args.budget,
             "max_failures": 1 if self.strategy == "elastic" else args.budget,  # why: bench/scripts/goodput_dag.py
             "retries": args.budget,
-            "retry_delay": args.retry_delay,
-            "poll": args.poll,
+            "retry_delay": self.bench.timings["retry_delay"],
+            "poll": self.bench.timings["poll"],
+            "coordinator_port": args.coordinator_port,
         }
 
     def execute(self) -> dict[str, Any]:
@@ -145,7 +183,10 @@ class Run:
             pass
         if finished.is_set():
             return
-        options = {"seed": args.seed, "style": list(STYLE_OPTIONS), "options": STYLE_OPTIONS, "replace_after": 0.5}
+        timings = self.bench.timings
+        styles = style_options(timings)
+        options = {"seed": args.seed, "style": list(styles), "options": styles}
+        options["replace_after"] = timings["node_provisioning"]
         cluster.start_preemptions({"spot": self.mtbr}, **options)
         started = time.time()
         try:
@@ -208,15 +249,21 @@ class Run:
         return round(statistics.median(gaps), 4) if gaps else None
 
     def _restart_overheads(self, records: list[dict[str, Any]]) -> list[float]:
-        """Per reclaim that interrupted training: reclaim → first step of the attempt after it."""
+        """Per reclaim that interrupted training: reclaim → first step of a process that started after it. A reclaim
+        interrupted if the process training at that moment recorded its last step within :data:`INTERRUPTED` s
+        after it (a reclaim of a node without pods does not stop it), or if training was already stopped."""
+        done = [r for r in records if not r.get("start")]
         found = []
         for at in self.reclaims:
-            before = [r for r in records if r["time"] <= at and not r.get("start")]
-            after = [r for r in records if r["time"] > at and not r.get("start")]
-            if not before or not after:
+            before = [r for r in done if r["time"] <= at]
+            if not before:
                 continue
-            resumed = [r for r in after if r["process"] != before[-1]["process"]]
-            if resumed and after[0]["process"] != before[-1]["process"]:
+            old = before[-1]["process"]
+            last = max(r["time"] for r in done if r["process"] == old)
+            if last - at > INTERRUPTED:
+                continue
+            resumed = [r for r in done if r["time"] > max(at, last) and r["process"] != old]
+            if resumed:
                 found.append(resumed[0]["time"] - at)
         return found
 
@@ -250,6 +297,7 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.args, self.tmp = args, tmp
+        self.timings = scaled(args.scale)
         pools = (
             NodePool("ondemand", count=1, gpus=1, labels={"airflow-elastic.io/capacity-type": "on-demand"}),
             NodePool("spot", count=args.workers, gpus=1, labels=dict(SPOT_LABELS), taints=SPOT_TAINTS),
@@ -263,7 +311,10 @@ class Bench:
         from kubernetes import config
 
         self.cluster.__enter__()
-        self.cluster.configure_node_lifecycle(podgc_quarantine_seconds=0.5, default_toleration_seconds=1)
+        self.cluster.configure_node_lifecycle(
+            podgc_quarantine_seconds=self.timings["podgc_quarantine"],
+            default_toleration_seconds=self.timings["default_toleration"],
+        )
         self._api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
         return self
 
@@ -324,10 +375,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         return [float(x) for x in text.split(",") if x]
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--scale", type=float, default=30, help="real seconds per bench second (see above)")
     parser.add_argument("--step", type=float, default=0.1, help="seconds per training step (beyond its compute)")
-    parser.add_argument("--every", type=int, default=40, help="checkpoint interval in steps")
+    parser.add_argument("--every", type=int, default=80, help="checkpoint interval in steps")
     parser.add_argument("--checkpoint-seconds", type=float, default=0.2, help="extra cost of one checkpoint write")
-    parser.add_argument("--steps", type=int, default=360, help="target steps of each run")
+    parser.add_argument("--steps", type=int, default=1200, help="target steps of each run")
     parser.add_argument("--workers", type=int, default=2, help="spot workers (one spot node each)")
     parser.add_argument("--mtbr", type=floats, default=[5, 10, 20], help="MTBRs in checkpoint intervals")
     parser.add_argument("--sweep", type=floats, default=[0.25, 0.5, 1, 2], help="interval factors of the sweep")
@@ -335,8 +387,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES), help="a subset")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
-    parser.add_argument("--retry-delay", type=float, default=1, help="the hand-rolled task's retry_delay (s)")
-    parser.add_argument("--poll", type=float, default=1, help="poll interval of the operator and the task (s)")
+    parser.add_argument("--coordinator-port", type=int, default=29461, help="the group's (apart from tests' 29400)")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")
     parser.add_argument("--table", type=Path, help="write the tables (markdown) here")

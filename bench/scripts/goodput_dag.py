@@ -9,9 +9,10 @@
   and its ``KubernetesJobOperator`` runs one pod template, so it cannot put the leader on on-demand and the workers on
   spot; the team applies the same JobSet with the cncf ``KubernetesHook``, polls its conditions, and raises when it
   failed, so Airflow ``retries`` start it again. The JobSet has a plain counted failure policy (``maxRestarts: 0``,
-  no rules, no ``podFailurePolicy``), so every disruption fails it and burns a retry plus a scheduler round trip
-  (``retry_delay``). Each try names its JobSet after the try number; the trainer resumes from the latest complete
-  checkpoint in the shared checkpoint directory, as a sensible team's trainer does.
+  no rules, no ``podFailurePolicy``, no tolerations for lost nodes), so every disruption fails it and burns a retry
+  plus a scheduler round trip (Airflow's default ``retry_delay`` of 300 s, compressed like every other wait). Each
+  try names its JobSet after the try number; the trainer resumes from the latest complete checkpoint in the shared
+  checkpoint directory, as a sensible team's trainer does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, 
 
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"  # the example's image, mapped to the bench trainer
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 def group(settings: dict[str, Any]) -> TrainingGroup:
@@ -51,7 +53,7 @@ def group(settings: dict[str, Any]) -> TrainingGroup:
             "PEER_TIMEOUT": "30",
             "PYTHONUNBUFFERED": "1",
         },
-        coordinator_port=29400,
+        coordinator_port=settings["coordinator_port"],
     )
 
 
@@ -65,6 +67,10 @@ def plain_jobset(settings: dict[str, Any]) -> dict[str, Any]:
         job = rjob["template"]["spec"]
         job.pop("podFailurePolicy", None)
         job["backoffLimit"] = 0
+        pod = job["template"]["spec"]  # nor the lost-node tolerations the provider declares
+        kept = [t for t in pod.pop("tolerations", []) if t.get("key") not in NODE_LOSS_TAINTS]
+        if kept:
+            pod["tolerations"] = kept
     return manifest
 
 
