@@ -106,6 +106,11 @@ def node_event(recorder: Recorder, store: Store, name: str, kind: str, reason: s
 # ------------------------------------------------------------------------------------------------ controllers
 
 
+def _declares_node_toleration(toleration: Obj, key: str) -> bool:
+    """DefaultTolerationSeconds' test: ``toleration`` is the pod's own for the ``NoExecute`` taint ``key``."""
+    return toleration.get("key") in (key, "", None) and toleration.get("effect") in ("NoExecute", "", None)
+
+
 class TaintManager(Controller):
     """Deletes pods that do not tolerate their node's ``NoExecute`` taints, after their ``tolerationSeconds``.
 
@@ -132,9 +137,16 @@ class TaintManager(Controller):
         ]
 
     def _wait(self, pod: Obj, taint: Obj) -> float | None:
-        """Seconds this pod may still stay with ``taint`` (None: forever; 0: evict now)."""
-        matching = [t for t in pod["spec"].get("tolerations") or [] if _tolerates(t, taint)]
-        if not matching and taint.get("key") in (UNREACHABLE, NOT_READY):
+        """Seconds this pod may still stay with ``taint`` (None: forever; 0: evict now).
+
+        A pod's own tolerations decide; one that declares none for a not-ready/unreachable taint gets
+        ``default_toleration_seconds``, as DefaultTolerationSeconds would have given it at admission. That plugin
+        counts as declared any toleration with the taint's key (or none) and effect ``NoExecute`` (or none), even one
+        whose value does not match: such a pod gets no default and is evicted at once."""
+        tolerations = pod["spec"].get("tolerations") or []
+        matching = [t for t in tolerations if _tolerates(t, taint)]
+        key = taint.get("key")
+        if key in (UNREACHABLE, NOT_READY) and not any(_declares_node_toleration(t, key) for t in tolerations):
             matching = [{"tolerationSeconds": self.default_toleration_seconds}]
         if not matching:
             return 0.0
