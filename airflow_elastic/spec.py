@@ -137,12 +137,18 @@ class FailurePolicy(_Spec):
         transient_exit_codes: exit codes the classifier reports as ``transient`` (e.g. a flaky NCCL init).
         fallback_to_on_demand_after: after this many preemptions, resubmitted groups run with every
             placement's ``spot=False`` (other placement fields kept). ``None``: never.
+        node_loss_toleration_seconds: seconds a pod of the group stays bound to a node that is unreachable or not
+            ready before it is evicted (its ``NoExecute`` tolerations for ``node.kubernetes.io/unreachable`` and
+            ``node.kubernetes.io/not-ready``; what the eviction frees per backend: docs/preemption.md §2.1). A
+            placement's own ``NoExecute`` toleration for one of those keys wins over it. ``None``: the cluster's
+            default (``DefaultTolerationSeconds``, 300 s).
     """
 
     max_failures: int = 0
     max_preemptions: int = 10
     transient_exit_codes: Sequence[int] = ()
     fallback_to_on_demand_after: int | None = None
+    node_loss_toleration_seconds: int | None = 30
 
     _tuples = ("transient_exit_codes",)
 

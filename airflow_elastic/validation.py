@@ -405,6 +405,13 @@ def _on_demand_fallback(group: TrainingGroup) -> Iterator[Problem]:
         yield "failure.fallback_to_on_demand_after", "no placement of the group uses spot capacity"
 
 
+@rule("node-loss-toleration")
+def _node_loss_toleration(group: TrainingGroup) -> Iterator[Problem]:
+    seconds = group.failure.node_loss_toleration_seconds
+    if seconds is not None and (not _is_int(seconds) or seconds < 0):
+        yield "failure.node_loss_toleration_seconds", f"must be an integer >= 0 (or None), got {seconds!r}"
+
+
 @rule("spot-platform")
 def _spot_platform(group: TrainingGroup) -> Iterator[Problem]:
     for path, placement in _placements(group):

@@ -86,10 +86,17 @@ def _replicated_job(rjob: Mapping[str, Any], *, with_env: bool) -> dict[str, Any
     for key in ("nodeSelector", "priorityClassName"):
         if pod.get(key):
             view[key] = pod[key]
-    tolerations = [f"{t.get('key', '*')}:{t.get('effect', '*')}" for t in pod.get("tolerations") or []]
+    tolerations = [_toleration(t) for t in pod.get("tolerations") or []]
     if tolerations:
         view["tolerations"] = tolerations
     return view
+
+
+def _toleration(toleration: Mapping[str, Any]) -> str:
+    """``key:effect``, and how long a ``NoExecute`` one lasts (how soon a pod leaves a lost node: ``for 30s``)."""
+    shown = f"{toleration.get('key', '*')}:{toleration.get('effect', '*')}"
+    seconds = toleration.get("tolerationSeconds")
+    return shown if seconds is None else f"{shown} for {seconds}s"
 
 
 def _env(env: list[Mapping[str, Any]]) -> dict[str, str]:

@@ -13,6 +13,9 @@ from airflow_elastic.spec import Placement, Resources, Role, TrainingGroup
 from airflow_elastic.validation import TRAINER_CONTAINER
 
 JOBSET_LABEL = "jobset.sigs.k8s.io"
+#: The taints the node lifecycle controller puts on a node it lost (``Ready=Unknown``) or that is not ready: a pod is
+#: evicted once its ``NoExecute`` toleration of them runs out (300 s from DefaultTolerationSeconds if it has none).
+NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 def field_ref(path: str) -> dict[str, Any]:
@@ -142,8 +145,16 @@ def resources(res: Resources | None) -> dict[str, dict[str, str]]:
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
-def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any]:
-    """``nodeSelector``, ``tolerations`` and ``priorityClassName`` for a pod."""
+def node_placement(
+    placement: Placement, res: Resources | None, *, node_loss_seconds: int | None = None
+) -> dict[str, Any]:
+    """``nodeSelector``, ``tolerations`` and ``priorityClassName`` for a pod.
+
+    ``node_loss_seconds`` (a training group's ``FailurePolicy.node_loss_toleration_seconds``; ``None``: nothing
+    added) adds a ``NoExecute`` toleration of each of :data:`NODE_LOSS_TAINTS` with that ``tolerationSeconds``,
+    unless a toleration of the placement already tolerates that taint's ``NoExecute`` (same key or no key, effect
+    ``NoExecute`` or none: the rule of the DefaultTolerationSeconds admission plugin): the user's wins.
+    """
     selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     if placement.spot:
@@ -158,6 +169,12 @@ def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any
     for toleration in map(dict, placement.tolerations):
         if toleration not in tolerations:
             tolerations.append(toleration)
+    if node_loss_seconds is not None:
+        for key in NODE_LOSS_TAINTS:
+            if not any(_tolerates_no_execute(t, key) for t in tolerations):
+                tolerations.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": node_loss_seconds}
+                )
     out: dict[str, Any] = {}
     if selector:
         out["nodeSelector"] = selector
@@ -166,6 +183,11 @@ def node_placement(placement: Placement, res: Resources | None) -> dict[str, Any
     if placement.priority_class:
         out["priorityClassName"] = placement.priority_class
     return out
+
+
+def _tolerates_no_execute(toleration: Mapping[str, Any], key: str) -> bool:
+    """Whether ``toleration`` tolerates the ``NoExecute`` taint ``key`` whatever its value."""
+    return toleration.get("key") in (key, "", None) and toleration.get("effect") in ("NoExecute", "", None)
 
 
 def pod_template(group: TrainingGroup, role: Role, *, jobset: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -180,6 +202,7 @@ def pod_template(group: TrainingGroup, role: Role, *, jobset: str, labels: dict[
         placement=group.placement_of(role),
         labels=labels,
         overrides=(group.pod_overrides, role.pod_overrides),
+        node_loss_seconds=group.failure.node_loss_toleration_seconds,
     )
 
 
@@ -193,9 +216,11 @@ def single_container_pod(
     placement: Placement,
     labels: Mapping[str, str],
     overrides: Iterable[Mapping[str, Any] | None] = (),
+    node_loss_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """A pod template with one ``trainer`` container, ``restartPolicy: Never``, resources and placement, then each
-    of ``overrides`` merged in order (a training group's role pods, a batch stage's pods)."""
+    """A pod template with one ``trainer`` container, ``restartPolicy: Never``, resources and placement (with
+    ``node_loss_seconds``, see :func:`node_placement`), then each of ``overrides`` merged in order (a training
+    group's role pods, a batch stage's pods)."""
     container: dict[str, Any] = {"name": TRAINER_CONTAINER, "image": image}
     if command:
         container["command"] = list(command)
@@ -211,7 +236,7 @@ def single_container_pod(
         "spec": {
             "restartPolicy": "Never",
             "containers": [container],
-            **node_placement(placement, res),
+            **node_placement(placement, res, node_loss_seconds=node_loss_seconds),
         },
     }
     for override in overrides:

@@ -163,6 +163,7 @@ def _replica(
             group.pod_overrides,
             role.pod_overrides,
         ),
+        node_loss_seconds=group.failure.node_loss_toleration_seconds,
     )
     # The replica's restartPolicy is the operator's to set on the pod (a template value is overwritten).
     pod["spec"].pop("restartPolicy", None)

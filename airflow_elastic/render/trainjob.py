@@ -145,7 +145,9 @@ def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str,
             "labels": {**common, ROLE_LABEL: role.name},
             "annotations": {DEFAULT_CONTAINER_ANNOTATION: backends.TRAINER_NODE},
         },
-        "spec": node_placement(group.placement_of(role), role.resources),
+        "spec": node_placement(
+            group.placement_of(role), role.resources, node_loss_seconds=group.failure.node_loss_toleration_seconds
+        ),
     }
     for override in (group.pod_overrides, role.pod_overrides):
         if override:

@@ -24,6 +24,12 @@ from tests.builders import group
 from tests.jobset_expand import env_of, expand
 from tests.jobset_webhook import webhook_errors
 
+#: What every pod of a group gets by default (FailurePolicy.node_loss_toleration_seconds=30).
+NODE_LOSS = [
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+]
+
 
 def rjob(manifest: dict, name: str) -> dict:
     (found,) = [r for r in manifest["spec"]["replicatedJobs"] if r["name"] == name]
@@ -151,9 +157,9 @@ def test_spot_placement_per_platform(platform):
     manifest = render_jobset(g)
     worker = pod_spec(manifest, "worker")
     assert worker["nodeSelector"] == capacity.node_selector
-    assert worker.get("tolerations", []) == list(capacity.tolerations)
+    assert worker["tolerations"] == [*capacity.tolerations, *NODE_LOSS]
     leader = pod_spec(manifest, "leader")  # the leader keeps the group's on-demand placement
-    assert "nodeSelector" not in leader and "tolerations" not in leader
+    assert "nodeSelector" not in leader and leader["tolerations"] == NODE_LOSS
 
 
 def test_known_platform_labels():
@@ -168,7 +174,7 @@ def test_user_selector_and_tolerations_add_to_spot():
     g = group(placement=Placement(spot=True, spot_platform="aks", node_selector={"pool": "a100"}, tolerations=[extra]))
     spec = pod_spec(render_jobset(g), "leader")
     assert spec["nodeSelector"] == {"kubernetes.azure.com/scalesetpriority": "spot", "pool": "a100"}
-    assert spec["tolerations"][-1] == extra and len(spec["tolerations"]) == 2
+    assert spec["tolerations"] == [*platforms.SPOT_PLATFORMS["aks"].tolerations, extra, *NODE_LOSS]
 
 
 def test_gpu_resources_and_taint():
@@ -200,7 +206,53 @@ def test_other_gpu_vendor_and_extended_resources():
 
 def test_cpu_only_pods_have_no_gpu_toleration():
     spec = pod_spec(render_jobset(group(roles=[Role("leader", resources=Resources(cpu=1))])), "leader")
-    assert "tolerations" not in spec
+    assert spec["tolerations"] == NODE_LOSS
+
+
+def test_every_pod_tolerates_node_loss_for_the_failure_policys_seconds():
+    """Not DefaultTolerationSeconds' 300 s: a gang member on a lost node stalls the others until it is evicted."""
+    spot = Placement(spot=True, spot_platform="gke")
+    g = group(roles=[Role("leader"), Role("worker", replicas=2, placement=spot)])
+    for seconds in (30, 0, 600):
+        manifest = render_jobset(g.with_changes(failure=FailurePolicy(node_loss_toleration_seconds=seconds)))
+        expected = [{**t, "tolerationSeconds": seconds} for t in NODE_LOSS]
+        assert pod_spec(manifest, "leader")["tolerations"] == expected
+        assert pod_spec(manifest, "worker")["tolerations"] == [*platforms.SPOT_PLATFORMS["gke"].tolerations, *expected]
+        assert schema_errors(manifest) == [] and webhook_errors(manifest) == []
+
+
+def test_node_loss_toleration_none_leaves_the_cluster_default():
+    manifest = render_jobset(group(failure=FailurePolicy(node_loss_toleration_seconds=None)))
+    assert all("tolerations" not in pod_spec(manifest, role) for role in ("leader", "worker"))
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {**NODE_LOSS[0], "tolerationSeconds": 900},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},  # forever
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},  # every effect, NoExecute included
+    ],
+)
+def test_a_placements_own_node_loss_toleration_wins_for_its_key(declared):
+    g = group(roles=[Role("leader"), Role("worker", placement=Placement(tolerations=[declared]))])
+    manifest = render_jobset(g)
+    assert pod_spec(manifest, "worker")["tolerations"] == [declared, NODE_LOSS[1]]  # not-ready still ours
+    assert pod_spec(manifest, "leader")["tolerations"] == NODE_LOSS  # the group's placement declared none
+    assert schema_errors(manifest) == []
+
+
+def test_node_loss_tolerations_the_user_did_not_make_for_no_execute_are_still_added():
+    no_schedule = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}
+    other = {"key": "dedicated", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+    spec = pod_spec(render_jobset(group(placement=Placement(tolerations=[no_schedule, other]))), "leader")
+    assert spec["tolerations"] == [no_schedule, other, *NODE_LOSS]
+
+
+def test_a_toleration_of_every_taint_gets_no_node_loss_toleration():
+    everything = {"operator": "Exists"}  # no key, no effect: tolerates every taint forever
+    spec = pod_spec(render_jobset(group(placement=Placement(tolerations=[everything]))), "leader")
+    assert spec["tolerations"] == [everything]
 
 
 def test_queue_exclusive_topology_and_priority():

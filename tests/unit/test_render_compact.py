@@ -34,7 +34,13 @@ def test_roles_policies_and_the_users_env_are_kept():
     assert leader["container"]["command"] == ["python", "train.py"]
     assert leader["container"]["resources"]["requests"] == {"cpu": "2", "memory": "4Gi"}
     assert leader["container"]["env"] == {"AE_CHECKPOINT_URI": "s3://bucket/tg", "TRAIN_STEPS": "100"}
-    assert worker["replicas"] == 4 and worker["nodeSelector"] and worker["tolerations"]
+    assert worker["replicas"] == 4 and worker["nodeSelector"]
+    # How long a pod stays on a lost node is shown: the failure policy's 30 s, not the cluster's 300.
+    assert worker["tolerations"] == [
+        "airflow-elastic.io/spot:NoSchedule",
+        "node.kubernetes.io/unreachable:NoExecute for 30s",
+        "node.kubernetes.io/not-ready:NoExecute for 30s",
+    ]
     assert shown["failurePolicy"]["rules"][0].startswith("RestartOnDisruption: ")
 
 

@@ -154,3 +154,21 @@ def test_render_does_not_change_the_group():
     before = repr(spec)
     render_pytorchjob(spec)
     assert repr(spec) == before
+
+
+@pytest.mark.parametrize("roles", [1, 2])
+def test_master_and_workers_tolerate_node_loss_for_the_failure_policys_seconds(roles):
+    unreachable = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    g = group(failure=FailurePolicy(node_loss_toleration_seconds=20))
+    if roles == 1:
+        g = g.with_changes(roles=[Role("node", replicas=3)])
+    manifest = render_pytorchjob(g)
+    for kind in ("Master", "Worker"):
+        assert replica(manifest, kind)["template"]["spec"]["tolerations"] == [
+            {**unreachable, "tolerationSeconds": 20},
+            {**not_ready, "tolerationSeconds": 20},
+        ]
+    assert pytorchjob_schema_errors(manifest) == []
+    manifest = render_pytorchjob(g.with_changes(failure=FailurePolicy(node_loss_toleration_seconds=None)))
+    assert all("tolerations" not in replica(manifest, kind)["template"]["spec"] for kind in ("Master", "Worker"))

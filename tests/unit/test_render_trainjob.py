@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_elastic import Checkpointing, Placement, Resources, Role, SpecError, TrainingGroup
+from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, SpecError, TrainingGroup
 from airflow_elastic.render import render_trainjob
 from airflow_elastic.render.schema import trainjob_schema_errors
 from tests.builders import group
@@ -150,3 +150,22 @@ def test_the_schema_check_catches_a_broken_manifest():
     del manifest["spec"]["runtimeRef"]["name"]
     errors = trainjob_schema_errors(manifest)
     assert any("trainer.numNodes" in e for e in errors) and any("runtimeRef" in e and "name" in e for e in errors)
+
+
+def test_node_pods_tolerate_node_loss_for_the_failure_policys_seconds():
+    """The runtime patch carries the group's unreachable/not-ready tolerations to every node pod."""
+    unreachable = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    manifest = render_trainjob(ddp(failure=FailurePolicy(node_loss_toleration_seconds=45)))
+    assert node_pod(manifest)["spec"]["tolerations"] == [
+        gpu,
+        {**unreachable, "tolerationSeconds": 45},
+        {**not_ready, "tolerationSeconds": 45},
+    ]
+    assert trainjob_schema_errors(manifest) == []
+    mine = {**unreachable, "tolerationSeconds": 600}
+    spec = node_pod(render_trainjob(ddp(placement=Placement(tolerations=[mine]))))["spec"]
+    assert spec["tolerations"] == [gpu, mine, {**not_ready, "tolerationSeconds": 30}]  # the placement's wins
+    spec = node_pod(render_trainjob(ddp(failure=FailurePolicy(node_loss_toleration_seconds=None))))["spec"]
+    assert spec["tolerations"] == [gpu]

@@ -163,6 +163,24 @@ CASES = {
         "failure.fallback_to_on_demand_after",
         "no placement",
     ),
+    "node-loss-toleration-negative": Bad(
+        "node-loss-toleration",
+        lambda: group(failure=FailurePolicy(node_loss_toleration_seconds=-1)),
+        "failure.node_loss_toleration_seconds",
+        "integer >= 0 (or None), got -1",
+    ),
+    "node-loss-toleration-bool": Bad(
+        "node-loss-toleration",
+        lambda: group(failure=FailurePolicy(node_loss_toleration_seconds=True)),
+        "failure.node_loss_toleration_seconds",
+        "got True",
+    ),
+    "node-loss-toleration-float": Bad(
+        "node-loss-toleration",
+        lambda: group(failure=FailurePolicy(node_loss_toleration_seconds=2.5)),
+        "failure.node_loss_toleration_seconds",
+        "got 2.5",
+    ),
     "unknown-platform": Bad(
         "spot-platform",
         lambda: group(roles=place(spot=True, spot_platform="gcp")),
@@ -318,6 +336,13 @@ def test_all_problems_reported_at_once():
         TrainingGroup("x", [Role("Bad", replicas=0)], image=None)
     paths = [p for p, _ in info.value.problems]
     assert paths == ["roles[0].name", "roles[0].replicas", "roles[0].image"]
+
+
+@pytest.mark.parametrize("seconds", [0, 30, 3600, None])
+def test_node_loss_toleration_accepts_zero_and_up_or_none(seconds):
+    assert group(failure=FailurePolicy(node_loss_toleration_seconds=seconds)).failure.node_loss_toleration_seconds == (
+        seconds
+    )
 
 
 def test_spec_error_is_a_value_error():
