@@ -27,7 +27,6 @@ from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, 
 
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"  # the example's image, mapped to the bench trainer
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 def group(settings: dict[str, Any]) -> TrainingGroup:
@@ -60,6 +59,7 @@ def group(settings: dict[str, Any]) -> TrainingGroup:
 def plain_jobset(settings: dict[str, Any]) -> dict[str, Any]:
     """The same JobSet as a team writes it: a counted failure policy with no rules, Jobs without podFailurePolicy."""
     from airflow_elastic.render import render_jobset
+    from airflow_elastic.render.pod import NODE_LOSS_TAINTS
 
     manifest = render_jobset(group(settings), namespace=settings["namespace"])
     manifest["spec"]["failurePolicy"] = {"maxRestarts": 0}
