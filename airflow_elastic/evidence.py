@@ -19,6 +19,14 @@ runtime), a podFailurePolicy ``Ignore`` (a JobSet's elastic role) or the trainin
 index while the group runs on. :meth:`Evidence.absorb` notices that replacement (a pod running in the stopped pod's
 :func:`slot`) and keeps the stop in :attr:`Evidence.absorbed`: a preemption the cluster absorbed, counted and charged
 like a free restart. A restart of the group is never one (its pods are the next attempt's, another slot).
+
+A pod evicted from a node that stays lost never becomes terminal: its kubelet is gone, so the deletion the taint
+manager began (``DisruptionTarget``/``DeletionByTaintManager``) is never confirmed and the pod stays ``Terminating``
+(docs/preemption.md §2.1). A Job without a podFailurePolicy counts it failed at once and recreates its index, so
+:meth:`Evidence.observe` also returns such a *stranded* pod as a stop once another pod runs in its slot, and
+:meth:`Evidence.record` keeps it when the pod carries a ``DisruptionTarget`` or its node is lost
+(:func:`airflow_elastic.cascade.node_down`) and the classifier charges it to the preemption budget; :meth:`absorb`
+then counts it. Recorded by uid, it is never recorded again when it later ends or disappears.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_elastic.classify import SPOT_LABELS, Budget, Cause, classify
+from airflow_elastic.cascade import node_down
+from airflow_elastic.classify import DISRUPTION_TARGET, SPOT_LABELS, Budget, Cause, classify
 from airflow_elastic.state import JOB_INDEX_LABEL, RESTART_LABEL, ROLE_LABEL
 
 Obj = Mapping[str, Any]
@@ -42,14 +51,20 @@ COLLATERAL_CAUSES = frozenset({Cause.GROUP_RESTART.value, Cause.GROUP_FINISHED.v
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 #: What an absorbed stop keeps (:attr:`Evidence.absorbed`).
 ABSORBED_KEYS = ("attempt", "pod", "role", "node", "cause", "replaced_by")
+#: Phases in which a pod runs in its slot (a replacement that runs, or ran to completion).
+RUNS = ("Running", "Succeeded")
 
 
 @dataclass(frozen=True)
 class Stop:
-    """A pod that stopped since the previous observation: its last copy, and whether it no longer exists."""
+    """A pod that stopped since the previous observation: its last copy, and whether it no longer exists.
+
+    ``stranded``: the pod still exists, not terminal, being deleted while another pod runs in its :func:`slot`; a
+    stop only if :meth:`Evidence.record` finds why (a ``DisruptionTarget``, a lost node) and it is a preemption."""
 
     pod: Obj
     gone: bool
+    stranded: bool = False
 
     @property
     def node(self) -> str:
@@ -63,6 +78,16 @@ def _uid(pod: Obj) -> str:
 
 def _phase(pod: Obj) -> str:
     return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _deleting(pod: Obj) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _disrupted(pod: Obj) -> bool:
+    """The pod carries a ``DisruptionTarget`` condition (kubernetes ``pkg/apis/core/types.go``, KEP-3329)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == DISRUPTION_TARGET and c.get("status", "True") == "True" for c in conditions)
 
 
 def _is_spot(pod: Obj) -> bool:
@@ -126,11 +151,33 @@ class Evidence:
             for uid, pod in self.last.items()
             if uid not in current and uid not in self.done and _phase(pod) != "Succeeded"
         ]
+        stops += self._stranded(current)
         running = [p for p in current.values() if _phase(p) == "Running"]
         self.running_samples += len(running)
         self.spot_samples += sum(1 for p in running if _is_spot(p))
         self.last = current
         return stops
+
+    def _stranded(self, current: Mapping[str, Obj]) -> list[Stop]:
+        """The pods being deleted but not terminal (still ``Terminating``) while another pod, never recorded as
+        stopped and not itself being deleted, runs in their slot (or ran to completion): the cluster replaced them
+        (a Job without a podFailurePolicy counts a deleted pod failed at once and recreates its index). A pod not
+        being deleted is still active for its Job, and a group restart's pods are replaced in another slot (the
+        next attempt's), so neither is one."""
+        runs: dict[tuple[str, ...], set[str]] = {}
+        for uid, pod in current.items():
+            where = slot(pod)
+            replaces = _phase(pod) == "Succeeded" or (_phase(pod) == "Running" and not _deleting(pod))
+            if where is not None and uid not in self.done and replaces:
+                runs.setdefault(where, set()).add(uid)
+        found = []
+        for uid, pod in current.items():
+            where = slot(pod)
+            if uid in self.done or _phase(pod) in ("Succeeded", "Failed") or not _deleting(pod) or where is None:
+                continue
+            if runs.get(where, set()) - {uid}:
+                found.append(Stop(pod, gone=False, stranded=True))
+        return found
 
     def record(
         self,
@@ -143,12 +190,16 @@ class Evidence:
         """Classify ``stops`` and keep the records.
 
         ``nodes``: node name -> its object, or ``None`` once it no longer exists; a node left out could not be
-        read and is not taken as gone."""
+        read and is not taken as gone. A stranded stop without a ``DisruptionTarget`` or a lost node, or not judged a
+        preemption, is no stop yet: left unrecorded, its later end (or disappearance) is judged as any other."""
         codes = tuple(transient_exit_codes)
         new = []
         for stop in stops:
             meta = stop.pod.get("metadata") or {}
             labels = meta.get("labels") or {}
+            lost = node_down(nodes[stop.node]) if stop.node and stop.node in nodes else None
+            if stop.stranded and not (_disrupted(stop.pod) or lost):
+                continue
             # A node missing from ``nodes`` could not be read: unknown, so not assumed gone.
             verdict = classify(
                 stop.pod,
@@ -158,6 +209,9 @@ class Evidence:
                 pod_gone=stop.gone,
                 node_gone=None if stop.node in nodes else False,
             )
+            if stop.stranded and not verdict.is_preemption:
+                continue
+            notes = [_stranded_note(stop, lost)] if stop.stranded else []
             found = {
                 "attempt": int(labels.get(RESTART_LABEL, "0") or 0),
                 "pod": meta.get("name", ""),
@@ -166,7 +220,7 @@ class Evidence:
                 "cause": verdict.cause.value,
                 "budget": verdict.budget.value,
                 "rule": verdict.rule,
-                "evidence": list(verdict.evidence),
+                "evidence": [*verdict.evidence, *notes],
                 "step": reported_step(stop.pod),
             }
             new.append(found)
@@ -184,7 +238,7 @@ class Evidence:
         found = []
         for pod in pods:
             where = slot(pod)
-            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) not in ("Running", "Succeeded"):
+            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) not in RUNS:
                 continue
             for record in self._waiting.pop(where):  # type: ignore[arg-type]
                 record |= {"absorbed": True, "replaced_by": (pod.get("metadata") or {}).get("name", "")}
@@ -197,6 +251,11 @@ class Evidence:
     def spot_share(self) -> float | None:
         """Fraction of sampled running pod-time on spot capacity (``None`` before any pod ran)."""
         return self.spot_samples / self.running_samples if self.running_samples else None
+
+
+def _stranded_note(stop: Stop, lost: str | None) -> str:
+    node = f" on node {stop.node}" + (f", which {lost}" if lost else "") if stop.node else ""
+    return f"still Terminating{node}, and the cluster replaced it in its slot"
 
 
 def node_names(stops: Iterable[Stop]) -> set[str]:

@@ -20,17 +20,25 @@ SUCCEEDED = [("Completed", "True", "AllJobsCompleted", "")]
 
 
 def pod(uid: str, phase: str = "Running", *, name: str = "", index: int = 1, attempt: int = 0, **status: Any) -> dict:
-    """Pod ``index`` of the ``node`` role's Job, attempt ``attempt``; ``status``: e.g. reason, exit_code."""
+    """Pod ``index`` of the ``node`` role's Job, attempt ``attempt``; ``status``: e.g. reason, exit_code, and
+    ``evicted`` (a ``DisruptionTarget`` reason: the pod is being deleted, its deletion never confirmed)."""
     labels = {"jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/restart-attempt": str(attempt)}
     meta = {"name": name or f"g-node-0-{index}-{uid}", "uid": uid, "labels": labels, "annotations": {INDEX: str(index)}}
     state: dict[str, Any] = {"phase": phase, "reason": status.get("reason", "")}
     if "exit_code" in status:
         state["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": status["exit_code"]}}}]
+    if "evicted" in status:
+        meta["deletionTimestamp"] = "2026-03-01T10:05:00Z"
+        if status["evicted"]:
+            state["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": status["evicted"]}]
     return {"metadata": meta, "spec": {"nodeName": "spot-1"}, "status": state}
 
 
 RECLAIMED = {"reason": "Terminated", "exit_code": 143}  # the kubelet's graceful node shutdown
 CRASHED = {"exit_code": 1}
+#: Evicted by the taint manager from a node that stays lost: the kubelet never confirms the delete (docs/preemption.md
+#: §2.1), so the pod stays Terminating, phase Running, forever.
+STRANDED = {"evicted": "DeletionByTaintManager"}
 
 
 def look(watch: Watch, now: float, group: dict, pods: list[dict]):
@@ -85,6 +93,38 @@ SCENARIOS = {
         ],
         ["spot_reclaim", "spot_reclaim"],
     ),
+    "a pod evicted from a lost node stays Terminating while the Job recreates its index (TrainJob)": (
+        [[pod("a"), pod("b", index=0)], [pod("a", **STRANDED), pod("b", index=0), pod("c")]],
+        ["node_loss"],
+    ),
+    "a stranded pod is counted once, however long it stays and however it ends": (
+        [
+            [pod("a")],
+            [pod("a", **STRANDED), pod("c", "Pending")],  # not replaced yet: no stop
+            [pod("a", **STRANDED), pod("c")],
+            [pod("a", **STRANDED), pod("c")],
+            [pod("a", "Failed", **STRANDED, reason="NodeLost"), pod("c")],  # terminal at last (the node came back)
+            [pod("c")],  # and gone
+        ],
+        ["node_loss"],
+    ),
+    "a pod being deleted without disruption evidence on a healthy node is no stop while it terminates": (
+        [[pod("a")], [pod("a", evicted=""), pod("c")], [pod("a", evicted=""), pod("c")]],
+        [],
+    ),
+    "a group restart's pods left Terminating are the next attempt's collateral, not replaced in place": (
+        [[pod("a"), pod("b", index=0)], [pod("a", **STRANDED), pod("b", evicted="", index=0), pod("c", attempt=1)]],
+        [],
+    ),
+    "a stranded pod is no replacement for another: two lost in the slot, both counted once the third runs": (
+        [
+            [pod("a")],
+            [pod("a", **STRANDED), pod("b", **STRANDED)],
+            [pod("a", **STRANDED), pod("b", **STRANDED), pod("c")],
+            [pod("a", **STRANDED), pod("b", **STRANDED), pod("c")],
+        ],
+        ["node_loss", "node_loss"],
+    ),
 }
 
 
@@ -138,6 +178,21 @@ def test_a_reclaim_that_fails_the_group_is_one_preemption():
         1,
         [],
     )
+
+
+def test_a_stranded_pod_spends_the_budget_and_a_restarted_waiter_does_not_count_it_again():
+    first = Watch("g", "ml", capture_evidence=True, max_preemptions=0, settle_seconds=0)
+    pods = [pod("a", **STRANDED), pod("c")]
+    step = look(first, 1.0, jobset(), pods)
+    assert step.verdict is not None and step.verdict.status == "preemption_budget_exhausted", step.verdict
+    assert [(r["cause"], r["rule"], r["replaced_by"]) for r in step.records] == [
+        ("node_loss", "taint-manager", "g-node-0-1-c")
+    ]
+    assert "still Terminating on node spot-1" in step.records[0]["evidence"][-1]
+    second = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    assert step.save is not None
+    verdict = look(second, 2.0, merge_patch(jobset(SUCCEEDED), step.save), pods).verdict
+    assert [r["cause"] for r in verdict.absorbed] == ["node_loss"], verdict.absorbed
 
 
 def test_a_restarted_waiter_keeps_the_absorbed_count():

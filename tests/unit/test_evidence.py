@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic.evidence import Evidence, attempt_causes, describe
+from airflow_elastic.evidence import Evidence, attempt_causes, describe, node_names
 
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
 ROLE = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -65,3 +65,92 @@ def test_an_attempt_whose_only_stops_the_jobset_made_is_explained_by_them() -> N
     see(evidence, [pod("w0", "Running")], jobset())
     see(evidence, [], jobset(1))
     assert attempt_causes(evidence.records)[0]["cause"] == "group_restart"
+
+
+# A pod evicted from a node that stays lost stays Terminating (docs/preemption.md §2.1): a stop once replaced.
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+SPOT = {"airflow-elastic.io/capacity-type": "spot"}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-03-01T10:04:00Z"}
+LOST = {
+    "metadata": {"name": "n1", "labels": SPOT},
+    "spec": {"taints": [UNREACHABLE]},
+    "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]},
+}
+
+
+def indexed(name: str, phase: str = "Running", *, index: int = 1, evicted: str | None = None, **kw: Any) -> dict:
+    """Pod ``index`` of the worker Job; ``evicted``: being deleted, with that ``DisruptionTarget`` reason ("": none)."""
+    found = pod(name, phase, **kw)
+    found["metadata"]["annotations"] = {INDEX: str(index)}
+    found["spec"]["nodeSelector"] = dict(SPOT)
+    if evicted is not None:
+        found["metadata"]["deletionTimestamp"] = "2026-03-01T10:05:00Z"
+    if evicted:
+        found["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": evicted}]
+    return found
+
+
+def looks(evidence: Evidence, pods: list[dict[str, Any]], nodes: dict[str, Any]) -> list[dict[str, Any]]:
+    records = evidence.record(evidence.observe(pods), nodes, jobset=jobset())
+    evidence.absorb(pods)
+    return records
+
+
+def test_a_stranded_pod_with_a_replacement_is_a_stop_with_the_classifiers_cause() -> None:
+    evidence = Evidence()
+    assert looks(evidence, [indexed("w1")], NODES) == []
+    stranded = indexed("w1", evicted="DeletionByTaintManager")
+    # Replaced, but still Terminating: nodes are asked for it, and the taint manager's eviction decides.
+    assert node_names(evidence.observe([stranded, indexed("w1-new")])) == {"n1"}
+    evidence = Evidence()
+    (record,) = looks(evidence, [stranded, indexed("w1-new")], {"n1": LOST})
+    assert (record["cause"], record["budget"], record["rule"]) == ("node_loss", "preemption", "taint-manager")
+    assert record["replaced_by"] == "w1-new" and "n1, which is Ready=Unknown" in record["evidence"][-1]
+    assert [r["cause"] for r in evidence.absorbed] == ["node_loss"]
+
+
+def test_a_stranded_pod_on_a_lost_node_needs_no_disruption_target() -> None:
+    evidence = Evidence()
+    deleted = indexed("w1", evicted="")  # a raw delete the lost kubelet never confirms
+    assert looks(evidence, [deleted, indexed("w1-new")], {}) == []  # the node could not be read: not yet
+    (record,) = looks(evidence, [deleted, indexed("w1-new")], {"n1": LOST})
+    assert (record["cause"], record["rule"]) == ("node_loss", "unreachable-node")
+    assert looks(evidence, [indexed("w1-new")], {"n1": LOST}) == []  # gone at last: already recorded
+    (gone,) = looks(Evidence(), [deleted, indexed("w1-new")], {"n1": None})
+    assert (gone["cause"], gone["rule"]) == ("spot_reclaim", "spot-node-gone")  # the rules' order, for a spot node
+    assert [r["cause"] for r in evidence.absorbed] == ["node_loss"]
+
+
+def test_a_stranded_pod_is_recorded_once_and_its_later_end_never_again() -> None:
+    evidence = Evidence()
+    stranded = indexed("w1", evicted="DeletionByTaintManager")
+    assert len(looks(evidence, [stranded, indexed("w1-new")], {"n1": LOST})) == 1
+    assert looks(evidence, [stranded, indexed("w1-new")], {"n1": LOST}) == []
+    ended = indexed("w1", "Failed", evicted="DeletionByTaintManager", exit_code=137)
+    assert looks(evidence, [ended, indexed("w1-new")], {"n1": LOST}) == []
+    assert looks(evidence, [indexed("w1-new")], {"n1": LOST}) == []
+    assert len(evidence.records) == len(evidence.absorbed) == 1
+
+
+def test_a_terminating_pod_is_no_stop_without_a_replacement_evidence_or_a_preemption() -> None:
+    healthy = {"n1": {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
+    stranded = indexed("w1", evicted="DeletionByTaintManager")
+    pressure = indexed("w1", evicted="TerminationByKubelet")  # evicted for using more memory than it requested
+    pressure["status"] |= {
+        "reason": "Evicted",
+        "message": "The node was low on resource: memory. Container trainer was using 3Gi, request is 1Gi.",
+    }
+    cases = {
+        "the replacement does not run yet": ([stranded, indexed("w1-new", "Pending")], LOST, 0),
+        "a pod of another index is no replacement": ([stranded, indexed("w0", index=0)], LOST, 0),
+        "a delete under way on a healthy node": ([indexed("w1", evicted=""), indexed("w1-new")], healthy["n1"], 0),
+        # The group's restart deletes attempt 0's pods; attempt 1's run in other slots.
+        "a group restart": ([stranded, indexed("w1-next", attempt=1)], LOST, 1),
+        # Charged to the failure budget: judged when it ends, as any other stop.
+        "no preemption": ([pressure, indexed("w1-new")], healthy["n1"], 0),
+    }
+    for case, (pods, node, restarts) in cases.items():
+        evidence = Evidence()
+        assert evidence.record(evidence.observe(pods), {"n1": node}, jobset=jobset(restarts)) == [], case
+        assert evidence.absorb(pods) == [] and evidence.done == set(), case
