@@ -29,7 +29,8 @@ def example_operators() -> list[TrainingGroupOperator]:
     assert not bag.import_errors
     found = [t for dag in bag.dags.values() for t in dag.tasks if isinstance(t, TrainingGroupOperator)]
     assert found
-    return found
+    # In a stable order: the DagBag's differs between processes, and pytest-xdist workers must collect alike.
+    return sorted(found, key=lambda t: (t.dag_id, t.task_id))
 
 
 def render(op: TrainingGroupOperator, store: StateStore | None = None, hook: FakeHook | None = None) -> str:
