@@ -4,7 +4,9 @@ A node vanishes without notice and stays (``vanish`` with ``delete_after=None``:
 toleration is DefaultTolerationSeconds' 300 s. A group that tolerates the unreachable taint for a few seconds has its
 pods on that node evicted (``DisruptionTarget``/``DeletionByTaintManager``) about that long after the taint, and the
 Trainer's Job recreates them for their indexes elsewhere, from the latest checkpoint: the group trains on and
-succeeds. With ``None`` the pods stay bound to the lost node (the cluster's 300 s), and nothing replaces them.
+succeeds, and each evicted pod, Terminating for good while its replacement runs, is counted as a preemption the
+cluster absorbed (``node_loss`` in the attempt's ``absorbed_causes``). With ``None`` the pods stay bound to the lost
+node (the cluster's 300 s), and nothing replaces them.
 
 The TrainJob backend shows the restart: its runtime's Jobs have no podFailurePolicy, so a pod deleted from a lost node
 counts as failed at once. A JobSet's Jobs (podFailurePolicy) wait for the pod to be terminal, as upstream's Job
@@ -122,7 +124,8 @@ class NodeLoss:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found = checkpoints.latest_complete(None, str(self.ckpt))
-            running = [p for p in self.core.list_namespaced_pod(self.namespace).items if p.status.phase == "Running"]
+            pods = self.core.list_namespaced_pod(self.namespace).items
+            running = [p for p in pods if p.status and p.status.phase == "Running"]  # a new pod has no status yet
             if found is not None and found.step >= 2 and running:
                 self.node = running[0].spec.node_name
                 self.lost = [p.metadata.name for p in running if p.spec.node_name == self.node]
@@ -144,7 +147,7 @@ class NodeLoss:
         while time.monotonic() < until and len(self.evicted) < len(self.lost):
             for name in self.lost:
                 pod = self.core.read_namespaced_pod(name, self.namespace)
-                for cond in pod.status.conditions or []:
+                for cond in (pod.status and pod.status.conditions) or []:
                     if cond.type == "DisruptionTarget" and pod.metadata.deletion_timestamp:
                         self.evicted[name] = (cond.reason, _stamp(cond.last_transition_time))
             time.sleep(0.2)
@@ -170,6 +173,12 @@ def test_a_short_toleration_evicts_the_lost_pods_and_the_group_trains_on(cluster
     assert result["metrics"]["step"] == STEPS and ctx["ti"].try_number == 1, result
     (attempt,) = result["attempts"]  # recovered in the cluster: no resubmission
     assert attempt["outcome"] == "succeeded" and result["metrics"]["resumed_from"] >= 2, result
+    # Each evicted pod, still Terminating on the lost node (its kubelet is gone) while its replacement ran, is a
+    # preemption the cluster absorbed (the taint manager's eviction: node loss), charged to max_preemptions.
+    assert result["preemptions"] >= 1 and attempt["preemptions"] == result["preemptions"], result
+    assert attempt["absorbed_causes"] == ["node_loss"] * len(loss.lost), (attempt, loss.lost)
+    stuck = {p.metadata.name for p in core.list_namespaced_pod(connection).items if p.metadata.deletion_timestamp}
+    assert stuck == set(loss.lost), (stuck, loss.lost)  # never terminal: counted while Terminating
     pods = core.list_namespaced_pod(connection).items
     assert {p.spec.node_name for p in pods if p.status.phase == "Succeeded"}.isdisjoint({loss.node}), loss.node
 
