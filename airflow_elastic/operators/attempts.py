@@ -102,6 +102,14 @@ class Decision:
     cause: Mapping[str, Any] | None = None
 
 
+def in_cluster_preemptions(event: GroupEvent) -> tuple[int, int]:
+    """``(preemptions, of them counted restarts)`` of one attempt inside the cluster: its free restarts, its counted
+    restarts the evidence charges to preemption (e.g. a node-loss cascade: not failures) and the stops the cluster
+    absorbed (the pod recreated in place, the group ran on), which count like free restarts."""
+    lost = min(max(event.restarts_preempted, 0), event.restarts_counted)
+    return max(event.restarts - event.restarts_counted, 0) + lost + len(event.absorbed), lost
+
+
 def decide(event: GroupEvent, history: History, *, max_preemptions: int, started: float, gpus: int) -> Decision:
     """Judge an attempt that ended with ``event`` (``succeeded``, ``failed``, ``missing``,
     ``preemption_budget_exhausted`` or ``elastic_below_min``), given the attempts before it.
@@ -111,10 +119,7 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     budget: ``preemption_budget_exhausted``). An elastic role below ``min_replicas`` past its timeout
     (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`.
     """
-    # A counted restart the evidence charges to preemption (e.g. a node-loss cascade) is not a failure.
-    lost = min(max(event.restarts_preempted, 0), event.restarts_counted)
-    # Preemptions the cluster absorbed (the pod recreated in place, the group ran on) count like free restarts.
-    free = max(event.restarts - event.restarts_counted, 0) + lost + len(event.absorbed)
+    free, lost = in_cluster_preemptions(event)
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
     cause = decisive(last) if event.status in ("failed", "missing") else None
     if event.status == "elastic_below_min":  # the waiter stopped waiting: a preemption nobody labelled

@@ -584,6 +584,9 @@ class TrainingGroupOperator(BaseOperator):
                 # Nobody waits on it any more: do not leave it holding its nodes (a retry resumes from the checkpoint).
                 self._delete(hook, submission, "waiting for it failed and the task fails (on_kill_action='delete')")
             raise AirflowException(f"{where}: waiting for the group failed: {event.message}")
+        from airflow_elastic.operators import attempts
+
+        preemptions, preempted_restarts = attempts.in_cluster_preemptions(event)
         result = {
             "name": submission.name,
             "namespace": submission.namespace,
@@ -591,8 +594,8 @@ class TrainingGroupOperator(BaseOperator):
             "backend": self.backend,
             "state": event.phase or ("Succeeded" if event.status == "succeeded" else "Failed"),
             "restarts": event.restarts,
-            "preemptions": event.restarts - event.restarts_counted,
-            "failures": event.restarts_counted,
+            "preemptions": preemptions,
+            "failures": event.restarts_counted - preempted_restarts,
             "checkpoint": self._run_group.checkpoint.uri if self._run_group and self._run_group.checkpoint else None,
             "metrics": event.metrics,
         }
