@@ -1,20 +1,24 @@
-"""torchrun's rendezvous port on one host: moved per rendezvous, because torch's store binds all interfaces.
+"""A group's rendezvous port on one host: moved per rendezvous, because torch's store binds all interfaces.
 
 On a real cluster every pod has its own network namespace, so the Kubeflow Trainer can fix the rendezvous port of
 every TrainJob at 29500 (``PET_MASTER_PORT``, kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``,
-``EnforceMLPolicy``) and the training-operator at its Master's port (release-1.9
-``pkg/controller.v1/pytorch/envvar.go``, ``setPodEnv``). The local cluster gives each pod a loopback IP instead
-(:mod:`.network`): a server that binds its pod IP is alone on its port, but torch's ``TCPStore`` server (torchrun's
-agent on node rank 0, c10d's ``TCPStoreLibUvBackend``) binds ``0.0.0.0``/``::``, which fails with ``EADDRINUSE``
-while any process of the host listens on that port on any address: another group's coordinator on 29500 (the
-default ``coordinator_port``), another TrainJob, another local cluster on the same machine.
+``EnforceMLPolicy``), the training-operator at its Master's port (release-1.9
+``pkg/controller.v1/pytorch/envvar.go``, ``setPodEnv``) and a JobSet group at its ``coordinator_port``
+(``MASTER_PORT``, 29500 by default). The local cluster gives each pod a loopback IP instead (:mod:`.network`): a
+server that binds its pod IP is alone on its port, but torch's ``TCPStore`` server (torchrun's agent on node rank
+0, ``init_process_group``'s ``env://`` store on rank 0, c10d's ``TCPStoreLibUvBackend``) binds ``0.0.0.0``/``::``,
+which fails with ``EADDRINUSE`` while any process of the host listens on that port on any address: another
+group's coordinator on 29500, another TrainJob, another local cluster on the same machine (two test sessions run
+side by side).
 
-So, as it rewrites DNS names, the kubelet rewrites the port: in a pod with torchrun's ``PET_MASTER_ADDR`` and
-``PET_MASTER_PORT``, the port becomes one derived from the cluster, the namespace, the rendezvous address (as
-written, before DNS rewriting) and the port, the same in every pod of that rendezvous; every other ``*_PORT``
-variable of the pod holding the same port follows (``MASTER_PORT``, a coordinator port: in one pod on a real cluster
-one port is one listener). Env values only, before ``$(VAR)`` expansion in the command: a port written literally in
-the command (``--master-port 29500``) is left alone. The pod object keeps its env.
+So, as it rewrites DNS names, the kubelet rewrites the port. A pod's rendezvous is the first of these address and
+port pairs it has (both set, the port a number): torchrun's ``PET_MASTER_ADDR``/``PET_MASTER_PORT`` (Trainer,
+training-operator), torch's ``MASTER_ADDR``/``MASTER_PORT`` (a JobSet group's contract), the contract's
+``AE_COORDINATOR_ADDR``/``AE_COORDINATOR_PORT``. Its port becomes one derived from the cluster, the namespace, the
+rendezvous address (as written, before DNS rewriting) and the port, the same in every pod of that rendezvous;
+every other ``*_PORT`` variable of the pod holding the same port follows (``MASTER_PORT``, a coordinator port: in
+one pod on a real cluster one port is one listener). Env values only, before ``$(VAR)`` expansion in the command:
+a port written literally in the command (``--master-port 29500``) is left alone. The pod object keeps its env.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import hashlib
 from collections.abc import Mapping
 
 STORE_ADDR, STORE_PORT = "PET_MASTER_ADDR", "PET_MASTER_PORT"
+#: Where a pod's rendezvous is, most specific first: torchrun's, torch's (``env://``), the contract's coordinator.
+RENDEZVOUS = ((STORE_ADDR, STORE_PORT), ("MASTER_ADDR", "MASTER_PORT"), ("AE_COORDINATOR_ADDR", "AE_COORDINATOR_PORT"))
 #: The ports rendezvous move to: below Linux's default ephemeral range (32768-60999), clear of 29500.
 PORTS = range(20000, 29000)
 
@@ -33,12 +39,22 @@ def store_port(cluster: str, namespace: str, address: str, port: int) -> int:
     return PORTS[int.from_bytes(digest[:4], "big") % len(PORTS)]
 
 
+def rendezvous(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The pod's rendezvous ``(address, port)`` as its env declares it (see the module docstring), or None."""
+    for addr_name, port_name in RENDEZVOUS:
+        address, port = env.get(addr_name, ""), env.get(port_name, "")
+        if address and port.isdigit():
+            return address, port
+    return None
+
+
 def with_store_port(env: Mapping[str, str], *, cluster: str, namespace: str) -> dict[str, str]:
-    """``env`` with torchrun's rendezvous port moved (see the module docstring); unchanged without one."""
+    """``env`` with the pod's rendezvous port moved (see the module docstring); unchanged without one."""
     out = dict(env)
-    address, port = env.get(STORE_ADDR, ""), env.get(STORE_PORT, "")
-    if not address or not port.isdigit():
+    found = rendezvous(env)
+    if found is None:
         return out
+    address, port = found
     moved = str(store_port(cluster, namespace, address, int(port)))
     for name, value in env.items():
         if name.endswith("_PORT") and value == port:

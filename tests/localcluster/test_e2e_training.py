@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from airflow_elastic.localcluster import LocalCluster
+from airflow_elastic.localcluster.storeport import PORTS, store_port
 from airflow_elastic.names import run_name
 from airflow_elastic.render import render_jobset
 from airflow_elastic.spec import FailurePolicy, Role, TrainingGroup
@@ -88,20 +89,32 @@ def other_jobsets(api_client: client.ApiClient, core: client.CoreV1Api) -> Itera
 # ------------------------------------------------------------------------------------------- rendezvous
 
 
-def test_group_rendezvous_completes_and_reports_through_the_termination_message(jobsets: JobSets, kubectl) -> None:
+def moved_port(cluster: LocalCluster, namespace: str, jobset: str, port: int = 29500) -> int:
+    """The port the group's processes see for its declared ``MASTER_PORT`` (moved per rendezvous: storeport)."""
+    return store_port(str(cluster.state_dir), namespace, f"{jobset}-leader-0-0.{jobset}", port)
+
+
+def test_group_rendezvous_completes_and_reports_through_the_termination_message(
+    jobsets: JobSets, kubectl, local_cluster: LocalCluster
+) -> None:
     jobset = submit(jobsets, training_group(), "dag", "task", "run-1")
     assert_rendezvous_completed(jobsets, jobset)
 
     worker = pod_of(jobsets, jobset, "worker", 1)
     assert worker.spec.hostname == f"{jobset}-worker-1-0"
     assert worker.metadata.labels[J + "coordinator"] == f"{jobset}-leader-0-0.{jobset}"
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["MASTER_PORT"] == env["AE_COORDINATOR_PORT"] == "29500"  # the pod object keeps the declared port
     logs = kubectl("logs", "-n", jobsets.ns, worker.metadata.name).stdout
     assert "rank 2 of 3, restart attempt 0" in logs
     leader_ip = pod_of(jobsets, jobset, "leader", 0).status.pod_ip
-    assert f"rank 2 joined the leader at {leader_ip}:29500" in logs
+    port = moved_port(local_cluster, jobsets.ns, jobset)
+    assert port in PORTS and f"rank 2 joined the leader at {leader_ip}:{port}" in logs
 
 
-def test_two_groups_in_two_namespaces_share_the_port(jobsets: JobSets, other_jobsets: JobSets) -> None:
+def test_two_groups_in_two_namespaces_share_the_declared_port(
+    jobsets: JobSets, other_jobsets: JobSets, local_cluster: LocalCluster, kubectl
+) -> None:
     group = training_group()
     names = [submit(js, group, "same", "identity") for js in (jobsets, other_jobsets)]
     assert names[0] == names[1]  # same JobSet name, same MASTER_PORT; only the namespace differs
@@ -109,6 +122,11 @@ def test_two_groups_in_two_namespaces_share_the_port(jobsets: JobSets, other_job
         assert_rendezvous_completed(js, name)
     leaders = [pod_of(js, name, "leader", 0) for js, name in zip((jobsets, other_jobsets), names, strict=True)]
     assert leaders[0].status.pod_ip != leaders[1].status.pod_ip
+    # Each rendezvous ran on its own host port (a store binding every interface would otherwise collide).
+    for js, name, leader in zip((jobsets, other_jobsets), names, leaders, strict=True):
+        worker = pod_of(js, name, "worker", 0).metadata.name
+        port = moved_port(local_cluster, js.ns, name)
+        assert f"joined the leader at {leader.status.pod_ip}:{port}" in kubectl("logs", "-n", js.ns, worker).stdout
 
 
 def test_failing_worker_restarts_the_group_once_then_fails(jobsets: JobSets, tmp_path: Path) -> None:

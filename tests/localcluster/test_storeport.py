@@ -1,8 +1,8 @@
-"""torchrun's rendezvous port is moved per rendezvous on the one host (``localcluster.storeport``, pure)."""
+"""A group's rendezvous port is moved per rendezvous on the one host (``localcluster.storeport``, pure)."""
 
 from __future__ import annotations
 
-from airflow_elastic.localcluster.storeport import PORTS, with_store_port
+from airflow_elastic.localcluster.storeport import PORTS, store_port, with_store_port
 
 TRAINER = {"PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500", "PET_NODE_RANK": "1"}
 
@@ -34,12 +34,31 @@ def test_the_pods_other_names_for_that_port_follow_and_the_rest_is_untouched():
     assert (moved["METRICS_PORT"], moved["NOTE"], moved["PET_MASTER_ADDR"]) == ("9090", "29500", "tj-node-0-0.tj")
 
 
-def test_a_pod_without_a_torchrun_rendezvous_is_left_alone():
-    jobset_pod = {"MASTER_ADDR": "g-leader-0-0.g", "MASTER_PORT": "29500"}
-    assert with_store_port(jobset_pod, cluster="/state", namespace="ml") == jobset_pod
-    assert (
-        with_store_port({"PET_MASTER_ADDR": "x", "PET_MASTER_PORT": "$(P)"}, cluster="c", namespace="n")[
-            "PET_MASTER_PORT"
-        ]
-        == "$(P)"
-    )
+def test_a_jobset_groups_coordinator_port_is_moved_alike_in_all_its_pods():
+    """A JobSet group's contract: torch's ``env://`` store (rank 0) binds ``MASTER_PORT`` on every interface too."""
+    leader = {"MASTER_ADDR": "g-leader-0-0.g", "MASTER_PORT": "29500", "AE_COORDINATOR_PORT": "29500", "RANK": "0"}
+    worker = {**leader, "RANK": "1"}
+    moved = [with_store_port(env, cluster="/state", namespace="ml") for env in (leader, worker)]
+    port = moved[0]["MASTER_PORT"]
+    assert int(port) in PORTS and port == str(store_port("/state", "ml", "g-leader-0-0.g", 29500))
+    assert all(env["MASTER_PORT"] == env["AE_COORDINATOR_PORT"] == port for env in moved)
+    assert [env["RANK"] for env in moved] == ["0", "1"] and moved[0]["MASTER_ADDR"] == "g-leader-0-0.g"
+    # The same group in another cluster on the host (another test session): another port.
+    assert with_store_port(leader, cluster="/other", namespace="ml")["MASTER_PORT"] != port
+    # Only the contract's coordinator variables: that pair is the rendezvous.
+    only_contract = {"AE_COORDINATOR_ADDR": "g-leader-0-0.g", "AE_COORDINATOR_PORT": "29500"}
+    assert with_store_port(only_contract, cluster="/state", namespace="ml")["AE_COORDINATOR_PORT"] == port
+
+
+def test_torchruns_rendezvous_wins_over_the_others():
+    env = {**TRAINER, "MASTER_ADDR": "elsewhere", "MASTER_PORT": "29500"}
+    moved = with_store_port(env, cluster="/state", namespace="ml")
+    assert moved["PET_MASTER_PORT"] == moved["MASTER_PORT"] == str(store_port("/state", "ml", "tj-node-0-0.tj", 29500))
+
+
+def test_a_pod_without_a_rendezvous_is_left_alone():
+    plain = {"METRICS_PORT": "9090", "MASTER_PORT": "29500"}  # a port with no address: nothing to rendezvous at
+    assert with_store_port(plain, cluster="/state", namespace="ml") == plain
+    for addr, port in (("PET_MASTER_ADDR", "PET_MASTER_PORT"), ("MASTER_ADDR", "MASTER_PORT")):
+        unexpanded = {addr: "x", port: "$(P)"}
+        assert with_store_port(unexpanded, cluster="c", namespace="n") == unexpanded
