@@ -7,8 +7,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from airflow_elastic import checkpoints
 from airflow_elastic.localcluster import LocalCluster
@@ -19,6 +22,18 @@ DAG_ID = "training_group_node_loss"
 ROLE = "jobset.sigs.k8s.io/replicatedjob-name"
 #: Unreachable soon (the node-monitor grace period, shortened), then deleted and replaced (the pool stays whole).
 VANISH = {"style": "vanish", "unreachable_after": 3.0, "delete_after": 6.0, "replace_after": 0.5}
+
+
+@pytest.fixture
+def quick_podgc(local_cluster: LocalCluster) -> Iterator[None]:
+    """PodGC force-deletes the vanished node's pods 1 s after the node is gone instead of 40 s (upstream's
+    quarantine; the session cluster's is restored after the test). Nothing else deletes them first (the node
+    loss toleration outlasts that), so the group still learns of the loss from PodGC, only sooner: the in-cluster
+    restart waits for the old attempt's pods to be gone."""
+    before = local_cluster.configure_node_lifecycle()
+    local_cluster.configure_node_lifecycle(podgc_quarantine_seconds=1.0)
+    yield
+    local_cluster.configure_node_lifecycle(podgc_quarantine_seconds=before["podgc_quarantine_seconds"])
 
 
 def _vanish_worker_node(cluster: LocalCluster, k8s_client, namespace: str, base: Path, done: threading.Event) -> str:
@@ -67,7 +82,7 @@ def test_survivors_failing_after_a_vanished_node_are_resubmitted_in_try_1(
 
 
 def test_an_in_cluster_restart_after_a_vanished_node_is_charged_to_the_preemption_budget(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path, quick_podgc
 ):
     """With ``max_failures=1`` the JobSet restarts the group itself when the leader exits 1 (counted against
     ``maxRestarts``); the watch finds the lost node behind that restart, so it is a preemption, not a failure."""
