@@ -78,10 +78,15 @@ def test_jobset_round_trip_with_crd_defaults(custom, namespace):
     created = custom.create_namespaced_custom_object(*args, jobset("js"))
     assert created["metadata"]["generation"] == 1
     assert created["spec"]["replicatedJobs"][0]["groupName"] == "default"  # CRD schema default
-    got = custom.get_namespaced_custom_object(*args, "js")
-    assert got["spec"]["replicatedJobs"][0]["replicas"] == 2
-    got["spec"]["suspend"] = True  # replicatedJobs are immutable (the JobSet webhook)
-    replaced = custom.replace_namespaced_custom_object(*args, "js", got)
+    for _ in range(10):  # read-modify-write, retried on conflict as clients do: the JobSet controller writes too
+        got = custom.get_namespaced_custom_object(*args, "js")
+        assert got["spec"]["replicatedJobs"][0]["replicas"] == 2
+        got["spec"]["suspend"] = True  # replicatedJobs are immutable (the JobSet webhook)
+        try:
+            replaced = custom.replace_namespaced_custom_object(*args, "js", got)
+            break
+        except ApiException as err:
+            assert err.status == 409 and status_of(err)["reason"] == "Conflict", err
     assert replaced["metadata"]["generation"] == 2
     patched = custom.patch_namespaced_custom_object(*args, "js", {"metadata": {"labels": {"extra": "yes"}}})
     assert patched["metadata"]["labels"] == {"app": "train", "extra": "yes"}
