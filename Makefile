@@ -40,8 +40,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check airflow_elastic tests tools dags
 	$(BIN)/ruff format --check airflow_elastic tests tools dags
 
+# Two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one worker),
+# in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the machine
+# to themselves (tests/conftest.py SERIAL), alone.
 test: $(STAMP) $(SERVING_STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # Re-pin every dependency after changing pyproject.toml (commit the result).
 # `--all` keeps setuptools (torch needs it); torch's pin drops the build's local label (+cpu), so both the CPU

@@ -1,11 +1,47 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+
+#: Tests that need the machine to themselves, and why. ``make test`` runs the rest on two pytest-xdist workers
+#: (``-m "not serial"``), then these alone (``-m serial``); they are marked here, by file, so the list is one place.
+SERIAL = {
+    # A real scheduler and triggerer whose heartbeat timeouts are a few seconds: a starved worker would be a zombie.
+    "tests/airflow/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
+    # A benchmark: its goodput figures mean something only when nothing else competes for the CPU.
+    "tests/airflow/test_goodput_bench.py": "a benchmark",
+    # The restart's cause is read from a reclaimed pod that lives about a second: beside another worker on a busy
+    # machine the wait missed it (restart_causes {}) in 2 of 2 parallel runs, never alone.
+    "tests/airflow/test_preemptible_example.py": "a reclaimed pod's evidence is seconds-lived",
+}
+#: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
+#: worker starts one of them while the other has nothing left to do.
+FIRST = ("tests/test_demo.py", "tests/test_packaging.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix() in SERIAL:
+            item.add_marker(pytest.mark.serial)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects alike, so the order is the same in each
+        items.sort(key=lambda item: item.path.relative_to(ROOT).as_posix() not in FIRST)  # stable: else as collected
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under pytest-xdist a serial test fails at once, saying so, rather than run starved beside others."""
+    if item.get_closest_marker("serial") and os.environ.get("PYTEST_XDIST_WORKER"):
+        path = item.path.relative_to(ROOT).as_posix()
+        pytest.fail(
+            f"{path} must not run beside other tests ({SERIAL.get(path, 'marked serial')}): "
+            'run it without -n, or deselect it with -m "not serial" (as `make test` does)',
+            pytrace=False,
+        )
 
 
 @pytest.fixture
