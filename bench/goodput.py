@@ -38,7 +38,8 @@ the task log) recommends from the reclaims it observed.
 
 Tables and plot: ``bench/scripts/goodput_report.py``. Usage: ``python bench/goodput.py [--quick]
 [--png docs/goodput.png] [--table docs/goodput.md]``. Machines here are shared and noisy: compare ratios, not seconds,
-and expect variance between runs (one seed: ``--seed``).
+and expect variance between runs: ``--seeds 15,16,17`` repeats every run with other schedules, and the tables and
+the plot then show the mean (and range) over the seeds.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ sys.path.insert(0, str(ROOT))  # tests.airflow helpers, for `airflow dags test` 
 
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E402
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
-from bench.scripts.goodput_report import STRATEGIES, plot, sweep_table, table, young_daly  # noqa: E402
+from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
 from tests.airflow import airflow_env as af  # noqa: E402
 from tests.airflow.training_group_helpers import xcom  # noqa: E402
 
@@ -122,9 +123,9 @@ def steps(checkpoint: Path) -> list[dict[str, Any]]:
 class Run:
     """One ``airflow dags test`` of one strategy at one MTBR and checkpoint interval, and what it measured."""
 
-    def __init__(self, bench: Bench, strategy: str, mtbr: float, every: int) -> None:
-        self.bench, self.strategy, self.mtbr, self.every = bench, strategy, mtbr, every
-        self.tag = f"{strategy}-{mtbr:g}-{every}".replace(".", "p")
+    def __init__(self, bench: Bench, strategy: str, mtbr: float, every: int, seed: int) -> None:
+        self.bench, self.strategy, self.mtbr, self.every, self.seed = bench, strategy, mtbr, every, seed
+        self.tag = f"{strategy}-{mtbr:g}-{every}-s{seed}".replace(".", "p")
         self.dir = bench.tmp / self.tag
         self.checkpoint = self.dir / "checkpoints"
         self.checkpoint.mkdir(parents=True)
@@ -185,7 +186,7 @@ class Run:
             return
         timings = self.bench.timings
         styles = style_options(timings)
-        options = {"seed": args.seed, "style": list(styles), "options": styles}
+        options = {"seed": self.seed, "style": list(styles), "options": styles}
         options["replace_after"] = timings["node_provisioning"]
         cluster.start_preemptions({"spot": self.mtbr}, **options)
         started = time.time()
@@ -211,6 +212,7 @@ class Run:
         gpus = args.workers + 1
         figures: dict[str, Any] = {
             "strategy": self.strategy,
+            "seed": self.seed,
             "mtbr_intervals": round(self.mtbr / (self.every * args.step), 3),
             "mtbr_seconds": self.mtbr,
             "interval_seconds": round(self.every * args.step, 3),
@@ -335,9 +337,9 @@ class Bench:
         api = client.CustomObjectsApi(self._api)
         return api.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets")["items"]
 
-    def run(self, strategy: str, multiple: float, every: int) -> dict[str, Any]:
+    def run(self, strategy: str, multiple: float, every: int, seed: int) -> dict[str, Any]:
         mtbr = multiple * self.args.every * self.args.step  # in intervals of the default checkpoint interval
-        run = Run(self, strategy, mtbr, every)
+        run = Run(self, strategy, mtbr, every, seed)
         figures = run.execute()
         print(json.dumps(figures), flush=True)
         if not figures["succeeded"]:
@@ -345,19 +347,38 @@ class Bench:
         return figures
 
 
-def main(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every (seed, MTBR, strategy) run, then the sweep's (with the first seed)."""
     workdir = contextlib.nullcontext(str(args.workdir)) if args.workdir else tempfile.TemporaryDirectory()
     with workdir as tmp, Bench(args, Path(tmp)) as bench:
-        rows = [bench.run(s, m, args.every) for m in args.mtbr for s in args.strategies]
+        rows = [bench.run(s, m, args.every, seed) for seed in args.seeds for m in args.mtbr for s in args.strategies]
         sweep = []
         for factor in args.sweep:
             every = max(round(args.every * factor), 1)
-            reuse = [r for r in rows if r["strategy"] == "periodic" and r["mtbr_intervals"] == args.sweep_rate]
+            reuse = [
+                r
+                for r in rows
+                if r["strategy"] == "periodic" and r["mtbr_intervals"] == args.sweep_rate and r["seed"] == args.seeds[0]
+            ]
             if every == args.every and reuse:
                 sweep.append(reuse[0])
             else:
-                sweep.append(bench.run("periodic", args.sweep_rate, every))
+                sweep.append(bench.run("periodic", args.sweep_rate, every, args.seeds[0]))
+    return rows, sweep
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.rows:  # a report of earlier runs (their --json files), e.g. one invocation per seed
+        found = [json.loads(path.read_text()) for path in args.rows]
+        rows = [r for f in found for r in f["rows"]]
+        sweep = [r for f in found for r in f["sweep"]]
+    else:
+        rows, sweep = measure(args)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "sweep": sweep}, indent=1) + "\n")
     text = f"{table(rows)}\n\n{sweep_table(sweep)}\n\n{young_daly(sweep)}\n"
+    if len({r["seed"] for r in rows}) > 1:
+        text += f"\nEach run:\n\n{runs_table(rows)}\n"
     print(text)
     if args.table:
         argv = sys.argv[1:]
@@ -385,13 +406,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sweep", type=floats, default=[0.25, 0.5, 1, 2], help="interval factors of the sweep")
     parser.add_argument("--sweep-rate", type=float, default=10, help="the sweep's MTBR in default intervals")
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES), help="a subset")
-    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[15], help="schedules")
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
     parser.add_argument("--coordinator-port", type=int, default=29461, help="the group's (apart from tests' 29400)")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")
     parser.add_argument("--table", type=Path, help="write the tables (markdown) here")
     parser.add_argument("--workdir", type=Path, help="keep the runs' files here (default: a temporary directory)")
+    parser.add_argument("--json", type=Path, help="write the measured rows here (for --rows)")
+    parser.add_argument("--rows", type=Path, nargs="+", help="report these --json files instead of measuring")
     parser.add_argument("--quick", action="store_true", help="one rate, few steps, no extra sweep runs (the test)")
     args = parser.parse_args(argv)
     if args.quick:

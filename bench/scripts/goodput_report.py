@@ -9,32 +9,90 @@ from typing import Any
 STRATEGIES = {"elastic": "1 airflow-elastic", "periodic": "2 periodic only", "handrolled": "3 hand-rolled retries"}
 
 
+#: Figures averaged over a (strategy, MTBR) cell's seeds.
+MEANS = ("goodput", "lost_steps", "restart_overhead", "gpu_hours", "lost_gpu_hours", "reclaims", "interruptions")
+MEANS += ("tries_on_reclaims",)
+
+
+def cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (MTBR, strategy), in first-seen order: figures averaged over its seeds (``None`` ignored),
+    ``seeds`` and ``goodput_range`` (min, max) added, ``succeeded`` only if every run did."""
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["mtbr_intervals"], row["strategy"]), []).append(row)
+    out = []
+    for runs in groups.values():
+        cell = dict(runs[0], seeds=len(runs), succeeded=all(r["succeeded"] for r in runs))
+        for key in MEANS:
+            known = [r[key] for r in runs if r.get(key) is not None]
+            cell[key] = statistics.fmean(known) if known else None
+        goodputs = [r["goodput"] for r in runs if r.get("goodput") is not None]
+        cell["goodput_range"] = (min(goodputs), max(goodputs)) if goodputs else None
+        if not cell["succeeded"]:
+            cell["state"] = ", ".join(sorted({str(r["state"]) for r in runs if not r["succeeded"]}))
+        out.append(cell)
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    """The main grid as markdown, with goodput and wall-time ratios against strategy 3 at the same MTBR."""
+    """The main grid as markdown (means over seeds), with goodput ratios against strategy 3 at the same MTBR."""
+    grid = cells(rows)
+    several = any(c["seeds"] > 1 for c in grid)
     lines = [
         "| MTBR (x interval) | strategy | succeeded | goodput | x strategy 3 | lost steps | restart overhead (s) "
         "| GPU-h requested | GPU-h lost | reclaims | interruptions | Airflow tries on reclaims |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for row in rows:
-        same = [r for r in rows if r["strategy"] == "handrolled" and r["mtbr_intervals"] == row["mtbr_intervals"]]
+    if several:
+        lines[0] = lines[0].replace("| succeeded | goodput |", "| seeds | succeeded | goodput (range) |")
+        lines[1] += " --- |"
+    for cell in grid:
+        same = [c for c in grid if c["strategy"] == "handrolled" and c["mtbr_intervals"] == cell["mtbr_intervals"]]
         base = same[0] if same else {}
-        ratio = row.get("goodput") / base["goodput"] if row.get("goodput") and base.get("goodput") else None
-        cells = [
+        ratio = cell.get("goodput") / base["goodput"] if cell.get("goodput") and base.get("goodput") else None
+        goodput = _num(cell.get("goodput"), ".2f")
+        if several and cell["goodput_range"]:
+            goodput += " ({:.2f}-{:.2f})".format(*cell["goodput_range"])
+        row = [
+            f"{cell['mtbr_intervals']:g}",
+            STRATEGIES[cell["strategy"]],
+            *([str(cell["seeds"])] if several else []),
+            "yes" if cell["succeeded"] else f"no ({cell['state']})",
+            goodput,
+            _num(ratio, ".2f"),
+            _num(cell.get("lost_steps"), ".0f"),
+            _num(cell.get("restart_overhead"), ".1f"),
+            _num(cell.get("gpu_hours"), ".4f"),
+            _num(cell.get("lost_gpu_hours"), ".4f"),
+            _num(cell.get("reclaims"), ".3g"),
+            _num(cell.get("interruptions"), ".3g"),
+            _num(cell.get("tries_on_reclaims"), ".3g"),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def runs_table(rows: list[dict[str, Any]]) -> str:
+    """Every run of the grid, one line each."""
+    lines = [
+        "| seed | MTBR (x interval) | strategy | succeeded | goodput | lost steps | restart overhead (s) | reclaims "
+        "| interruptions | Airflow tries on reclaims |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in sorted(rows, key=lambda r: (r["seed"], r["mtbr_intervals"], list(STRATEGIES).index(r["strategy"]))):
+        cells_ = [
+            str(row["seed"]),
             f"{row['mtbr_intervals']:g}",
             STRATEGIES[row["strategy"]],
             "yes" if row["succeeded"] else f"no ({row['state']})",
             _num(row.get("goodput"), ".2f"),
-            _num(ratio, ".2f"),
             _num(row.get("lost_steps"), "d"),
             _num(row.get("restart_overhead"), ".1f"),
-            _num(row.get("gpu_hours"), ".4f"),
-            _num(row.get("lost_gpu_hours"), ".4f"),
             str(row["reclaims"]),
             _num(row.get("interruptions"), "d"),
             str(row["tries_on_reclaims"]),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells_) + " |")
     return "\n".join(lines)
 
 
@@ -94,12 +152,20 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
     from matplotlib import pyplot
 
     figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    grid = cells(rows)
     for strategy, label in STRATEGIES.items():
-        points = sorted((r["mtbr_intervals"], r.get("goodput") or 0.0) for r in rows if r["strategy"] == strategy)
-        left.plot(*zip(*points, strict=True), marker="o", label=label)
+        mine = sorted((c for c in grid if c["strategy"] == strategy), key=lambda c: c["mtbr_intervals"])
+        if not mine:
+            continue
+        x = [c["mtbr_intervals"] for c in mine]
+        y = [c.get("goodput") or 0.0 for c in mine]
+        spread = [c["goodput_range"] or (y[i], y[i]) for i, c in enumerate(mine)]
+        error = [[y[i] - lo for i, (lo, _) in enumerate(spread)], [hi - y[i] for i, (_, hi) in enumerate(spread)]]
+        left.errorbar(x, y, yerr=error, marker="o", capsize=3, label=label)
     left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
     _ticks(left, [r["mtbr_intervals"] for r in rows])
-    left.set_title("goodput under spot reclaims")
+    seeds = max((c["seeds"] for c in grid), default=1)
+    left.set_title("goodput under spot reclaims" + (f" (mean and range of {seeds} seeds)" if seeds > 1 else ""))
     left.legend()
     if sweep:
         points = sorted((r["interval_seconds"], r.get("goodput") or 0.0) for r in sweep)

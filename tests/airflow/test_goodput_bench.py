@@ -27,8 +27,8 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     from matplotlib import image
 
     bench = load_bench()
-    png, table = tmp_path / "goodput.png", tmp_path / "goodput.md"
-    found = bench.main(bench.parse(["--quick", "--png", str(png), "--table", str(table)]))
+    png, table, saved = tmp_path / "goodput.png", tmp_path / "goodput.md", tmp_path / "rows.json"
+    found = bench.main(bench.parse(["--quick", "--png", str(png), "--table", str(table), "--json", str(saved)]))
 
     rows = {row["strategy"]: row for row in found["rows"]}
     assert set(rows) == {"elastic", "periodic", "handrolled"}
@@ -42,3 +42,8 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     assert height > 100 and width > 100
     text = table.read_text()
     assert all(label in text for label in bench.STRATEGIES.values()) and "Young/Daly" in text
+
+    # --rows reports saved runs without measuring: the same tables from the --json file
+    again = tmp_path / "again.md"
+    assert bench.main(bench.parse(["--rows", str(saved), "--table", str(again)])) == found
+    assert again.read_text().split("\n\n", 2)[2] == text.split("\n\n", 2)[2]
