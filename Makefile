@@ -37,8 +37,8 @@ demo: $(STAMP) $(SERVING_STAMP)
 	$(BIN)/python tools/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check airflow_elastic tests tools dags
-	$(BIN)/ruff format --check airflow_elastic tests tools dags
+	$(BIN)/ruff check airflow_elastic tests tools dags bench
+	$(BIN)/ruff format --check airflow_elastic tests tools dags bench
 
 # Two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one worker),
 # in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the machine
