@@ -44,6 +44,6 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     assert all(label in text for label in bench.STRATEGIES.values()) and "Young/Daly" in text
 
     # --rows reports saved runs without measuring: the same tables from the --json file
-    again = tmp_path / "again.md"
+    again = tmp_path / "again-table"
     assert bench.main(bench.parse(["--rows", str(saved), "--table", str(again)])) == found
     assert again.read_text().split("\n\n", 2)[2] == text.split("\n\n", 2)[2]
