@@ -164,8 +164,9 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
         left.errorbar(x, y, yerr=error, marker="o", capsize=3, label=label)
     left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
     _ticks(left, [r["mtbr_intervals"] for r in rows])
-    seeds = max((c["seeds"] for c in grid), default=1)
-    left.set_title("goodput under spot reclaims" + (f" (mean and range of {seeds} seeds)" if seeds > 1 else ""))
+    fewest, most = min((c["seeds"] for c in grid), default=1), max((c["seeds"] for c in grid), default=1)
+    seeds = f"{most}" if fewest == most else f"{fewest}-{most}"
+    left.set_title("goodput under spot reclaims" + (f" (mean and range of {seeds} seeds)" if most > 1 else ""))
     left.legend()
     if sweep:
         points = sorted((r["interval_seconds"], r.get("goodput") or 0.0) for r in sweep)
