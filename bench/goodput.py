@@ -152,7 +152,6 @@ class Run:
             "retries": args.budget,
             "retry_delay": self.bench.timings["retry_delay"],
             "poll": self.bench.timings["poll"],
-            "coordinator_port": args.coordinator_port,
         }
 
     def execute(self) -> dict[str, Any]:
@@ -408,7 +407,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES), help="a subset")
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[15], help="schedules")
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
-    parser.add_argument("--coordinator-port", type=int, default=29461, help="the group's (apart from tests' 29400)")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")
     parser.add_argument("--table", type=Path, help="write the tables (markdown) here")

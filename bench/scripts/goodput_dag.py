@@ -52,7 +52,7 @@ def group(settings: dict[str, Any]) -> TrainingGroup:
             "PEER_TIMEOUT": "30",
             "PYTHONUNBUFFERED": "1",
         },
-        coordinator_port=settings["coordinator_port"],
+        coordinator_port=29400,
     )
 
 
