@@ -68,6 +68,14 @@ def signal_group(pgid: int, since: int, sig: int) -> bool:
     return bool(members)
 
 
+async def wait_groups_gone(groups: list[tuple[int, int]], timeout: float) -> None:
+    """Wait (at most ``timeout``) until no verified member of the ``(pgid, since)`` groups is alive: SIGKILL is
+    delivered asynchronously, and a loaded machine can take a moment to let the killed processes exit."""
+    deadline = time.monotonic() + timeout
+    while any(group_members(pgid, since) for pgid, since in groups) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
 @dataclass
 class Running:
     """A started container process and its pid file."""
@@ -91,9 +99,11 @@ class Running:
             return True
         return False
 
-    def finish(self) -> None:
-        """After the main process exited: kill what is left of the group and forget it."""
-        self.signal(signal.SIGKILL)
+    async def finish(self) -> None:
+        """After the main process exited: kill what is left of the group, wait until it is gone (as a container is
+        stopped only when its PID namespace is empty) and forget it."""
+        if self.signal(signal.SIGKILL):
+            await wait_groups_gone([(self.pgid, self.since)], timeout=5.0)
         self.pid_file.unlink(missing_ok=True)
 
 

@@ -330,7 +330,7 @@ class PodWorker:
         returncode = await running.proc.wait()
         if prober is not None:
             prober.cancel()
-        running.finish()
+        await running.finish()
         self.running.pop(record.name, None)
         code, sig = exit_code(returncode)
         terminated: Obj = {
