@@ -7,7 +7,7 @@ sees to one :class:`Evidence`. It keeps the last copy of each pod, notices the p
 list (phase ``Failed``, or gone while not succeeded), and the waiter classifies those with
 :func:`airflow_elastic.classify.classify`, fetching only their nodes. Both waiters call the same two steps::
 
-    stops = evidence.observe(pods)                      # pure
+    stops = evidence.observe(pods, deleted=final_states)  # pure; final_states: a watched cache's DELETED pods
     nodes = {n: get_node(n) for n in node_names(stops)}  # the only I/O (sync or async)
     evidence.record(stops, nodes, jobset=..., transient_exit_codes=...)   # pure
 
@@ -135,21 +135,29 @@ class Evidence:
     spot_samples: int = 0
     #: Preemption stops the cluster absorbed (the pod replaced in place, the group running on), oldest first.
     absorbed: list[dict[str, Any]] = field(default_factory=list)
+    #: The pods already seen gone (each is gone once, however often a cache repeats its final state).
+    _gone: set[str] = field(default_factory=set, repr=False, compare=False)
     #: Slot -> its preemption records not yet seen replaced (this waiter's memory only).
     _waiting: dict[tuple[str, ...], list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
-    def observe(self, pods: Iterable[Obj]) -> list[Stop]:
-        """Take a new pod list; return the pods that stopped since the previous one (each once)."""
+    def observe(self, pods: Iterable[Obj], deleted: Iterable[Obj] = ()) -> list[Stop]:
+        """Take a new pod list; return the pods that stopped since the previous one (each once).
+
+        ``deleted``: final states of pods deleted lately (a watched cache's ``DELETED`` objects, repeated from one
+        call to the next is fine). A gone pod is judged by its final state rather than by the copy the previous
+        list held (a pod that failed and was deleted between two lists was ``Running`` in it), and a pod created and
+        deleted between two lists is not missed."""
         current = {_uid(p): p for p in pods}
         stops = [
             Stop(pod, gone=bool((pod.get("metadata") or {}).get("deletionTimestamp")))
             for uid, pod in current.items()
             if uid not in self.done and _phase(pod) == "Failed"
         ]
+        final = {uid: p for p in deleted if (uid := _uid(p)) not in current and uid not in self._gone}
+        gone = {uid: pod for uid, pod in self.last.items() if uid not in current} | final
+        self._gone |= gone.keys()
         stops += [
-            Stop(pod, gone=True)
-            for uid, pod in self.last.items()
-            if uid not in current and uid not in self.done and _phase(pod) != "Succeeded"
+            Stop(pod, gone=True) for uid, pod in gone.items() if uid not in self.done and _phase(pod) != "Succeeded"
         ]
         stops += self._stranded(current)
         running = [p for p in current.values() if _phase(p) == "Running"]

@@ -58,6 +58,8 @@ class Observation:
         seen: ``False`` for a wake-up without a new look (a deadline passing while the loop waited).
         error: why the look failed (after the hook's own retries); ``transient``: the next one may work.
         pods, events: the group's pods and events, ``None`` until fetched (when the watch asks for them).
+        deleted_pods: the final states of group pods deleted recently (a watched cache keeps them; see
+            :meth:`~airflow_elastic.evidence.Evidence.observe`), fetched with ``pods``.
         nodes: node name -> Node (``None``: it no longer exists); a node left out could not be read.
         unavailable: the pieces (``"pods"``, ``"events"``) the loop could not fetch this time.
     """
@@ -68,6 +70,7 @@ class Observation:
     error: str = ""
     transient: bool = False
     pods: tuple[Obj, ...] | None = None
+    deleted_pods: tuple[Obj, ...] = ()
     events: tuple[Obj, ...] | None = None
     nodes: Mapping[str, Obj | None] | None = None
     unavailable: frozenset[str] = frozenset()
@@ -84,6 +87,7 @@ class Observation:
         self,
         *,
         pods: Iterable[Obj] | None = None,
+        deleted_pods: Iterable[Obj] = (),
         events: Iterable[Obj] | None = None,
         nodes: Mapping[str, Obj | None] | None = None,
         unavailable: Iterable[str] = (),
@@ -92,6 +96,7 @@ class Observation:
         return replace(
             self,
             pods=self.pods if pods is None else tuple(pods),
+            deleted_pods=self.deleted_pods if pods is None else tuple(deleted_pods),
             events=self.events if events is None else tuple(events),
             nodes=self.nodes if nodes is None else dict(nodes),
             unavailable=self.unavailable | frozenset(unavailable),
@@ -309,7 +314,7 @@ class Watch:
         if not self.capture_evidence or obs.pods is None:
             return []
         if obs.nodes is None:
-            self._stops = self.evidence.observe(obs.pods)
+            self._stops = self.evidence.observe(obs.pods, deleted=obs.deleted_pods)
             names = node_names(self._stops)
             if self.settle_seconds > 0:  # each attempt the group restarted past: did a node vanish under it?
                 self._restarted |= {attempt: obs.now for attempt in range(self._restarts_seen, status.restarts)}

@@ -12,6 +12,12 @@ timeout is re-opened from the last version seen (events or bookmarks). Re-listed
   keep the cache wrong for longer.
 
 A failed LIST is retried every ``retry_seconds``; until one succeeds, :attr:`Informer.error` says why.
+
+With ``keep_deleted``, :attr:`Informer.deleted` keeps each deleted object's final state for :data:`DELETED_SECONDS`
+(at most :data:`MAX_DELETED` of them), as client-go hands a deleted object to its handlers: the ``DELETED`` event's
+object, or the last cached copy of one that vanished between two lists (its ``DeletedFinalStateUnknown``
+tombstone, client-go ``tools/cache/delta_fifo.go``). A reader polling the cache would otherwise never see a pod
+that failed and was deleted between two of its reads: the JobSet deletes a restarted attempt's pods at once.
 :attr:`Informer.settled` is clear while a re-list is under way (readers must not take a stale cache for the
 cluster).
 """
@@ -35,6 +41,9 @@ WATCH_SECONDS = 240
 RESYNC_SECONDS = 600
 #: A stream that ends this much (seconds) before its timeout was dropped.
 DROP_SLACK = 2.0
+#: How long (seconds) and how many deleted objects' final states are kept (``keep_deleted``).
+DELETED_SECONDS = 600.0
+MAX_DELETED = 1000
 
 JSON = dict[str, Any]
 Lister = Callable[[], Awaitable[tuple[list[JSON], str]]]
@@ -51,6 +60,7 @@ class Informer:
         on_change: called with an object's name after each change of it, and with ``None`` after each (re-)list or
             failed list (everything may have changed).
         retry_seconds: the pause before retrying a failed LIST.
+        keep_deleted: keep the final states of deleted objects in :attr:`deleted` (see the module docstring).
     """
 
     def __init__(
@@ -60,6 +70,8 @@ class Informer:
         watcher: Watcher,
         on_change: Callable[[str | None], None],
         retry_seconds: Callable[[], float],
+        *,
+        keep_deleted: bool = False,
     ) -> None:
         self.kind = kind
         self.lister = lister
@@ -67,6 +79,9 @@ class Informer:
         self.on_change = on_change
         self.retry_seconds = retry_seconds
         self.items: dict[str, JSON] = {}
+        self.keep_deleted = keep_deleted
+        #: uid (or name) -> (when it was seen deleted, ``time.monotonic()``; its final state), oldest first.
+        self.deleted: dict[str, tuple[float, JSON]] = {}
         self.error: BaseException | None = None
         self.lists = 0
         self.watches = 0
@@ -93,7 +108,12 @@ class Informer:
                 self.settled.clear()
                 continue
             self.lists += 1
-            self.items = {obj["metadata"]["name"]: obj for obj in items}
+            fresh = {obj["metadata"]["name"]: obj for obj in items}
+            if self.lists > 1:  # gone between the lists: their last cached copy is all that is known
+                for name, obj in self.items.items():
+                    if name not in fresh or _uid(fresh[name]) != _uid(obj):
+                        self._bury(obj)
+            self.items = fresh
             self._seen(version)
             self.error = None
             self.settled.set()
@@ -124,6 +144,21 @@ class Informer:
                 log.info("watch of %s ended early (dropped); re-listing", self.kind)
                 return lasted < 1.0
         return False
+
+    def _bury(self, obj: JSON) -> None:
+        if not self.keep_deleted:
+            return
+        now = time.monotonic()
+        self.deleted.pop(_uid(obj), None)
+        self.deleted[_uid(obj)] = (now, obj)
+        for uid, (when, _) in list(self.deleted.items()):
+            if when >= now - DELETED_SECONDS and len(self.deleted) <= MAX_DELETED:
+                break
+            del self.deleted[uid]
+
+    def deleted_since(self, since: float) -> list[JSON]:
+        """The final states of the objects deleted at or after ``since`` (``time.monotonic()``), oldest first."""
+        return [obj for when, obj in self.deleted.values() if when >= since]
 
     def _seen(self, version: str) -> None:
         self.version = version
@@ -158,6 +193,12 @@ class Informer:
             self.items[name] = obj
         elif kind == "DELETED":
             self.items.pop(name, None)
+            self._bury(obj)
         if kind != "BOOKMARK":
             self.on_change(name)
         return meta.get("resourceVersion") or ""
+
+
+def _uid(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")

@@ -32,15 +32,17 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   consecutive failures). A failed or dropped watch is not an error: the cache is re-listed at once, and no snapshot
   is published while it is stale. The observer itself never dies on an API error.
 
-Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started
-by the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods,
-the end's Warning events cost none per wait, and the bytes moved are the changes, not the finished JobSets, pods and
-events the cluster keeps until their TTL. A cache only a rare read needs (the namespace's unfiltered events, for a
-startup diagnosis) is kept only while a wait that read it is subscribed (``cached(..., reader=subscription)``): its
-watch closes and its objects go with the last such wait, instead of living as long as the loop. A hook that cannot
-watch a kind shares its lists by :class:`SharedRead`: a trigger asks for a list *begun after* the observation it
-judges; the first to ask on the loop starts it, every other trigger asking at about the same time awaits the same
-request. Logs are read per trigger, and only while its log pod exists.
+Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started by
+the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods, the
+end's Warning events cost none per wait, and the bytes moved are the changes, not the finished JobSets, pods and events
+the cluster keeps until their TTL. The pod cache also keeps the final states of deleted pods
+(:meth:`JobSetObserver.deleted`), so a pod that failed and was deleted between two looks still reaches the evidence. A
+cache only a rare read needs (the namespace's unfiltered events, for a startup diagnosis) is kept only while a wait that
+read it is subscribed (``cached(..., reader=subscription)``): its watch closes and its objects go with the last such
+wait, instead of living as long as the loop. A hook that cannot watch a kind shares its lists by :class:`SharedRead`: a
+trigger asks for a list *begun after* the observation it judges; the first to ask on the loop starts it, every other
+trigger asking at about the same time awaits the same request. Logs are read per trigger, and only while its log pod
+exists.
 
 **batch/v1 Jobs too.** ``subscribe(..., kind="jobs")`` observes the namespace's Jobs instead of JobSets, with
 everything above unchanged (its own registry entry, list-then-watch through the hook's ``list_jobs_versioned`` /
@@ -303,6 +305,7 @@ class JobSetObserver:
             lambda version, seconds: getattr(hook, f"watch_{kind}")(self.namespace, selector, version, seconds),
             on_change,
             lambda: self.interval,
+            keep_deleted=kind == "pods",  # the final states of the pods the evidence must not miss
         )
         self._informers[informer] = self.loop.create_task(informer.run(), name=f"{kind} informer {self.namespace}")
         return informer
@@ -367,6 +370,13 @@ class JobSetObserver:
         if after:
             await informer.caught_up(after, min(CATCH_UP_SECONDS, self.interval / 2))
         return list(informer.items.values())
+
+    def deleted(self, kind: str, selector: str | None, since: float) -> list[dict[str, Any]]:
+        """The final states of the ``kind`` (pods) matching ``selector`` that the watched cache saw deleted at or
+        after ``since`` (``time.monotonic()``), oldest first; empty while no such cache runs
+        (:attr:`Informer.deleted`)."""
+        informer = self._caches.get((kind, selector or ""))
+        return informer.deleted_since(since) if informer is not None else []
 
     def _release_unread(self, leaving: Subscription) -> None:
         """Close the caches whose last reader was ``leaving`` (and that no reader-less read holds)."""

@@ -280,6 +280,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
 
     async def _fetch(self, obs: Observation, need: Need) -> Observation:
         pods = await self._group_pods() if need.pods else None
+        deleted = self._deleted_group_pods() if pods is not None else ()
         events = await self._group_events(None) if need.events else None
         nodes: dict[str, dict[str, Any] | None] = {}
         for node in sorted(need.nodes):
@@ -288,7 +289,9 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             except KubernetesApiError as exc:  # unknown, not gone: the classifier must not assume node loss
                 self.log.warning("could not read node %s: %s", node, exc)
         missing = [piece for piece, got in (("pods", pods), ("events", events)) if getattr(need, piece) and got is None]
-        return obs.given(pods=pods, events=events, nodes=nodes if need.nodes else None, unavailable=missing)
+        return obs.given(
+            pods=pods, deleted_pods=deleted, events=events, nodes=nodes if need.nodes else None, unavailable=missing
+        )
 
     # ------------------------------------------------------------------------------------------ verdicts
 
@@ -362,6 +365,14 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         except KubernetesApiError as exc:
             self.log.warning("could not list the pods of %s/%s: %s", self.namespace, self.name, exc)
             return None
+        return bw.group_pods(self.backend, pods, self.name, self.roles)
+
+    def _deleted_group_pods(self) -> list[dict[str, Any]]:
+        """The final states of the group's pods the watched pod cache saw deleted since this wait subscribed (a pod
+        that failed and was deleted between two looks); none without a watched cache."""
+        if self._observer is None or self._subscription is None or not self._observer.watching:
+            return []
+        pods = self._observer.deleted("pods", self._objects.pod_label, self._subscription.since)
         return bw.group_pods(self.backend, pods, self.name, self.roles)
 
     async def _group_events(self, kind: str | None) -> list[dict[str, Any]] | None:

@@ -4,10 +4,16 @@ dropped stream and a 410 Gone are recovered by a re-list, and the waits still ge
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_elastic import FailurePolicy, Role, TrainingGroup
+from airflow_elastic.evidence import attempt_causes
+from airflow_elastic.hooks import JobSetHook
+from airflow_elastic.render import render_jobset
 from airflow_elastic.triggers.observer import JobSetObserver
+from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.localcluster.test_trigger import first_event, submit, trigger
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
@@ -84,3 +90,44 @@ def test_a_dropped_watch_and_a_410_are_recovered_by_a_relist(hook, connection, n
     event, lists = asyncio.run(asyncio.wait_for(scenario(), 120))
     assert lists == [1, 2, 4]
     assert event["status"] == "succeeded"  # the verdict survives both, from the rebuilt cache
+
+
+def test_a_preempted_pod_deleted_with_its_attempt_is_still_its_cause(hook, connection, namespace, local_cluster):
+    """The JobSet deletes the preempted attempt's pods as it restarts: the pod cache keeps the final state of the
+    pod from its DELETED event, so the attempt is explained however late the wait looks at the pods."""
+    code = "import os, sys, time; os.environ['AE_RESTART_ATTEMPT'] == '0' and time.sleep(60); sys.exit(0)"
+    group = TrainingGroup(
+        "trig", [Role("leader", command=["python", "-c", code])], image="python:3", failure=FailurePolicy()
+    )
+    uid = hook.create_jobset(namespace, render_jobset(group, name="preempted", namespace=namespace))["metadata"]["uid"]
+    extras = JobSetHook(connection).get_connection_extras()
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        waiting = TrainingGroupTrigger(
+            "preempted",
+            namespace,
+            connection,
+            uid=uid,
+            poll_interval=30,
+            connection_extras=extras,
+            capture_evidence=True,
+        )
+        task = asyncio.create_task(first_event(waiting))
+        pods = await until(lambda: observer_of(namespace) and observer_of(namespace)._caches, "the pod cache")
+        cache = next(informer for (kind, _), informer in pods.items() if kind == "pods")
+        victim = await until(
+            lambda: next((n for n, p in cache.items.items() if p["status"].get("phase") == "Running"), None),
+            "the running pod",
+        )
+        await asyncio.to_thread(local_cluster.preempt_pod, namespace, victim)
+        # The wait is busy while the pod fails and the JobSet restarts and deletes it (a triggerer's loop is shared
+        # by many waits): its next look at the pods comes after the deletion.
+        time.sleep(4)
+        event = await task
+        assert any(d["metadata"]["name"] == victim for d in cache.deleted_since(0))
+        return event, victim
+
+    event, victim = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert (event["status"], event["restarts"]) == ("succeeded", 1)
+    cause = attempt_causes(event["evidence"])[0]
+    assert (cause["pod"], cause["cause"], cause["budget"]) == (victim, "scheduler_preemption", "preemption")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -54,3 +55,34 @@ def test_catch_up_waits_for_a_version_once_and_ends_at_its_bound():
         return passed, behind, again
 
     assert asyncio.run(scenario()) == (True, False, True)
+
+
+def test_deleted_objects_keep_their_final_state_from_the_event_or_the_last_copy_before_a_relist():
+    def obj(name: str, version: str, phase: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": version}, "status": {"phase": phase}}
+
+    listed = [[obj("a", "5", "Running"), obj("b", "5", "Running")], [obj("b", "9", "Running")]]
+
+    async def lister() -> tuple[list[dict[str, Any]], str]:
+        items = listed.pop(0) if len(listed) > 1 else listed[0]
+        return items, items[-1]["metadata"]["resourceVersion"]
+
+    async def watcher(version: str, seconds: int) -> AsyncIterator[dict[str, Any]]:
+        if version == "5":  # a fails and is deleted; then the stream breaks (a re-list follows)
+            yield {"type": "MODIFIED", "object": obj("a", "6", "Failed")}
+            yield {"type": "DELETED", "object": obj("a", "7", "Failed")}
+            yield {"type": "ADDED", "object": obj("c", "8", "Pending")}
+            raise Gone(410, "Expired", "too old")
+        await asyncio.sleep(seconds)
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        inf = Informer("pods", lister, watcher, lambda name: None, lambda: 10, keep_deleted=True)
+        began = time.monotonic()
+        await run_for(inf, 0.1)  # c vanished between the watch and the re-list: its last copy is its tombstone
+        plain = Informer("pods", lister, watcher, lambda name: None, lambda: 10)
+        await run_for(plain, 0.05)
+        return inf.deleted_since(began), inf.deleted_since(time.monotonic()), list(plain.deleted)
+
+    deleted, later, plain = asyncio.run(scenario())
+    assert [(d["metadata"]["name"], d["status"]["phase"]) for d in deleted] == [("a", "Failed"), ("c", "Pending")]
+    assert later == [] and plain == []

@@ -154,3 +154,33 @@ def test_a_terminating_pod_is_no_stop_without_a_replacement_evidence_or_a_preemp
         evidence = Evidence()
         assert evidence.record(evidence.observe(pods), {"n1": node}, jobset=jobset(restarts)) == [], case
         assert evidence.absorb(pods) == [] and evidence.done == set(), case
+
+
+def disrupted(p: dict[str, Any], reason: str = "PreemptionByScheduler") -> dict[str, Any]:
+    p["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
+    return p
+
+
+def test_a_pod_deleted_between_two_lists_is_judged_by_its_final_state_once() -> None:
+    evidence = Evidence()
+    see(evidence, [pod("leader", "Running", role="leader"), pod("w0", "Running")], jobset())
+    # w0 was preempted, failed and was deleted with its attempt before the next list: only the watch's DELETED
+    # object (its final state) says why; the previous list's copy says it was running.
+    final = disrupted(pod("w0", "Failed", exit_code=143))
+    after = [pod("leader-1", "Running", role="leader", attempt=1), pod("w0-1", "Running", attempt=1)]
+    records = evidence.record(evidence.observe(after, deleted=[final]), NODES, jobset=jobset(1))
+    by_pod = {r["pod"]: r for r in records}
+    assert (by_pod["w0"]["cause"], by_pod["w0"]["budget"]) == ("scheduler_preemption", "preemption")
+    assert by_pod["leader"]["cause"] == "group_restart"
+    # A cache repeats its deleted objects: never judged twice.
+    assert evidence.observe(after, deleted=[final]) == []
+
+
+def test_a_pod_created_and_deleted_between_two_lists_is_not_missed() -> None:
+    evidence = Evidence()
+    see(evidence, [pod("w0", "Running")], jobset())
+    brief = disrupted(pod("w0-1", "Failed", attempt=1, exit_code=143))
+    records = evidence.record(
+        evidence.observe([pod("w0", "Running"), pod("w0-2", "Running", attempt=2)], deleted=[brief]), NODES
+    )
+    assert [(r["pod"], r["attempt"], r["budget"]) for r in records] == [("w0-1", 1, "preemption")]
