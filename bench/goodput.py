@@ -27,7 +27,9 @@ seconds) is not compressed either: it stands for the scheduler round trip of str
 Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), all from the
 trainer's step records, the task's result and the Airflow metadata DB: goodput = ideal training time (steps x the
 median step time) ÷ wall time (first step to last; the start-up before it is the same for all); lost steps (steps
-computed again); restart overhead (a reclaim → the next step of the next attempt, median); requested GPU-hours (the
+computed again); restart overhead (a reclaim → the next step of the next attempt, median), split at the start of
+the group's last process into the wait for it (the cluster's node-loss handling, the restart, a replacement node;
+strategy 3's retry) and its start-up (``import torch``, model, checkpoint, rendezvous); requested GPU-hours (the
 task result's ``gpu_hours``; for the hand-rolled task, which has none, its JobSets' lifetimes x GPUs) and lost
 GPU-hours (requested minus GPUs x ideal time); Airflow tries spent on reclaims; whether the task succeeded.
 
@@ -114,8 +116,9 @@ dag = build(json.loads({settings!r}))
 # ------------------------------------------------------------------------------------------------ one run
 
 
-def steps(checkpoint: Path) -> list[dict[str, Any]]:
-    path = checkpoint / "steps.jsonl"
+def steps(checkpoint: Path, name: str = "steps.jsonl") -> list[dict[str, Any]]:
+    """The trainer's records (``steps.jsonl``; ``starts.jsonl``: one per process, see ``goodput_train.py``)."""
+    path = checkpoint / name
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.strip()]
 
@@ -226,12 +229,12 @@ class Run:
         ideal = args.steps * step_time
         wall = done[-1]["time"] - done[0]["time"] + step_time
         requested = self._gpu_hours(db, dag_id, settings["namespace"], gpus)
-        overheads = self._restart_overheads(records)
+        overheads = self._restart_overheads(records, steps(self.checkpoint, "starts.jsonl"))
         figures |= {
             "goodput": round(ideal / wall, 4),
             "wall_seconds": round(wall, 2),
             "lost_steps": len(done) - len({r["step"] for r in done}),
-            "restart_overhead": round(statistics.median(overheads), 2) if overheads else None,
+            **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
             "interruptions": len({r["process"] for r in done}) - 1,
             "gpu_hours": requested,
             "lost_gpu_hours": round(requested - gpus * ideal / 3600, 6) if requested is not None else None,
@@ -249,12 +252,18 @@ class Run:
         ]
         return round(statistics.median(gaps), 4) if gaps else None
 
-    def _restart_overheads(self, records: list[dict[str, Any]]) -> list[float]:
-        """Per reclaim that interrupted training: reclaim → first step of a process that started after it. A reclaim
-        interrupted if the process training at that moment recorded its last step within :data:`INTERRUPTED` s
-        after it (a reclaim of a node without pods does not stop it), or if training was already stopped."""
+    def _restart_overheads(
+        self, records: list[dict[str, Any]], starts: list[dict[str, Any]]
+    ) -> list[tuple[float, float | None, float | None]]:
+        """Per reclaim that interrupted training: reclaim → first step of a process that started after it, split at
+        the start of the last process (any rank) that began in between: the wait until the whole group runs again
+        (the cluster's node-loss handling, the restart, a replacement node, scheduling; an Airflow retry) and that
+        process's start-up (``import torch``, model, checkpoint, rendezvous) to the first step; ``None`` parts
+        without start records. A reclaim interrupted if the process training at that moment recorded its last step
+        within :data:`INTERRUPTED` s after it (a reclaim of a node without pods does not stop it), or if training
+        was already stopped."""
         done = [r for r in records if not r.get("start")]
-        found = []
+        found: list[tuple[float, float | None, float | None]] = []
         for at in self.reclaims:
             before = [r for r in done if r["time"] <= at]
             if not before:
@@ -265,7 +274,10 @@ class Run:
                 continue
             resumed = [r for r in done if r["time"] > max(at, last) and r["process"] != old]
             if resumed:
-                found.append(resumed[0]["time"] - at)
+                first = resumed[0]["time"]
+                began = max((r["began"] for r in starts if at < r["began"] < first), default=None)
+                split = (began - at, first - began) if began is not None else (None, None)
+                found.append((first - at, *split))
         return found
 
     def _gpu_hours(self, db: Path, dag_id: str, namespace: str, gpus: int) -> float | None:
@@ -284,6 +296,15 @@ class Run:
         """The interval (seconds) of the operator's end-of-task Young/Daly advice, from the task log."""
         found = re.findall(r"checkpoint every (\d+(?:\.\d+)?) s \(Daly\)", self.output)
         return float(found[-1]) if found else None
+
+
+#: The medians of a run's restarts: reclaim → first step, and its two parts (see ``Run._restart_overheads``).
+OVERHEADS = ("restart_overhead", "restart_wait", "restart_startup")
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 2) if known else None
 
 
 def _epoch(stamp: str) -> float:

@@ -6,6 +6,9 @@ plus what the benchmark needs:
   ``steps.jsonl`` in the checkpoint directory (and ``"start": true`` when a process starts from its checkpoint);
 * a checkpoint write that costs ``CHECKPOINT_SECONDS`` more (standing in for writing a large model), its measured
   duration in the marker's ``write_seconds`` (what the operator's Young/Daly advice reads);
+* one JSON line per process of any rank — ``{"process", "rank", "began"}``, ``began`` the time this script started
+  running (before ``import torch``) — appended to ``starts.jsonl`` there: the bench splits a restart into the wait
+  until the group's last process starts and that process's start-up to the first step;
 * ``EMERGENCY_CHECKPOINT=0``: no checkpoint on SIGTERM or on a lost peer, periodic ones only (with ``PEER_GUARD=0``).
 """
 
@@ -21,6 +24,8 @@ from typing import Any
 
 from airflow_elastic import runtime
 
+BEGAN = time.time()  # before the example (and torch) is imported: that is most of a process's start-up
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("train_torch", ROOT / "dags" / "scripts" / "train_torch.py")
 assert _spec is not None and _spec.loader is not None
@@ -28,6 +33,7 @@ train_torch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(train_torch)
 
 STEPS_FILE = "steps.jsonl"
+STARTS_FILE = "starts.jsonl"
 WRITE_COST = float(os.environ.get("CHECKPOINT_SECONDS", "0"))
 EMERGENCY = os.environ.get("EMERGENCY_CHECKPOINT", "1") != "0"
 PROCESS = uuid.uuid4().hex[:12]
@@ -53,7 +59,13 @@ class TimedRuntime:
 
 
 class Trainer(train_torch.Trainer):
-    """The example's trainer, recording each step and optionally without emergency checkpoints."""
+    """The example's trainer, recording its start and each step, and optionally without emergency checkpoints."""
+
+    def __init__(self, settings: dict) -> None:
+        super().__init__(settings)
+        record = {"process": PROCESS, "rank": self.ctx.rank, "role": self.ctx.role, "began": BEGAN}
+        with (Path(self.root) / STARTS_FILE).open("a") as out:
+            out.write(json.dumps(record) + "\n")
 
     def _write_progress(self) -> None:
         super()._write_progress()
