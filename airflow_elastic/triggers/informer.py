@@ -12,14 +12,14 @@ timeout is re-opened from the last version seen (events or bookmarks). Re-listed
   keep the cache wrong for longer.
 
 A failed LIST is retried every ``retry_seconds``; until one succeeds, :attr:`Informer.error` says why.
+:attr:`Informer.settled` is clear while a re-list is under way (readers must not take a stale cache for the
+cluster).
 
 With ``keep_deleted``, :attr:`Informer.deleted` keeps each deleted object's final state for :data:`DELETED_SECONDS`
 (at most :data:`MAX_DELETED` of them), as client-go hands a deleted object to its handlers: the ``DELETED`` event's
 object, or the last cached copy of one that vanished between two lists (its ``DeletedFinalStateUnknown``
 tombstone, client-go ``tools/cache/delta_fifo.go``). A reader polling the cache would otherwise never see a pod
 that failed and was deleted between two of its reads: the JobSet deletes a restarted attempt's pods at once.
-:attr:`Informer.settled` is clear while a re-list is under way (readers must not take a stale cache for the
-cluster).
 """
 
 from __future__ import annotations
