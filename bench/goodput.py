@@ -396,7 +396,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         rows, sweep = measure(args)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "sweep": sweep}, indent=1) + "\n")
-    text = f"{table(rows)}\n\n{sweep_table(sweep)}\n\n{young_daly(sweep)}\n"
+    text = f"{table(rows)}\n"
+    if sweep or not rows:  # a grid measured without a sweep (--sweep "") reports no empty sweep
+        text += f"\n{sweep_table(sweep)}\n\n{young_daly(sweep)}\n"
     if len({r["seed"] for r in rows}) > 1:
         text += f"\nEach run:\n\n{runs_table(rows)}\n"
     print(text)
