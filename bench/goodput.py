@@ -368,22 +368,23 @@ class Bench:
 
 
 def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every (seed, MTBR, strategy) run, then the sweep's (with the first seed)."""
+    """Every (seed, MTBR, strategy) run, then the sweep's, with every seed too (a grid run of strategy 2 at the
+    sweep's rate and the default interval is reused)."""
     workdir = contextlib.nullcontext(str(args.workdir)) if args.workdir else tempfile.TemporaryDirectory()
     with workdir as tmp, Bench(args, Path(tmp)) as bench:
         rows = [bench.run(s, m, args.every, seed) for seed in args.seeds for m in args.mtbr for s in args.strategies]
         sweep = []
-        for factor in args.sweep:
+        for seed, factor in itertools.product(args.seeds, args.sweep):
             every = max(round(args.every * factor), 1)
             reuse = [
                 r
                 for r in rows
-                if r["strategy"] == "periodic" and r["mtbr_intervals"] == args.sweep_rate and r["seed"] == args.seeds[0]
+                if r["strategy"] == "periodic" and r["mtbr_intervals"] == args.sweep_rate and r["seed"] == seed
             ]
             if every == args.every and reuse:
                 sweep.append(reuse[0])
             else:
-                sweep.append(bench.run("periodic", args.sweep_rate, every, args.seeds[0]))
+                sweep.append(bench.run("periodic", args.sweep_rate, every, seed))
     return rows, sweep
 
 

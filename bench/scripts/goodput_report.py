@@ -115,10 +115,38 @@ def _overhead(row: dict[str, Any]) -> str:
     return f"{total}: {row['restart_wait']:.1f} + {row['restart_startup']:.1f}"
 
 
+def intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sweep per checkpoint interval, shortest first: goodput's mean and (min, max) over its seeds' runs, the
+    median of the operator's advice, and ``seeds``."""
+    out = []
+    for interval in sorted({r["interval_seconds"] for r in rows}):
+        runs = [r for r in rows if r["interval_seconds"] == interval]
+        goodputs = [r["goodput"] for r in runs if r.get("goodput") is not None]
+        advice = [r["advice_seconds"] for r in runs if r.get("advice_seconds")]
+        out.append(
+            {
+                "interval_seconds": interval,
+                "seeds": len(runs),
+                "goodput": statistics.fmean(goodputs) if goodputs else None,
+                "goodput_range": (min(goodputs), max(goodputs)) if goodputs else None,
+                "advice_seconds": statistics.median(advice) if advice else None,
+            }
+        )
+    return out
+
+
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| checkpoint interval (s) | goodput | operator's advice (s) |", "| --- | --- | --- |"]
-    for row in rows:
-        cells = [f"{row['interval_seconds']:g}", _num(row.get("goodput"), ".2f"), _num(row.get("advice_seconds"), "g")]
+    """The sweep as markdown: per interval, goodput (the mean and range of several seeds) and the advice."""
+    several = any(r["seeds"] > 1 for r in intervals(rows))
+    head = "| checkpoint interval (s) | goodput | operator's advice (s) |"
+    lines = [head.replace("| goodput |", "| seeds | goodput (range) |") if several else head]
+    lines.append("| --- | --- | --- | --- |" if several else "| --- | --- | --- |")
+    for point in intervals(rows):
+        goodput = _num(point["goodput"], ".2f")
+        if several and point["goodput_range"]:
+            goodput += " ({:.2f}-{:.2f})".format(*point["goodput_range"])
+        seeds = [str(point["seeds"])] if several else []
+        cells = [f"{point['interval_seconds']:g}", *seeds, goodput, _num(point["advice_seconds"], "g")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -141,8 +169,8 @@ def young_daly(rows: list[dict[str, Any]]) -> str:
     advice = [r["advice_seconds"] for r in rows if r.get("advice_seconds")]
     if not measured or not advice:
         return "Young/Daly: no measured goodput or no advice in the task logs"
-    best = max(measured, key=lambda r: r["goodput"])["interval_seconds"]
-    fitted = fitted_optimum(measured)
+    best = max((p for p in intervals(measured) if p["goodput"]), key=lambda p: p["goodput"])["interval_seconds"]
+    fitted = fitted_optimum(measured)  # every run a point: seeds weigh alike
     optimum = fitted if fitted is not None else best
     how = f"the peak of the fit, {fitted:.1f} s; best point {best:g} s" if fitted is not None else "best point"
     advised = statistics.median(advice)
@@ -164,6 +192,15 @@ def _ticks(axes: Any, values: list[float]) -> None:
     axes.minorticks_off()
 
 
+def _means(axes: Any, x_key: str, points: list[dict[str, Any]], label: str) -> None:
+    """Mean goodput against ``x_key``, with bars to the min and max of its seeds (``goodput_range``)."""
+    x = [p[x_key] for p in points]
+    y = [p.get("goodput") or 0.0 for p in points]
+    spread = [p["goodput_range"] or (y[i], y[i]) for i, p in enumerate(points)]
+    error = [[y[i] - lo for i, (lo, _) in enumerate(spread)], [hi - y[i] for i, (_, hi) in enumerate(spread)]]
+    axes.errorbar(x, y, yerr=error, marker="o", capsize=3, label=label)
+
+
 def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -176,11 +213,7 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
         mine = sorted((c for c in grid if c["strategy"] == strategy), key=lambda c: c["mtbr_intervals"])
         if not mine:
             continue
-        x = [c["mtbr_intervals"] for c in mine]
-        y = [c.get("goodput") or 0.0 for c in mine]
-        spread = [c["goodput_range"] or (y[i], y[i]) for i, c in enumerate(mine)]
-        error = [[y[i] - lo for i, (lo, _) in enumerate(spread)], [hi - y[i] for i, (_, hi) in enumerate(spread)]]
-        left.errorbar(x, y, yerr=error, marker="o", capsize=3, label=label)
+        _means(left, "mtbr_intervals", mine, label)
     left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
     _ticks(left, [r["mtbr_intervals"] for r in rows])
     fewest, most = min((c["seeds"] for c in grid), default=1), max((c["seeds"] for c in grid), default=1)
@@ -188,8 +221,7 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
     left.set_title("goodput under spot reclaims" + (f" (mean and range of {seeds} seeds)" if most > 1 else ""))
     left.legend()
     if sweep:
-        points = sorted((r["interval_seconds"], r.get("goodput") or 0.0) for r in sweep)
-        right.plot(*zip(*points, strict=True), marker="o", label="measured (strategy 2)")
+        _means(right, "interval_seconds", intervals(sweep), "measured (strategy 2)")
         fitted = fitted_optimum(sweep)
         if fitted is not None:
             right.axvline(fitted, color="tab:green", linestyle=":", label="measured optimum (fit)")
