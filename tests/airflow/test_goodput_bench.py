@@ -38,7 +38,7 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     assert rows["elastic"]["tries_on_reclaims"] == 0, rows["elastic"]  # reclaims never burn an Airflow try
     for row in rows.values():  # a measured restart is split at the start of the group's last process
         if row["restart_overhead"] is not None:
-            assert 0 < row["restart_wait"] < row["restart_overhead"] and 0 < row["restart_startup"], row
+            assert 0 < row["restart_wait"] < row["restart_overhead"] and row["restart_startup"] > 0, row
     assert rows["handrolled"]["tries_on_reclaims"] <= rows["handrolled"]["reclaims"]
     assert [r["strategy"] for r in found["sweep"]] == ["periodic"]
     height, width, _ = image.imread(png).shape  # a real PNG
