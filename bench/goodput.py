@@ -34,9 +34,10 @@ task result's ``gpu_hours``; for the hand-rolled task, which has none, its JobSe
 GPU-hours (requested minus GPUs x ideal time); Airflow tries spent on reclaims; whether the task succeeded.
 
 Young/Daly check: at ``--sweep-rate``, strategy 2 (where the interval matters: no emergency checkpoint) runs with
-each interval of ``--sweep``; the measured optimum (the peak of ``goodput = c - a/T - b·T`` fitted to the sweep,
-and the best point) is set beside the interval the operator's end-of-task advice (``Checkpoint interval: ...`` in
-the task log) recommends from the reclaims it observed.
+each interval of ``--sweep`` and each seed; the measured optimum (the peak of ``goodput = c - a/T - b·T`` fitted to
+the sweep, and the best point) is set beside the interval the operator's end-of-task advice (``Checkpoint interval:
+...`` in the task log) recommends from the reclaims it observed, per seed (each schedule has its own reclaims) and
+pooled.
 
 Tables and plot: ``bench/scripts/goodput_report.py``. Usage: ``python bench/goodput.py [--quick]
 [--png docs/goodput.png] [--table docs/goodput.md]``. Machines here are shared and noisy: compare ratios, not seconds,

@@ -165,10 +165,20 @@ def fitted_optimum(rows: list[dict[str, Any]]) -> float | None:
 
 
 def young_daly(rows: list[dict[str, Any]]) -> str:
+    """The advice against the measured optimum. With several seeds, per seed first: each schedule has its own
+    reclaims, so its own optimum and its own advice (the advice reads the reclaims it observed); then pooled."""
+    seeds = sorted({r.get("seed") for r in rows}, key=str)
+    if len(seeds) <= 1:
+        return _young_daly(rows)
+    lines = [_young_daly([r for r in rows if r.get("seed") == seed], f", seed {seed}") for seed in seeds]
+    return "\n\n".join([*lines, _young_daly(rows, ", all seeds pooled")])
+
+
+def _young_daly(rows: list[dict[str, Any]], which: str = "") -> str:
     measured = [r for r in rows if r.get("goodput")]
     advice = [r["advice_seconds"] for r in rows if r.get("advice_seconds")]
     if not measured or not advice:
-        return "Young/Daly: no measured goodput or no advice in the task logs"
+        return f"Young/Daly{which}: no measured goodput or no advice in the task logs"
     best = max((p for p in intervals(measured) if p["goodput"]), key=lambda p: p["goodput"])["interval_seconds"]
     fitted = fitted_optimum(measured)  # every run a point: seeds weigh alike
     optimum = fitted if fitted is not None else best
@@ -176,8 +186,8 @@ def young_daly(rows: list[dict[str, Any]]) -> str:
     advised = statistics.median(advice)
     off = (advised - optimum) / optimum
     return (
-        f"Young/Daly: measured optimum {optimum:.1f} s ({how}), the operator advises {advised:g} s (median of its "
-        f"runs): {off:+.0%} of the optimum ({'within' if abs(off) <= 0.3 else 'outside'} ±30 %)"
+        f"Young/Daly{which}: measured optimum {optimum:.1f} s ({how}), the operator advises {advised:g} s (median of "
+        f"its runs): {off:+.0%} of the optimum ({'within' if abs(off) <= 0.3 else 'outside'} ±30 %)"
     )
 
 
