@@ -111,9 +111,11 @@ def test_preemption_budget_and_resubmission(
     assert raw["preemptions"] == 1, raw
     # The step the first group reached is known only from a stopped pod's last report: the raw-deleted worker leaves
     # no final status, and the leader's may be gone with the failed JobSet's Jobs before the trigger reads it (a race
-    # the operator cannot always win). Where it was read, the lost steps are exactly the ones past the checkpoint.
+    # the operator cannot always win). Where it was read, the lost steps are exactly the ones past the checkpoint; the
+    # trainer checkpoints a step before it reports it, so a stop between the two leaves a report one step behind the
+    # checkpoint: nothing lost.
     reached = first["reached_step"]
-    assert first["lost_steps"] == (None if reached is None else reached - resumed), first
+    assert first["lost_steps"] == (None if reached is None else max(reached - resumed, 0)), first
     assert raw["lost_steps"] == first["lost_steps"], raw
     assert _try_number(airflow_db, "raw_delete") == 1
     assert "resubmitting a fresh group from the latest checkpoint" in out
