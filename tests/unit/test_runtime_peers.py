@@ -24,14 +24,16 @@ GLOO_RESET = (
 )
 
 TRAINER = """
-import sys, time
+import os, sys, time
 from airflow_elastic import runtime
 
 def save():
     if sys.argv[2] == "slow-save":  # the restart's SIGTERM arrives while the checkpoint is written
         open(sys.argv[1] + ".started", "w").close()
         time.sleep(1)
-    open(sys.argv[1], "w").write("step 7")
+    with open(sys.argv[1] + ".tmp", "w") as f:  # atomically, as a checkpoint is: the test polls for the file
+        f.write("step 7")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 
 with runtime.peer_loss(save, wait=float(sys.argv[3])):
     print("training", flush=True)
