@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from airflow_elastic.evidence import attempt_causes, decisive
+from airflow_elastic.evidence import MAX_RECORDS, attempt_causes, decisive
 from airflow_elastic.spec import TrainingGroup
 from airflow_elastic.state import GroupEvent
 
@@ -35,6 +35,9 @@ from airflow_elastic.state import GroupEvent
 STATE_KEY = "training_group_attempts"
 #: The cause recorded for an attempt stopped because its elastic role stayed below ``min_replicas``.
 ELASTIC_BELOW_MIN = "elastic_below_min"
+#: The restart cause of an in-cluster restart no waiter saw: its pods stopped and were deleted while nothing watched
+#: (before the trigger's first look, while the triggerer was down). The JobSet's counters still charge it.
+UNOBSERVED = "unobserved"
 
 
 @dataclass
@@ -147,8 +150,11 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
         outcome = "failed"
     ended = time.time()
     # Only attempts that were restarted: pods stopped in the last attempt (e.g. workers the success policy stops
-    # once the leader finished) explain how the group ended, not a restart.
-    restarts = {str(k): v.get("cause") for k, v in attempt_causes(event.evidence).items() if int(k) < event.restarts}
+    # once the leader finished) explain how the group ended, not a restart. Every restart has an entry, except those
+    # older than the oldest record when the evidence reached its bound (their records may have been dropped).
+    causes = attempt_causes(event.evidence)
+    kept = min(causes, default=0) if len(event.evidence) >= MAX_RECORDS else 0
+    restarts = {str(k): (causes[k].get("cause") if k in causes else UNOBSERVED) for k in range(kept, event.restarts)}
     steps = [r["step"] for r in last if r.get("step") is not None]
     if isinstance((event.metrics or {}).get("step"), int):  # the metrics role's last report, when it was read
         steps.append(int(event.metrics["step"]))  # type: ignore[index]

@@ -356,6 +356,8 @@ class Attempts:
     # ------------------------------------------------------------------------------------------ reporting
 
     def _log_attempts(self, history: attempts.History) -> None:
+        from airflow_elastic.operators import attempts
+
         for i, attempt in enumerate(history.attempts):
             self.log.info(
                 "attempt %d: %s %s (uid %s) %s, cause %s, %d preemption(s), %d failure(s), in-cluster restart "
@@ -370,6 +372,20 @@ class Attempts:
                 attempt.get("failures", 0),
                 attempt.get("restart_causes") or {},
                 attempt.get("absorbed_causes") or [],
+            )
+        unseen = [
+            f"{attempt.get('name')} restart attempt {k}"
+            for attempt in history.attempts
+            for k, cause in (attempt.get("restart_causes") or {}).items()
+            if cause == attempts.UNOBSERVED
+        ]
+        if unseen:
+            self.log.warning(
+                "no cause for %s: its pods stopped and were deleted while no wait watched the group (before the "
+                "trigger's first look, or while the triggerer was down), so the cause is %r; the JobSet's counters "
+                "still charged it (a free restart to the preemption budget, a counted one to max_failures)",
+                ", ".join(unseen),
+                attempts.UNOBSERVED,
             )
 
     def _advise(self, history: attempts.History) -> None:

@@ -119,7 +119,8 @@ class TrainingGroupOperator(BaseOperator):
         "metrics"}``
         (plus ``trial_params`` when given, for ``sweeps.select_best``):
         ``preemptions`` are disruptions (free restarts, preempted pods the cluster replaced in place, resubmissions;
-        per attempt in ``attempts``, with ``restart_causes`` and ``absorbed_causes``), ``failures`` restarts counted
+        per attempt in ``attempts``, with ``restart_causes``, restart attempt -> cause, ``"unobserved"`` for a
+        restart no wait saw, and ``absorbed_causes``), ``failures`` restarts counted
         against ``max_failures``,
         ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
         ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.

@@ -6,7 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, contract
-from airflow_elastic.evidence import Evidence, attempt_causes
+from airflow_elastic.evidence import MAX_RECORDS, Evidence, attempt_causes
 from airflow_elastic.operators import TrainingGroupOperator, attempts
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.render import manifest as manifests
@@ -102,6 +102,22 @@ def test_genuine_failures_and_missing_groups_without_evidence_fail():
     # Evidence of an earlier in-cluster attempt does not decide how the last one ended.
     older = attempts.decide(event("failed", PREEMPTED, restarts=1), history, max_preemptions=5, started=0, gpus=0)
     assert older.outcome == "failed"
+
+
+def test_every_restart_has_a_cause_and_one_no_waiter_saw_says_so():
+    """Restart 0 stopped and was deleted before the wait first looked: ``unobserved``, not left out."""
+    late = {**PREEMPTED, "attempt": 1}
+    done = attempts.decide(
+        event("succeeded", late, restarts=2), attempts.History(), max_preemptions=5, started=0, gpus=0
+    )
+    assert done.attempt["restart_causes"] == {"0": attempts.UNOBSERVED, "1": "spot_reclaim"}
+    assert done.attempt["preemptions"] == 2  # the JobSet's counters charge it all the same
+    # At the evidence's bound the oldest records may have been dropped: those attempts are left out, not guessed.
+    bounded = [{**PREEMPTED, "attempt": 3 + i // 10, "pod": f"w{i}"} for i in range(MAX_RECORDS)]
+    full = attempts.decide(
+        event("succeeded", *bounded, restarts=9), attempts.History(), max_preemptions=9, started=0, gpus=0
+    )
+    assert list(full.attempt["restart_causes"]) == [str(k) for k in range(3, 9)], full.attempt
 
 
 def test_a_counted_restart_that_was_a_node_loss_cascade_is_charged_to_the_preemption_budget():
@@ -239,3 +255,15 @@ def test_a_spent_guardrail_names_the_guardrail_not_the_capacity():
     assert "max_wall_clock (60 s) reached" in str(raised.value) and "Raise the guardrail" in str(raised.value)
     assert "reclaimed" not in str(raised.value)
     assert ("delete", trigger.name) in hook.calls
+
+
+def test_a_restart_no_wait_saw_is_reported_unobserved(capsys):
+    op = operator(FakeHook(), group())
+    ctx, trigger = start(op)
+    done = GroupEvent("succeeded", trigger.name, "ns", uid=trigger.uid, phase="Succeeded", restarts=1)
+    result = op.execute_complete(ctx, done.to_payload())
+    assert result["attempts"][0]["restart_causes"] == {"0": "unobserved"}
+    # The task SDK logs through structlog, to stdout.
+    assert (
+        f"no cause for {trigger.name} restart attempt 0: its pods stopped and were deleted" in capsys.readouterr().out
+    )
