@@ -15,10 +15,6 @@ SERIAL = {
     "tests/airflow/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
     # A benchmark: its goodput figures mean something only when nothing else competes for the CPU.
     "tests/airflow/test_goodput_bench.py": "a benchmark",
-    # The restart's cause is read from a reclaimed pod that lives about a second: beside another worker on a busy
-    # machine the wait missed it (restart_causes {}) in 2 of 2 parallel runs, never alone; still once in CI after the
-    # deleted pods' final states reached the evidence (eb7806e), so another path loses it too.
-    "tests/airflow/test_preemptible_example.py": "a reclaimed pod's evidence is seconds-lived",
 }
 #: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
 #: worker starts one of them while the other has nothing left to do.

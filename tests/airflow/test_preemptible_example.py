@@ -2,7 +2,8 @@
 
 Each test runs the example DAG unchanged with ``airflow dags test`` against a local cluster started here with an image
 map for its trainer image (as a DAG author would), and disrupts the group at a step it *observes* in the run's
-checkpoint directory (complete checkpoints, or the trainer's ``progress.json``), never on a timer:
+checkpoint directory (complete checkpoints, or the trainer's ``progress.json``), never on a timer, and only once the
+deferred task's trigger watches the group's pods (a pod stopped before that leaves no evidence: ``unobserved``):
 
 1. a GKE-style reclaim of a worker's node, whose grace (1 s) is shorter than the pod's (30 s): absorbed in the cluster
    as one free restart; the leader's emergency checkpoint means no step is lost;
@@ -34,7 +35,7 @@ from airflow_elastic import checkpoints
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags_test, kubernetes_connection, tail
 from tests.airflow.airflow_env import task_states as states_of
-from tests.airflow.training_group_helpers import xcom
+from tests.airflow.training_group_helpers import pods_watched, xcom
 from tests.conftest import ROOT
 
 DAG_ID = "example_preemptible_training"
@@ -127,9 +128,12 @@ class Run:
 
     def run(self, inject: Callable[[Run], None]) -> tuple[str, dict[str, Any]]:
         """Run the DAG while ``inject`` disrupts it; returns the output and the task's result."""
+        mark = self.cluster.request_count()
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(dags_test, DAG_ID, self.env, self.conf)
             try:
+                # Disrupt only once the deferred task's trigger watches the pods (not while it is being deferred).
+                self.wait_for("the trigger watching the pods", lambda: pods_watched(self.cluster, mark))
                 inject(self)
             finally:
                 out = future.result().stdout
@@ -257,7 +261,8 @@ def test_unlabelled_raw_delete_is_resubmitted_from_the_checkpoint(cluster, core,
 def test_preemption_before_the_first_checkpoint_restarts_from_scratch(
     cluster, core, tmp_path, airflow_home, airflow_db
 ):
-    run = Run(cluster, core, airflow_home, airflow_db, tmp_path / "ckpt", checkpoint_every=10)
+    # The first checkpoint comes 4 s into training, so that the trigger watches before it even when it starts late.
+    run = Run(cluster, core, airflow_home, airflow_db, tmp_path / "ckpt", checkpoint_every=20, step_seconds=0.2)
     seen: dict[str, Any] = {}
 
     def inject(run: Run) -> None:
@@ -275,5 +280,5 @@ def test_preemption_before_the_first_checkpoint_restarts_from_scratch(
     assert attempt["restart_causes"] == {"0": "node_loss"}, attempt
     [resume] = metrics["resumes"]
     assert resume["from"] == 0 and resume["checkpoint"] is None, resume
-    assert 2 <= resume["reached"] < 10 and resume["lost_steps"] == resume["reached"], resume
+    assert 2 <= resume["reached"] < 20 and resume["lost_steps"] == resume["reached"], resume
     assert metrics["lost_steps"] == resume["reached"], metrics

@@ -25,7 +25,7 @@ import pytest
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags_test, kubernetes_connection, tail
 from tests.airflow.airflow_env import task_states as states_of
-from tests.airflow.training_group_helpers import xcom
+from tests.airflow.training_group_helpers import pods_watched, xcom
 from tests.conftest import ROOT
 
 pytest.importorskip("torch")  # the `torch` extra (part of `dev`)
@@ -106,9 +106,12 @@ class Reclaim:
     def run(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """Run the DAG with the reclaim; returns the output, the task's result and the trainer's metrics, having
         checked that the task succeeded in try 1 at exactly the target step with an uninterrupted run's loss."""
+        mark = self.cluster.request_count()
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(dags_test, self.dag_id, self.env, self.conf, timeout=240)
             try:
+                # Disrupt only once the deferred task's trigger watches the pods (not while it is being deferred).
+                self.wait_for("the trigger watching the pods", lambda: pods_watched(self.cluster, mark))
                 self.inject()
             finally:
                 out = future.result().stdout

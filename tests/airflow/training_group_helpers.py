@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.parse
 from pathlib import Path
 from typing import Any
+
+from airflow_elastic.triggers.training_group import JOBSET_PODS
 
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 JOBSET_RESOURCE = "jobsets.jobset.x-k8s.io"
@@ -41,3 +44,14 @@ def pods_of(k8s_client: Any, namespace: str, jobset: str) -> list[Any]:
 
     selector = f"jobset.sigs.k8s.io/jobset-name={jobset}"
     return client.CoreV1Api(k8s_client).list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def pods_watched(cluster: Any, since: int) -> bool:
+    """Whether a trigger listed the JobSets' pods (the start of its watched pod cache) after request mark ``since``
+    (``LocalCluster.request_count()``): from then on every pod that stops reaches its evidence, also one deleted
+    between two looks. A disruption before that, while the task is still being deferred, leaves none
+    (``restart_causes`` says ``unobserved``)."""
+    lists = cluster.requests(since=since, verb="list", resource="pods")  # the trigger's: by the label's key alone
+    return any(
+        urllib.parse.parse_qs(r["query"]).get("labelSelector") == [JOBSET_PODS] for r in lists if r["code"] == 200
+    )
