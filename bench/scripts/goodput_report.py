@@ -137,11 +137,12 @@ def intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
     """The sweep as markdown: per interval, goodput (the mean and range of several seeds) and the advice."""
-    several = any(r["seeds"] > 1 for r in intervals(rows))
+    points = intervals(rows)
+    several = any(r["seeds"] > 1 for r in points)
     head = "| checkpoint interval (s) | goodput | operator's advice (s) |"
     lines = [head.replace("| goodput |", "| seeds | goodput (range) |") if several else head]
     lines.append("| --- | --- | --- | --- |" if several else "| --- | --- | --- |")
-    for point in intervals(rows):
+    for point in points:
         goodput = _num(point["goodput"], ".2f")
         if several and point["goodput_range"]:
             goodput += " ({:.2f}-{:.2f})".format(*point["goodput_range"])

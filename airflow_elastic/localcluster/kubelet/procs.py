@@ -68,11 +68,11 @@ def signal_group(pgid: int, since: int, sig: int) -> bool:
     return bool(members)
 
 
-async def wait_groups_gone(groups: list[tuple[int, int]], timeout: float) -> None:
-    """Wait (at most ``timeout``) until no verified member of the ``(pgid, since)`` groups is alive: SIGKILL is
-    delivered asynchronously, and a loaded machine can take a moment to let the killed processes exit."""
+async def wait_group_gone(pgid: int, since: int, timeout: float) -> None:
+    """Wait (at most ``timeout``) until no verified member of group ``pgid`` (started ``since``) is alive: SIGKILL
+    is delivered asynchronously, and a loaded machine can take a moment to let the killed processes exit."""
     deadline = time.monotonic() + timeout
-    while any(group_members(pgid, since) for pgid, since in groups) and time.monotonic() < deadline:
+    while group_members(pgid, since) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
 
 
@@ -103,7 +103,7 @@ class Running:
         """After the main process exited: kill what is left of the group, wait until it is gone (as a container is
         stopped only when its PID namespace is empty) and forget it."""
         if self.signal(signal.SIGKILL):
-            await wait_groups_gone([(self.pgid, self.since)], timeout=5.0)
+            await wait_group_gone(self.pgid, self.since, timeout=5.0)
         self.pid_file.unlink(missing_ok=True)
 
 
