@@ -30,6 +30,9 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (resource key, namespace or "", name)
 
 _RANDOM = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet (no vowels, no confusables)
+#: A generated name is ``generateName`` cut to 58 characters plus 5 random ones, so it fits 63 (k8s.io/apiserver
+#: ``pkg/storage/names/generate.go``: ``MaxGeneratedNameLength = maxNameLength - randomLength``).
+_RANDOM_LENGTH, _MAX_GENERATED_PREFIX = 5, 63 - 5
 
 
 def now() -> str:
@@ -248,7 +251,8 @@ class Store:
                     res.group,
                 )
             for _ in range(10):
-                meta["name"] = meta["generateName"] + "".join(secrets.choice(_RANDOM) for _ in range(5))
+                base = meta["generateName"][:_MAX_GENERATED_PREFIX]
+                meta["name"] = base + "".join(secrets.choice(_RANDOM) for _ in range(_RANDOM_LENGTH))
                 if self.find(res, meta.get("namespace"), meta["name"]) is None:
                     break
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind

@@ -68,6 +68,9 @@ def test_crud_configmap_and_server_set_fields(core, namespace):
 def test_generate_name_secret_and_service(core, namespace):
     secret = core.create_namespaced_secret(namespace, {"metadata": {"generateName": "tok-"}, "stringData": {"k": "v"}})
     assert secret.metadata.name.startswith("tok-") and len(secret.metadata.name) == len("tok-") + 5
+    long = "a" * 70 + "-"  # cut to 58 characters before the random suffix, as the API server does
+    secret = core.create_namespaced_secret(namespace, {"metadata": {"generateName": long}, "stringData": {"k": "v"}})
+    assert secret.metadata.name[:58] == long[:58] and len(secret.metadata.name) == 63
     service = {"metadata": {"name": "svc"}, "spec": {"clusterIP": "None", "selector": {"app": "x"}}}
     assert core.create_namespaced_service(namespace, service).spec.cluster_ip == "None"
     assert core.list_namespaced_service(namespace).items[0].metadata.name == "svc"
