@@ -11,13 +11,17 @@ which fails with ``EADDRINUSE`` while any process of the host listens on that po
 group's coordinator on 29500, another TrainJob, another local cluster on the same machine (two test sessions run
 side by side).
 
-So, as it rewrites DNS names, the kubelet rewrites the port. A pod's rendezvous is the first of these address and
-port pairs it has (both set, the port a number): torchrun's ``PET_MASTER_ADDR``/``PET_MASTER_PORT`` (Trainer,
-training-operator), torch's ``MASTER_ADDR``/``MASTER_PORT`` (a JobSet group's contract), the contract's
-``AE_COORDINATOR_ADDR``/``AE_COORDINATOR_PORT``. Its port becomes one derived from the cluster, the namespace, the
-rendezvous address (as written, before DNS rewriting) and the port, the same in every pod of that rendezvous;
-every other ``*_PORT`` variable of the pod holding the same port follows (``MASTER_PORT``, a coordinator port: in
-one pod on a real cluster one port is one listener). Env values only, before ``$(VAR)`` expansion in the command:
+So, as it rewrites DNS names, the kubelet rewrites the port. A pod's rendezvous is torchrun's
+``PET_RDZV_ENDPOINT`` (``host:port``, an elastic PyTorchJob's: training-operator release-1.9
+``pkg/controller.v1/pytorch/elastic.go``) when its backend (``PET_RDZV_BACKEND``) is ``c10d`` or torchrun's default
+``static``, whose agent on the endpoint's host serves the store there (an ``etcd`` endpoint is an outside server,
+left alone); else the first of these address and port pairs it has (both set, the port a number): torchrun's
+``PET_MASTER_ADDR``/``PET_MASTER_PORT`` (Trainer, training-operator), torch's ``MASTER_ADDR``/``MASTER_PORT`` (a
+JobSet group's contract), the contract's ``AE_COORDINATOR_ADDR``/``AE_COORDINATOR_PORT``. Its port becomes one
+derived from the cluster, the namespace, the rendezvous address (as written, before DNS rewriting) and the port, the
+same in every pod of that rendezvous; every other ``*_PORT`` variable of the pod holding the same port follows
+(``MASTER_PORT``, a coordinator port: in one pod on a real cluster one port is one listener), and so does the
+endpoint's port. Env values only, before ``$(VAR)`` expansion in the command:
 a port written literally in the command (``--master-port 29500``) is left alone. The pod object keeps its env.
 """
 
@@ -27,6 +31,8 @@ import hashlib
 from collections.abc import Mapping
 
 STORE_ADDR, STORE_PORT = "PET_MASTER_ADDR", "PET_MASTER_PORT"
+#: torchrun's rendezvous endpoint, and the backends whose agent serves the store at it (torchrun defaults to static).
+ENDPOINT, BACKEND, STORE_BACKENDS = "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", ("c10d", "static")
 #: Where a pod's rendezvous is, most specific first: torchrun's, torch's (``env://``), the contract's coordinator.
 RENDEZVOUS = ((STORE_ADDR, STORE_PORT), ("MASTER_ADDR", "MASTER_PORT"), ("AE_COORDINATOR_ADDR", "AE_COORDINATOR_PORT"))
 #: The ports rendezvous move to: below Linux's default ephemeral range (32768-60999), clear of 29500.
@@ -41,6 +47,8 @@ def store_port(cluster: str, namespace: str, address: str, port: int) -> int:
 
 def rendezvous(env: Mapping[str, str]) -> tuple[str, str] | None:
     """The pod's rendezvous ``(address, port)`` as its env declares it (see the module docstring), or None."""
+    if (endpoint := _endpoint(env)) is not None:
+        return endpoint
     for addr_name, port_name in RENDEZVOUS:
         address, port = env.get(addr_name, ""), env.get(port_name, "")
         if address and port.isdigit():
@@ -59,4 +67,14 @@ def with_store_port(env: Mapping[str, str], *, cluster: str, namespace: str) -> 
     for name, value in env.items():
         if name.endswith("_PORT") and value == port:
             out[name] = moved
+    if _endpoint(env) == found:
+        out[ENDPOINT] = f"{address}:{moved}"
     return out
+
+
+def _endpoint(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """``PET_RDZV_ENDPOINT`` as ``(host, port)`` when its backend serves the store there."""
+    host, _, port = env.get(ENDPOINT, "").rpartition(":")
+    if host and port.isdigit() and (env.get(BACKEND) or "static") in STORE_BACKENDS:
+        return host, port
+    return None

@@ -143,12 +143,11 @@ def test_master_and_worker_all_reduce_with_operator_env_services_and_status(cust
 
 def test_elastic_workers_rendezvous_through_torchrun(custom, core, namespace) -> None:
     """Upstream's elastic echo example: no Master; torchrun agents meet at PET_RDZV_ENDPOINT (worker-0's Service
-    and port, rewritten to its pod IP) and form a world of 2; elastic jobs succeed with their first worker."""
+    and port, rewritten to its pod IP) and form a world of 2; elastic jobs succeed with their first worker. The
+    manifest's port is upstream's 29400: the kubelet moves the endpoint's port per cluster (``storeport``), so a test
+    session beside this one runs the same job at once."""
     body = yaml.safe_load((MANIFESTS / "pytorchjob-elastic.yaml").read_text())
-    port = free_port()
-    body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = (
-        port
-    )
+    port = 29400
     create(custom, namespace, body)
     done = wait_condition(custom, namespace, "elastic-example-echo", "Succeeded", timeout=90)
     assert done["message"] == f"PyTorchJob {namespace}/elastic-example-echo successfully completed."

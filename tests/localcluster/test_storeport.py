@@ -62,3 +62,17 @@ def test_a_pod_without_a_rendezvous_is_left_alone():
     for addr, port in (("PET_MASTER_ADDR", "PET_MASTER_PORT"), ("MASTER_ADDR", "MASTER_PORT")):
         unexpanded = {addr: "x", port: "$(P)"}
         assert with_store_port(unexpanded, cluster="c", namespace="n") == unexpanded
+
+
+def test_an_elastic_jobs_rendezvous_endpoint_is_moved_with_the_ports_that_name_it():
+    """An elastic PyTorchJob's torchrun agents meet at ``PET_RDZV_ENDPOINT`` (c10d): the agent on its host serves the
+    store there, on every interface; an etcd endpoint is an outside server and stays."""
+    elastic = {"PET_RDZV_ENDPOINT": "job-worker-0:29400", "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "1:2"}
+    moved = with_store_port(elastic, cluster="/state", namespace="ml")
+    port = store_port("/state", "ml", "job-worker-0", 29400)
+    assert moved == {**elastic, "PET_RDZV_ENDPOINT": f"job-worker-0:{port}"}
+    # With a master too, the endpoint is what torchrun uses: it and the variables holding its port move.
+    both = {**elastic, "PET_MASTER_ADDR": "job-master-0", "PET_MASTER_PORT": "29400"}
+    assert with_store_port(both, cluster="/state", namespace="ml")["PET_MASTER_PORT"] == str(port)
+    etcd = {**elastic, "PET_RDZV_BACKEND": "etcd"}
+    assert with_store_port(etcd, cluster="/state", namespace="ml") == etcd
