@@ -93,4 +93,23 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             },
         ],
+        "config": {
+            "airflow_elastic": {
+                "description": "How the provider's operators and triggers behave in a deployment.",
+                "options": {
+                    "defer_exit_hold": {
+                        "description": (
+                            "Seconds after a deferral during which a trigger holds a verdict it has already reached, "
+                            "so that the worker's late report of the deferral cannot fail the resumed task "
+                            "(apache/airflow#71580). Empty: [workers] min_heartbeat_interval plus 5 s; 0: no hold "
+                            "(on an Airflow with that race fixed)."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "10",
+                        "default": "",
+                    },
+                },
+            },
+        },
     }

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError
 from airflow_elastic.stage import BatchStage
 
@@ -257,7 +258,7 @@ class BatchStageOperator(BaseOperator):
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
         )
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the Job still runs)."""

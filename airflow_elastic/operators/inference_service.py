@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic import serving
+from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class InferenceServiceOperator(_ServingOperator):
             )
             # Past the trigger's own deadline, so its "timeout" event (which may roll back) comes first.
             timeout = datetime.timedelta(seconds=self.rollout_timeout + max(60, 2 * self.poll_interval))
-            self.defer(trigger=trigger, method_name=method, kwargs=extra, timeout=timeout)
+            deferral.defer(self, trigger, method_name=method, kwargs=extra, timeout=timeout)
         from airflow_elastic.operators.rollout_waiting import wait_for_rollout
 
         event = wait_for_rollout(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 # Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
@@ -520,7 +521,7 @@ class TrainingGroupOperator(BaseOperator):
             **watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the group still runs)."""

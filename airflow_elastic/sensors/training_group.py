@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from airflow_elastic.operators import deferral
 from airflow_elastic.state import GroupEvent, GroupStatus, PodFailure
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         )
         # The trigger's deadline answers first; the deferral timeout is a backstop for a lost triggerer.
         backstop = timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval))
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+        deferral.defer(self, trigger, method_name="execute_complete", timeout=backstop)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Turn the trigger's event into the result, or the matching exception (see the class docstring)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ class HyperparameterSweepOperator(BaseOperator):
             trigger = run.trigger()
             if self.deferrable:
                 run.save()
-                self.defer(trigger=trigger, method_name="execute_complete")
+                deferral.defer(self, trigger, method_name="execute_complete")
             run.apply(_run_here(trigger))
 
     def on_kill(self) -> None:

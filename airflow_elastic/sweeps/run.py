@@ -253,6 +253,7 @@ class SweepRun:
             log_role=self.group.leader.name,
             on_kill_action=self.op.on_kill_action,
             connection_extras=self.hook.get_connection_extras(),
+            gather_successes=self.over(),  # no trial can take a freed slot: one round trip for the tail
         )
 
     # ------------------------------------------------------------------------------------------ events

@@ -42,6 +42,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         deadline: epoch seconds (the task's ``execution_timeout``); past it the event is ``timeout``.
         on_kill_action: ``"delete"`` the Job (foreground) when a user kills the task, or ``"keep"`` it.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
+        not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         deadline: float | None = None,
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -70,6 +72,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
         self.log_role = self.stage  # what LogFollower names the followed pod by
+        self.not_before = not_before
         self._fired = False
         self._observer: JobSetObserver | None = None
         self._version = ""  # the resourceVersion of the Job being judged
@@ -91,6 +94,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                 "deadline": self.deadline,
                 "on_kill_action": self.on_kill_action,
                 "connection_extras": self.connection_extras,
+                "not_before": self.not_before,
             },
         )
 
@@ -107,6 +111,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
             await self._logs.close()
             await self._close_hook()
         self._fired = True
+        await self._hold_for_defer_exit()
         yield TriggerEvent(event.to_payload())
 
     def _event(self, status: Any, message: str) -> stages.StageEvent:

@@ -1,9 +1,22 @@
-"""What every trigger of this provider shares: one async hook per trigger, loaded off the event loop, closed once."""
+"""What every trigger of this provider shares: one async hook per trigger, loaded off the event loop, closed once;
+and the hold of a verdict reached too soon after the deferral (:meth:`AsyncHookOwner._hold_for_defer_exit`).
+
+**Why the hold.** In Airflow 3.3 the worker reports the exit of a task that deferred to the executor as a *success*
+up to ``[workers] min_heartbeat_interval`` later (the supervisor notices the exit on its next look), and the
+scheduler fails the task instance if that stale success is processed once the resumed attempt is already queued or
+running ("... finished with state success, but the task instance's state attribute is running"; only the
+``scheduled`` state is guarded: ``_process_executor_events`` in ``airflow/jobs/scheduler_job_runner.py``,
+apache/airflow issues #71580 and #72716, unmerged fixes #71579 and #72767). A trigger that fires inside that window
+therefore fails a task whose work succeeded. The operator stamps each trigger with ``not_before`` (the deferral plus
+that window, :func:`airflow_elastic.operators.deferral.not_before`); a verdict reached earlier is held until then.
+A trigger restarted later (a triggerer restart) finds ``not_before`` past and holds nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 from functools import cached_property
 from typing import Any
 
@@ -16,6 +29,8 @@ class AsyncHookOwner:
 
     kubernetes_conn_id: str
     connection_extras: dict[str, Any] | None
+    #: Epoch seconds before which no event is yielded (see the module docstring); ``None``: no hold (sync waits).
+    not_before: float | None = None
 
     @cached_property
     def hook(self) -> Any:
@@ -35,3 +50,15 @@ class AsyncHookOwner:
         close = getattr(self.__dict__.get("hook"), "close", None)
         if close is not None:
             await close()
+
+    async def _hold_for_defer_exit(self) -> None:
+        """Sleep until :attr:`not_before` when the verdict came sooner (one log line says why)."""
+        wait = (self.not_before or 0.0) - time.time()
+        if wait <= 0:
+            return
+        self.log.info(  # type: ignore[attr-defined]
+            "Verdict reached soon after the deferral: holding it %.1f s, until the worker's report of the deferral "
+            "has reached the scheduler (apache/airflow#71580; [airflow_elastic] defer_exit_hold)",
+            wait,
+        )
+        await asyncio.sleep(wait)

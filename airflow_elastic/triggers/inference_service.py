@@ -40,6 +40,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
         knative: for a Knative-mode InferenceService, ``Knative``'s fields (the revision before the patch, the
             intended traffic percent); ``None``: Standard mode.
+        not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         deadline: float | None = None,
         connection_extras: dict[str, Any] | None = None,
         knative: dict[str, Any] | None = None,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
         self.name = name
@@ -63,6 +65,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         self.deadline = deadline
         self.connection_extras = connection_extras
         self.knative = knative
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -77,6 +80,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
                 "deadline": self.deadline,
                 "connection_extras": self.connection_extras,
                 "knative": self.knative,
+                "not_before": self.not_before,
             },
         )
 
@@ -96,6 +100,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
             event = self._event("error", f"waiting for InferenceService {self.namespace}/{self.name} failed: {exc}")
         finally:
             await self._close_hook()
+        await self._hold_for_defer_exit()
         yield TriggerEvent(event.to_payload())
 
     def _event(self, status: rollout.Status, message: str, reason: str = "") -> rollout.RolloutEvent:

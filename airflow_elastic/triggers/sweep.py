@@ -15,6 +15,11 @@ It fires once when a trial reaches a verdict, when the early-stopping rule (:fun
 stopping.decide`, on the serialized history plus the intermediates gathered here) says to stop a trial, or when
 the sweep's budget deadline passes. The event (primitives only) carries every verdict, every stop and every
 intermediate value gathered; it never raises (``status="error"`` instead).
+
+**Round trips.** Each event resumes the worker, which records it, starts trials in the freed slots and defers again.
+Once no further trial may start (``gather_successes``), a trial that succeeds frees nothing worth a round trip: its
+verdict is held until every running trial has one, so the sweep's tail costs one round trip, not one per trial (any
+other verdict, an early stop or the budget still fires at once: the worker acts on those).
 """
 
 from __future__ import annotations
@@ -101,6 +106,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         log_role: the role whose first pod's log is followed (the leader); ``None``: no log, no intermediates.
         on_kill_action: ``"delete"`` every trial's JobSet when the task is killed, or ``"keep"`` them.
         connection_extras: the connection's extras resolved on the worker.
+        gather_successes: no further trial may start: hold each success until every trial has a verdict.
+        not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
     """
 
     def __init__(
@@ -119,6 +126,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         log_role: str | None = None,
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
+        gather_successes: bool = False,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
         self.trials = [dict(t) for t in trials]
@@ -134,6 +143,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         self.log_role = log_role
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
+        self.gather_successes = gather_successes
+        self.not_before = not_before
         self.intermediates: dict[int, dict[int, float]] = {}
         self._decided: dict[int, int] = {}  # trial -> the last step the stopping rule judged
         self._fired = False
@@ -157,6 +168,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
                 "log_role": self.log_role,
                 "on_kill_action": self.on_kill_action,
                 "connection_extras": self.connection_extras,
+                "gather_successes": self.gather_successes,
+                "not_before": self.not_before,
             },
         )
 
@@ -238,6 +251,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         ]
         payload["logs"] = [{"number": n, "cursors": cursors} for n, cursors in sorted(self._cursors().items())]
         self._fired = True
+        await self._hold_for_defer_exit()
         yield TriggerEvent(payload)
 
     def _cursors(self) -> dict[int, dict[str, list[Any]]]:
@@ -290,22 +304,38 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
                 for view in self._views.values()
             ]
             looked = False
+            held: dict[int, Any] = {}  # successes held until every trial has a verdict (gather_successes)
             while True:
                 wait = self._until_deadline(time.time()) if looked else None
                 snapshot = await first_snapshot(subscriptions, wait)
                 looked = True
                 verdicts = {}
                 for number, view in self._views.items():
+                    if number in held:
+                        continue
                     view._observer = subscriptions[0].observer
                     verdict = await self._observe(view, snapshot)
                     if verdict is not None:
                         verdicts[number] = verdict
                 # Judged with every verdict too: what this look read is recorded, and never judged again.
-                stops = {n: why for n, why in self._stops().items() if n not in verdicts}
-                if verdicts or stops:
-                    return self._payload("verdicts" if verdicts else "stop", verdicts=verdicts, stops=stops)
+                stops = {n: why for n, why in self._stops().items() if n not in verdicts and n not in held}
+                if not self._hold(verdicts, stops, held):
+                    verdicts = {**held, **verdicts}
+                    if verdicts or stops:
+                        return self._payload("verdicts" if verdicts else "stop", verdicts=verdicts, stops=stops)
                 if self.deadline is not None and time.time() >= self.deadline:
-                    return self._payload("budget", message="the sweep's budget deadline passed")
+                    return self._payload("budget", verdicts=held, message="the sweep's budget deadline passed")
+
+    def _hold(self, verdicts: dict[int, Any], stops: dict[int, str], held: dict[int, Any]) -> bool:
+        """With ``gather_successes``: add this look's successes to ``held`` and say whether to keep holding them
+        (nothing but successes so far, and some trial still without a verdict)."""
+        if not self.gather_successes or stops or any(v.status != "succeeded" for v in verdicts.values()):
+            return False
+        held.update(verdicts)
+        waiting = len(self._views) - len(held)
+        if verdicts and waiting:
+            self.log.info("%d trial(s) succeeded; waiting for the %d still running", len(held), waiting)
+        return bool(held) and waiting > 0
 
     def _until_deadline(self, now: float) -> float | None:
         found = [v._watch.until_deadline(now) for v in self._views.values()]

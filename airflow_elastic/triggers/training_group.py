@@ -85,6 +85,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             and its build-error events while that JobSet does not exist) or a PyTorchJob, judged as the JobSet-shaped
             view of :func:`airflow_elastic.backend_watch.view`; the evidence is saved on that object.
         roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
+        not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         settle_seconds: float = SETTLE_SECONDS,
         backend: str = bw.JOBSET,
         roles: list[str] | None = None,
+        not_before: float | None = None,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -136,6 +138,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         self.settle_seconds = settle_seconds
         self.backend = backend
         self.roles = list(roles or [])
+        self.not_before = not_before
         self._objects = bw.objects(backend)
         self._watch = Watch(
             name,
@@ -186,6 +189,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 "settle_seconds": self.settle_seconds,
                 "backend": self.backend,
                 "roles": self.roles,
+                "not_before": self.not_before,
             },
         )
 
@@ -202,6 +206,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             await self._logs.close()
             await self._close_hook()
         self._fired = True
+        await self._hold_for_defer_exit()
         yield TriggerEvent(event.to_payload())
 
     async def _wait(self) -> GroupEvent:

@@ -217,3 +217,50 @@ def test_a_re_deferral_repeats_no_log_line_of_a_trial():
     again = [{**trials(1)[0], "logs": logs["cursors"]}]
     _, shown = shown_by(SweepTrigger(again, NS, "k8s", poll_interval=0.01, log_role="leader"), hook)
     assert [line.rsplit(" ", 2)[-2:] for line in shown] == [["step", "3"]], shown
+
+
+def finish_in_turn(hook: FakeHook, *ends: tuple[str, str, str]) -> None:
+    """Before each JobSet list, the next of ``ends`` (name, condition, reason) happens to its trial."""
+    pending = list(ends)
+
+    def on_list(_: int) -> None:
+        if pending:
+            name, kind, reason = pending.pop(0)
+            hook.jobsets[name].update(jobset(name, conditions=[condition(kind, reason)]))
+
+    hook.on_list = on_list
+
+
+def test_with_no_trial_left_to_start_successes_are_gathered_into_one_event():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING), "sw-t2": jobset("sw-t2", **RUNNING)}
+    hook.pods = [pod("sw-t1", "leader", phase="Running"), pod("sw-t2", "leader", phase="Running")]
+    finish_in_turn(hook, ("sw-t2", "Completed", "AllJobsCompleted"), ("sw-t1", "Completed", "AllJobsCompleted"))
+    trigger = rebuilt(SweepTrigger(trials(1, 2), NS, "k8s", poll_interval=0.01, gather_successes=True))
+    payload = run(trigger, hook)
+    assert payload["status"] == "verdicts"
+    assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(1, "succeeded"), (2, "succeeded")]
+
+
+def test_a_gathered_sweep_still_fires_at_once_on_a_failure_with_the_successes_held_so_far():
+    hook = FakeHook()
+    names = ("sw-t1", "sw-t2", "sw-t3")
+    hook.jobsets = {n: jobset(n, **RUNNING) for n in names}
+    hook.pods = [pod(n, "leader", phase="Running") for n in names]
+    finish_in_turn(hook, ("sw-t2", "Completed", "AllJobsCompleted"), ("sw-t3", "Failed", "FailedJobs"))
+    trigger = SweepTrigger(trials(1, 2, 3), NS, "k8s", poll_interval=0.01, gather_successes=True)
+    payload = run(trigger, hook)
+    assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(2, "succeeded"), (3, "failed")]
+
+
+def test_a_passing_budget_deadline_carries_the_gathered_successes():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING), "sw-t2": jobset("sw-t2", **RUNNING)}
+    hook.pods = [pod("sw-t1", "leader", phase="Running"), pod("sw-t2", "leader", phase="Running")]
+    finish_in_turn(hook, ("sw-t2", "Completed", "AllJobsCompleted"))
+    trigger = SweepTrigger(
+        trials(1, 2), NS, "k8s", poll_interval=0.01, gather_successes=True, deadline=time.time() + 0.5
+    )
+    payload = run(trigger, hook)
+    assert payload["status"] == "budget"
+    assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(2, "succeeded")]

@@ -72,6 +72,7 @@ def test_serialize_round_trip():
         max_preemptions=2,
         suspend_timeout=60.0,
         transient_exit_codes=[42],
+        not_before=1699990010.0,
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_elastic.triggers.training_group.TrainingGroupTrigger"
@@ -97,6 +98,7 @@ def test_serialize_round_trip():
         "settle_seconds": SETTLE_SECONDS,
         "backend": "jobset",
         "roles": [],
+        "not_before": 1699990010.0,
     }
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
