@@ -96,8 +96,10 @@ def test_defaults_and_validation_as_upstream(batch, namespace):
     assert "expected exactly 5 fields, found 1: [tomorrow]" in rejected(cronjob("bad-schedule", "tomorrow"))
     assert "spec.timeZone" in rejected(cronjob("bad-zone", "0 2 * * *", timeZone="Mars/Olympus_Mons"))
     assert "explicit time zone" in rejected(cronjob("local-zone", "0 2 * * *", timeZone="Local"))
-    both = rejected(cronjob("both-zones", "TZ=UTC 0 2 * * *", timeZone="UTC"))
-    assert "cannot use both timeZone field and TZ or CRON_TZ in schedule" in both
+    # On create a TZ in the schedule is refused, with or without timeZone (validateScheduleFormat, allowTZ false).
+    for name, schedule, zone in (("tz", "TZ=UTC 0 2 * * *", None), ("both-zones", "CRON_TZ=UTC 0 2 * * *", "UTC")):
+        message = rejected(cronjob(name, schedule, **({"timeZone": zone} if zone else {})))
+        assert "cannot use TZ or CRON_TZ in schedule, use timeZone field instead" in message
     assert "must be no more than 52 characters" in rejected(cronjob("n" * 53, "0 2 * * *"))
     assert 'Unsupported value: \\"Sometimes\\"' in rejected(
         cronjob("policy", "0 2 * * *", concurrencyPolicy="Sometimes")
@@ -120,7 +122,10 @@ def test_only_the_most_recent_missed_slot_starts(batch, core, namespace, clock):
     (job,) = wait_for(lambda: jobs(batch, namespace), what="a Job for the most recent slot")
     assert job["metadata"]["name"] == f"every5-{minutes(slot)}"
     assert job["metadata"]["labels"]["stage"] == "every5"
-    assert job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] == slot.isoformat()
+    # RFC 3339 as Go formats it (utils.go getJobFromTemplate2): "Z" for UTC, never "+00:00".
+    assert job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] == (
+        slot.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
     owner = job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("CronJob", "every5", True)
     st = wait_for(lambda: (s := status(batch, namespace, "every5")).get("lastSuccessfulTime") and s, what="success")

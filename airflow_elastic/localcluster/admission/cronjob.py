@@ -63,9 +63,7 @@ def cronjob_causes(obj: Obj, old: Obj | None = None) -> Causes:
             parse(schedule)
         except ScheduleError as err:
             causes.append(invalid("spec.schedule", schedule, str(err)))
-        if "TZ" in schedule and zone is not None:
-            message = "cannot use both timeZone field and TZ or CRON_TZ in schedule"
-            causes.append(invalid("spec.schedule", schedule, message))
+        causes += _schedule_zone_causes(schedule, zone, old)
     if old is None or (old.get("spec") or {}).get("timeZone") != zone:
         causes += _zone_causes(zone)
     for key in ("startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"):
@@ -76,6 +74,21 @@ def cronjob_causes(obj: Obj, old: Obj | None = None) -> Causes:
     if policy not in POLICIES:
         causes.append(_unsupported("spec.concurrencyPolicy", policy, POLICIES))
     return causes + _template_causes(meta.get("name") or "cronjob", spec.get("jobTemplate") or {})
+
+
+def _schedule_zone_causes(schedule: str, zone: str | None, old: Obj | None) -> Causes:
+    """The TZ part of ``validateScheduleFormat``: a ``TZ``/``CRON_TZ`` in the schedule is refused on create and on
+    an update whose old schedule had none (``allowTZInSchedule`` is whether the old one had it, so CronJobs made
+    before the rule can still be updated), and with a ``timeZone`` field once allowed (kubernetes
+    ``pkg/apis/batch/validation/validation.go``, ``validateCronJobSpec`` and ``validateScheduleFormat``)."""
+    if "TZ" not in schedule:
+        return []
+    allowed = old is not None and "TZ" in ((old.get("spec") or {}).get("schedule") or "")
+    if not allowed:
+        return [invalid("spec.schedule", schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead")]
+    if zone is not None:
+        return [invalid("spec.schedule", schedule, "cannot use both timeZone field and TZ or CRON_TZ in schedule")]
+    return []
 
 
 def _zone_causes(zone: str | None) -> Causes:

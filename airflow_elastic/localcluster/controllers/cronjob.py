@@ -99,13 +99,21 @@ def job_name(cj: Obj, scheduled: datetime) -> str:
     return f"{cj['metadata']['name']}-{int(scheduled.timestamp()) // 60}"
 
 
+def rfc3339(moment: datetime) -> str:
+    """Go's ``time.RFC3339`` layout, as ``getJobFromTemplate2`` writes the scheduled-time annotation
+    (``scheduledTime.In(timeZoneLocation).Format(time.RFC3339)``): whole seconds, and ``Z`` for a zero offset (its
+    ``Z07:00``), UTC and no ``timeZone`` (``time.LoadLocation("")`` is UTC) included."""
+    text = moment.replace(microsecond=0).isoformat()
+    return text[: -len("+00:00")] + "Z" if text.endswith("+00:00") else text
+
+
 def job_from_template(cj: Obj, scheduled: datetime) -> Obj:
     """``getJobFromTemplate2``: the template's labels and annotations, the scheduled-time annotation, a
     controller reference, and the template's spec."""
     template, meta = cj["spec"].get("jobTemplate") or {}, cj["metadata"]
     tmeta = template.get("metadata") or {}
     zone = load_zone(cj["spec"].get("timeZone") or "UTC")
-    annotations = {**(tmeta.get("annotations") or {}), SCHEDULED_ANNOTATION: scheduled.astimezone(zone).isoformat()}
+    annotations = {**(tmeta.get("annotations") or {}), SCHEDULED_ANNOTATION: rfc3339(scheduled.astimezone(zone))}
     owner = {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -159,11 +167,10 @@ class CronJobController(Controller):
             return None
         cj = copy.deepcopy(current)
         cj.setdefault("status", {})
-        jobs = [
-            j
-            for j in self.store.items(JOBS, key[0])
-            if any(r.get("controller") and r.get("name") == key[1] for r in j["metadata"].get("ownerReferences") or [])
-        ]
+        # getJobsToBeReconciled lists the namespace's Jobs from the informer's cache and keeps those whose controller
+        # reference names this CronJob; the store's owner index gives them without a scan, keyed by the CronJob's
+        # uid (so a Job of a deleted namesake, which the garbage collector removes, is not counted).
+        jobs = self.store.owned(JOBS, key[0], current["metadata"]["uid"])
         self._cleanup(cj, jobs)
         delay = self._sync(cj, jobs)
         if cj["status"] != (current.get("status") or {}):
