@@ -16,13 +16,14 @@ from airflow_elastic.localcluster.admission.cronjob import CronJobAdmission
 
 VALID, WITH_TZ = "0 2 * * *", "TZ=UTC 0 2 * * *"
 REFUSED = "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
+CONTAINER = {"name": "c", "image": "busybox"}
 BOTH = "cannot use both timeZone field and TZ or CRON_TZ in schedule"
 
 
 def cronjob(schedule: str, zone: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedule": schedule,
-        "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+        "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [CONTAINER]}}}},
     }
     if zone is not None:
         spec["timeZone"] = zone
