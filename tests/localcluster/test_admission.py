@@ -344,3 +344,24 @@ def test_pod_validation_and_update_rules(store: Store) -> None:
     image = copy.deepcopy(pod)
     image["spec"]["containers"][0]["image"] = "busybox:1.37"
     assert store.update(PODS, image)["spec"]["containers"][0]["image"] == "busybox:1.37"
+
+
+def test_probe_and_port_defaults_as_upstream(store: Store) -> None:
+    """``SetDefaults_Probe``, ``SetDefaults_HTTPGetAction`` and ``SetDefaults_ContainerPort`` (kubernetes
+    ``pkg/apis/core/v1/defaults.go``): a field left 0 or unset gets its default, one set is kept."""
+    probed = container()
+    probed["readinessProbe"] = {"httpGet": {"port": 8080}, "periodSeconds": 2}
+    probed["livenessProbe"] = {"exec": {"command": ["true"]}, "failureThreshold": 0}
+    probed["ports"] = [{"containerPort": 8080}, {"containerPort": 9000, "protocol": "UDP"}]
+    pod = store.create(PODS, "default", {"metadata": {"name": "probed"}, "spec": {"containers": [probed]}})
+    spec = pod["spec"]["containers"][0]
+    assert spec["readinessProbe"] == {
+        "httpGet": {"port": 8080, "path": "/", "scheme": "HTTP"},
+        "periodSeconds": 2,
+        "timeoutSeconds": 1,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
+    assert spec["livenessProbe"]["failureThreshold"] == 3 and spec["livenessProbe"]["periodSeconds"] == 10
+    assert "startupProbe" not in spec
+    assert [p["protocol"] for p in spec["ports"]] == ["TCP", "UDP"]

@@ -35,6 +35,21 @@ def _unsupported(path: str, value: Any, supported: tuple[str, ...]) -> dict[str,
     return errors.cause(path, f'Unsupported value: "{value}": supported values: {listed}', "FieldValueNotSupported")
 
 
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+#: ``SetDefaults_Probe`` (kubernetes ``pkg/apis/core/v1/defaults.go``): each of these left 0 or unset gets its default.
+PROBE_DEFAULTS = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+
+
+def default_probe(probe: dict[str, Any]) -> None:
+    """``SetDefaults_Probe`` and, for an HTTP probe, ``SetDefaults_HTTPGetAction`` (path ``/``, scheme ``HTTP``)."""
+    for key, value in PROBE_DEFAULTS.items():
+        if not probe.get(key):
+            probe[key] = value
+    if isinstance(probe.get("httpGet"), dict):
+        probe["httpGet"]["path"] = probe["httpGet"].get("path") or "/"
+        probe["httpGet"]["scheme"] = probe["httpGet"].get("scheme") or "HTTP"
+
+
 def default_pod_spec(spec: dict[str, Any]) -> None:
     """The core/v1 defaults controllers and clients rely on (``SetDefaults_PodSpec`` and friends)."""
     spec.setdefault("restartPolicy", "Always")
@@ -49,6 +64,11 @@ def default_pod_spec(spec: dict[str, Any]) -> None:
             container.setdefault("imagePullPolicy", "Always" if latest and "@" not in image else "IfNotPresent")
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
+            for kind in PROBES:
+                if container.get(kind):
+                    default_probe(container[kind])
+            for port in container.get("ports") or []:
+                port.setdefault("protocol", "TCP")  # SetDefaults_ContainerPort
 
 
 def _container_causes(path: str, containers: list[dict[str, Any]], seen: set[str]) -> Causes:
