@@ -262,8 +262,10 @@ class BatchStageOperator(BaseOperator):
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the Job still runs)."""
         from airflow_elastic import stages
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         verdict = stages.StageEvent.from_payload(event)
+        replay(self.log, event.get(OUTPUT_KEY), f"Job {verdict.namespace}/{verdict.name}")
         self._current = (verdict.namespace, verdict.name)
         hook = self.hook()
         if verdict.status == "error":

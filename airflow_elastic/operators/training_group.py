@@ -527,11 +527,13 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.operators import attempts
         from airflow_elastic.operators import identity as ident
         from airflow_elastic.state import GroupEvent
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         self._prepare(context)
         store = context["task_state_store"]
         submission = ident.recorded(store)
         verdict = GroupEvent.from_payload(event)
+        replay(self.log, event.get(OUTPUT_KEY), f"{self._kind} {verdict.namespace}/{verdict.name}")
         if submission is None or submission.name != verdict.name:
             submission = ident.Submission(verdict.name, verdict.namespace, 0, verdict.uid)
         self._current = submission

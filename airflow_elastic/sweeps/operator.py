@@ -167,7 +167,13 @@ class HyperparameterSweepOperator(BaseOperator):
         return self._loop(context, run)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
-        """Resume from the trigger: record what it saw, refill the freed slots, wait again (or finish)."""
+        """Resume from the trigger: write the trials' output it showed into the task log, record what it saw, refill
+        the freed slots, wait again (or finish)."""
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
+
+        for output in event.get(OUTPUT_KEY) or []:
+            number = output.get("number")
+            replay(self.log, output, f"trial {number}'s leader", prefix=f"[trial {number}] ")
         run = self._running = self._sweep(context)
         run.apply(event)
         return self._loop(context, run)
