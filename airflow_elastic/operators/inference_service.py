@@ -72,7 +72,9 @@ class InferenceServiceOperator(_ServingOperator):
         rollout_timeout: seconds the new model (and a rollback) may take to serve.
 
     Returns (XCom ``return_value``):
-        ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response"}``.
+        ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response",
+        "smoke_classes"}``; ``smoke_classes`` is the predicted class (argmax) of each row when the reply is rows of
+        scores (logits), else ``None``.
 
     Raises:
         SpecError: a bad argument (at parse time), or the stored InferenceService is served in another mode.
@@ -301,7 +303,9 @@ class InferenceServiceOperator(_ServingOperator):
 
         request = json.loads(self.smoke_request) if isinstance(self.smoke_request, str) else self.smoke_request
         response = smoke(hook, namespace, self.name, request, model_server=bool(self.predictor.model_format))
-        self.log.info("Smoke request to %s answered: %s", self.name, str(response)[:500])
+        classes = serving.predicted_classes(response)
+        decoded = f"predicted classes {classes}; " if classes is not None else ""
+        self.log.info("Smoke request to %s answered: %sraw reply %s", self.name, decoded, str(response)[:500])
         return response
 
     def _result(self, context: Context, verdict: RolloutEvent, response: Any) -> dict[str, Any]:
@@ -323,6 +327,7 @@ class InferenceServiceOperator(_ServingOperator):
             "mode": self.predictor.mode,
             "replicas": verdict.replicas,
             "smoke_response": response,
+            "smoke_classes": serving.predicted_classes(response),
         }
 
 
