@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic import serving
+from airflow_elastic.links import ServedEndpointLink
 from airflow_elastic.spec import SpecError
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class InferenceServiceOperator(_ServingOperator):
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response",
         "smoke_classes"}``; ``smoke_classes`` is the predicted class (argmax) of each row when the reply is rows of
-        scores (logits), else ``None``.
+        scores (logits), else ``None``. The URL is also the task's extra link "Served endpoint" in the UI.
 
     Raises:
         SpecError: a bad argument (at parse time), or the stored InferenceService is served in another mode.
@@ -83,6 +84,7 @@ class InferenceServiceOperator(_ServingOperator):
     """
 
     template_fields: Sequence[str] = ("storage_uri", "smoke_request", "namespace", "kubernetes_conn_id")
+    operator_extra_links = (ServedEndpointLink(),)
     ui_color = "#fdf2e9"
 
     def __init__(

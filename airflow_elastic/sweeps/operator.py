@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_elastic.links import SweepPlotLink, SweepReportLink
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class HyperparameterSweepOperator(BaseOperator):
 
     Returns (XCom ``return_value``):
         ``{"best_params", "best_value", "best_trial", "trials": [{number, params, state, value, intermediate, cause,
-        jobset, gpu_hours, preemptions}], "report": {"csv", "json", "png"}}``.
+        jobset, gpu_hours, preemptions}], "report": {"csv", "json", "png"}}``; the report and the plot are also the
+        task's extra links "Sweep report" and "Sweep plot" in the UI.
 
     Raises:
         SpecError: bad arguments (named), at parse time.
@@ -74,6 +76,7 @@ class HyperparameterSweepOperator(BaseOperator):
 
     template_fields = ("namespace", "kubernetes_conn_id", "warm_start", "report_uri", "max_trials", "max_parallel")
     ui_color = "#e8daef"
+    operator_extra_links = (SweepReportLink(), SweepPlotLink())
 
     def __init__(
         self,
