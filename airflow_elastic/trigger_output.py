@@ -125,7 +125,7 @@ class Summarized(dict):  # type: ignore[type-arg]
         super().__init__(payload)
         self.summary = summary
 
-    def __repr__(self) -> str:
-        return f"<{self.summary}>"
+    def __repr__(self) -> str:  # Airflow prints it as TriggerEvent<summary>
+        return self.summary
 
     __str__ = __repr__

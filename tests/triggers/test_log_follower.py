@@ -168,6 +168,6 @@ def test_the_lines_shown_come_back_in_the_event_which_prints_as_one_line():
     output = event.payload["output"]
     assert output["lines"] == [f"[{name}] epoch 1", f"[{name}] step 1: val_loss=0.5", f"[{name}] epoch 2"]
     assert output["sources"] == [f"kubectl logs -n {NS} {name} -c trainer"] and output["dropped"] == 0
-    assert repr(event) == f"TriggerEvent<<JobSet {NS}/train: succeeded, 3 output line(s) archived>>"
+    assert repr(event) == f"TriggerEvent<JobSet {NS}/train: succeeded, 3 output line(s) archived>"
     sent = _new_encoder().encode(event)  # what the triggerer sends its supervisor
     assert msgspec.msgpack.decode(sent)["payload"] == dict(event.payload)

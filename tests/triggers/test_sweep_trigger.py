@@ -240,4 +240,4 @@ def test_a_trials_marker_lines_are_progress_in_the_task_log_and_its_output_comes
     assert payload["intermediates"] == [{"number": 1, "values": [[1, 0.75]]}]  # still read from the marker
     [output] = payload["output"]
     assert (output["number"], output["lines"]) == (1, shown)
-    assert repr(payload) == f"<sweep in {NS}: verdicts (trial 1 succeeded), the output of 1 trial(s) archived>"
+    assert repr(payload) == f"sweep in {NS}: verdicts (trial 1 succeeded), the output of 1 trial(s) archived"

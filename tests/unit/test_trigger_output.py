@@ -53,7 +53,7 @@ def test_an_event_payload_is_the_plain_dict_but_prints_as_one_line():
     output = {"lines": ["x"] * 200, "dropped": 0, "sources": [], "process": "p"}
     payload = event_payload({"status": "failed", "message": "exit 3", "evidence": ["e"] * 50}, output, "JobSet ns/g")
     assert payload == {"status": "failed", "message": "exit 3", "evidence": ["e"] * 50, "output": output}
-    assert repr(payload) == "<JobSet ns/g: failed (exit 3), 200 output line(s) archived>"
+    assert repr(payload) == "JobSet ns/g: failed (exit 3), 200 output line(s) archived"
     assert "output" not in event_payload({"status": "succeeded"}, None, "Job ns/j")
 
 
