@@ -80,6 +80,13 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_elastic.sensors.training_group"],
             }
         ],
+        # Buttons on a task instance in the UI (Airflow 3 keeps each URL in XCom when the task ends).
+        "extra-links": [
+            "airflow_elastic.links.SweepReportLink",
+            "airflow_elastic.links.SweepPlotLink",
+            "airflow_elastic.links.RunReportLink",
+            "airflow_elastic.links.ServedEndpointLink",
+        ],
         "hooks": [
             {
                 "integration-name": "Kubernetes JobSet",

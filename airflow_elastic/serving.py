@@ -282,6 +282,38 @@ PROTOCOL_PATHS = {
 }
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _logit_rows(response: Any) -> list[list[float]] | None:
+    """The rows of scores in a v1 ``{"predictions": [[...], ...]}`` or a v2 ``{"outputs": [{"shape": [n, k],
+    "data": [...]}]}`` reply (the first output), each of at least two numbers; ``None`` for any other reply."""
+    if not isinstance(response, Mapping):
+        return None
+    rows = response.get("predictions")
+    outputs = response.get("outputs")
+    if rows is None and isinstance(outputs, list) and outputs and isinstance(outputs[0], Mapping):
+        shape, data = outputs[0].get("shape"), outputs[0].get("data")
+        if isinstance(data, list) and data and isinstance(data[0], list):
+            rows = data
+        elif isinstance(shape, list) and len(shape) == 2 and isinstance(data, list) and shape[1]:
+            width = shape[1]
+            rows = [data[i : i + width] for i in range(0, len(data), width)] if len(data) == shape[0] * width else None
+    if not isinstance(rows, list) or not rows:
+        return None
+    if not all(isinstance(row, list) and len(row) >= 2 and all(_is_number(v) for v in row) for row in rows):
+        return None
+    return rows
+
+
+def predicted_classes(response: Any) -> list[int] | None:
+    """The predicted class (argmax) of each row of scores of a smoke reply (:func:`_logit_rows`), e.g. a digit
+    classifier's ten logits per image; ``None`` when the reply is not rows of scores."""
+    rows = _logit_rows(response)
+    return None if rows is None else [max(range(len(row)), key=row.__getitem__) for row in rows]
+
+
 def smoke_protocol(request: Any) -> str:
     """``"v1"`` for ``{"instances": [...]}``, ``"v2"`` for ``{"inputs": [...]}`` (KServe's two REST protocols).
 

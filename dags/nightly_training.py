@@ -61,6 +61,7 @@ from airflow_elastic import (
     TrainingGroup,
     publishing,
 )
+from airflow_elastic.links import RunReportLink
 from airflow_elastic.operators import BatchStageOperator, InferenceServiceOperator, TrainingGroupOperator
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
@@ -271,7 +272,9 @@ with DAG(
     )
 
     prepare >> sweep >> train >> evaluate
-    promoted(publish(sweep.output, train.output, evaluate.output)) >> serve
+    report = publish(sweep.output, train.output, evaluate.output)
+    report.operator.operator_extra_links = (RunReportLink(),)  # the run report as a button on the task in the UI
+    promoted(report) >> serve
 
 
 # ------------------------------------------------------------------------------------------------ publishing I/O

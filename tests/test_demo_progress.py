@@ -32,7 +32,7 @@ def test_progress_shows_each_task_and_only_the_lines_that_say_how_far_it_got():
         *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
         *lines(f"Task instance state updated    {STATE} new_state=deferred rows_affected=1"),
         *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),
-        *lines(f'[trial 4] [digits-t4-x-leader-0-0-y] AE_INTERMEDIATE {{"step": 1}} {TRIGGER}'),  # a trial's log
+        *lines(f"[trial 4] [digits-t4-x-leader-0-0-y] step 1: val_loss=0.5 {TRIGGER}"),  # a trial's log
         *lines("[DAG TEST] starting task_id=sweep map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
         *lines(f"trial 3/6 done: val_loss=0.41, best 0.38 (trial 1); 2 running {OPERATOR}"),  # re-run after resume
         f"{T} [error    ] Task failed with exception [task] loc=task_runner.py:1",
@@ -59,14 +59,11 @@ def test_the_final_training_shows_every_fifth_epoch_and_its_recovery():
     pod = "[digits-final-abc-leader-0-0-x]"
     output = [
         *lines("[DAG TEST] starting task_id=train map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
-        *(
-            lines(f'{pod} AE_INTERMEDIATE {{"step": {n}, "metrics": {{"val_loss": 0.123456}}}} {TRIGGER}')[0]
-            for n in range(1, 11)
-        ),
+        *(lines(f"{pod} step {n}: val_loss=0.123456 {TRIGGER}")[0] for n in range(1, 11)),
         *lines(f"{pod} saved emergency checkpoint at epoch 10 (peer_lost) {TRIGGER}"),
         *lines(f"{pod} waiting up to 0 s for the group restart to stop this pod {TRIGGER}"),
         *lines(f"{pod} resumed from epoch 10 (/c/step-000000010) {TRIGGER}"),
-        *lines(f'{pod} AE_INTERMEDIATE {{"step": 10, "metrics": {{"val_loss": 0.123456}}}} {TRIGGER}'),  # again
+        *lines(f"{pod} step 10: val_loss=0.123456 {TRIGGER}"),  # again
     ]
     for line in output:
         progress.feed(line)
@@ -84,12 +81,13 @@ def test_the_rollout_shows_each_awaited_step_once_and_the_smoke_answer():
     progress = Progress(["serve"], emit=shown.append, clock=lambda: 0.0)
     trigger = "[airflow_elastic.triggers.inference_service.InferenceServiceTrigger] loc=inference_service.py:1"
     operator = "[airflow.task.operators.airflow_elastic.operators.inference_service.InferenceServiceOperator] loc=x:1"
+    smoke = "Smoke request to digits answered: predicted classes [1, 0]; raw reply {'predictions': [[0, 5], [3, 1]]}"
     output = [
         *lines("[DAG TEST] starting task_id=serve map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
         *lines(f"Created InferenceService default/digits serving /m/v1/model {operator}"),
         *lines(f"waiting for digits to serve /m/v1/model: the InferenceService is not Ready {trigger}"),
         *lines(f"waiting for digits to serve /m/v1/model: the InferenceService is not Ready {trigger}"),
-        *lines(f"Smoke request to digits answered: {{'predictions': [0, 1, 2]}} {operator}"),
+        *lines(f"{smoke} {operator}"),
         *lines(f"InferenceService default/digits serves /m/v1/model (1 replicas) at http://x {operator}"),
         *lines(f"Task instance state updated    {STATE} new_state=success rows_affected=1"),
         *lines("[DAG TEST] end task task_id=serve map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1563"),
@@ -100,7 +98,7 @@ def test_the_rollout_shows_each_awaited_step_once_and_the_smoke_answer():
         "[serve] started (task 1/1)",
         "[serve] Created InferenceService default/digits serving /m/v1/model",
         "[serve] waiting for digits to serve /m/v1/model: the InferenceService is not Ready",
-        "[serve] Smoke request to digits answered: {'predictions': [0, 1, 2]}",
+        f"[serve] {smoke}",
         "[serve] InferenceService default/digits serves /m/v1/model (1 replicas) at http://x",
         "[serve] success after 0 s",
     ]

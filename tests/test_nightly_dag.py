@@ -67,3 +67,15 @@ def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_deman
     leader, workers = final.roles
     assert not (leader.placement or final.placement).spot and workers.placement.spot
     assert final.elastic is not None and final.elastic.role == "worker" and final.checkpoint is not None
+
+
+def test_the_ui_links_the_sweep_report_and_plot_the_run_report_and_the_served_endpoint(nightly):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    served = DagSerialization.from_dict(DagSerialization.to_dict(nightly.dag))  # as the API server reads it
+    links = {t: sorted(link.name for link in served.get_task(t).operator_extra_links) for t in served.task_dict}
+    assert {t: names for t, names in links.items() if names} == {
+        "sweep": ["Sweep plot", "Sweep report"],
+        "publish": ["Run report"],
+        "serve": ["Served endpoint"],
+    }

@@ -55,3 +55,15 @@ def test_each_claim_of_the_description_names_real_code():
     for target in CLAIMS.values():
         module, name = target.split(":")
         assert hasattr(importlib.import_module(module), name), target
+
+
+def test_every_registered_extra_link_is_an_operator_link_and_every_link_is_registered():
+    from airflow.sdk import BaseOperatorLink
+
+    from airflow_elastic.links import LINKS
+
+    registered = INFO["extra-links"]
+    for path in registered:
+        module, _, name = path.rpartition(".")
+        assert issubclass(getattr(importlib.import_module(module), name), BaseOperatorLink), path
+    assert registered == [f"{link.__module__}.{link.__name__}" for link in LINKS]

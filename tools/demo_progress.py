@@ -9,7 +9,6 @@ the model's rollout to KServe (each awaited step, the smoke request's answer), a
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,8 +39,9 @@ SHOW: Mapping[str, re.Pattern[str]] = {
 }
 #: Lines those patterns catch that say nothing to a person watching.
 HIDE = re.compile(r"^waiting up to|^Checkpoint interval")
-#: The final training's per-epoch validation (``runtime.report_intermediate``), shown every ``EPOCH_EVERY`` epochs.
-EPOCH = re.compile(r'^AE_INTERMEDIATE (\{"step": (\d+), "metrics": .*\})$')
+#: The final training's per-epoch validation (``runtime.report_intermediate``, which the task log shows as
+#: ``step 5: val_loss=0.312345``), shown every ``EPOCH_EVERY`` epochs.
+EPOCH = re.compile(r"^step (\d+): (\w+=\S+(?:, \w+=\S+)*)$")
 EPOCH_EVERY = 5
 
 
@@ -110,7 +110,7 @@ class Progress:
         pod = POD_LINE.match(message)
         text = pod.group(2) if pod else message
         if task == "train" and (epoch := EPOCH.match(text)):
-            text = _epoch(epoch.group(1))
+            text = _epoch(int(epoch.group(1)), epoch.group(2))
         if not text or not show.search(text) or HIDE.search(text):
             return
         key = f"{task}:{text}"
@@ -120,18 +120,20 @@ class Progress:
         self.say(task, _cut(text))
 
 
-def _epoch(marker: str) -> str:
-    """``epoch 5: val_loss=0.31, val_accuracy=0.93`` for every ``EPOCH_EVERY``-th epoch, else empty."""
-    try:
-        report = json.loads(marker)
-        step, metrics = int(report["step"]), dict(report["metrics"])
-    except (ValueError, KeyError, TypeError):
-        return ""
+def _epoch(step: int, values: str) -> str:
+    """``epoch 5: val_loss=0.3123, val_accuracy=0.93`` for every ``EPOCH_EVERY``-th epoch, else empty."""
     if step % EPOCH_EVERY:
         return ""
-    return f"epoch {step}: " + ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()
-    )
+    return f"epoch {step}: " + ", ".join(_short(pair) for pair in values.split(", "))
+
+
+def _short(pair: str) -> str:
+    """``name=value`` with a number to 4 significant digits."""
+    name, _, value = pair.partition("=")
+    try:
+        return f"{name}={float(value):.4g}"
+    except ValueError:
+        return pair
 
 
 def _cut(text: str, limit: int = 220) -> str:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError
 from airflow_elastic.stage import BatchStage
 
@@ -258,13 +257,17 @@ class BatchStageOperator(BaseOperator):
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
         )
+        from airflow_elastic.operators import deferral
+
         deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the Job still runs)."""
         from airflow_elastic import stages
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         verdict = stages.StageEvent.from_payload(event)
+        replay(self.log, event.get(OUTPUT_KEY), f"Job {verdict.namespace}/{verdict.name}")
         self._current = (verdict.namespace, verdict.name)
         hook = self.hook()
         if verdict.status == "error":

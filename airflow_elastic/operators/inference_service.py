@@ -18,7 +18,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic import serving
-from airflow_elastic.operators import deferral
+from airflow_elastic.links import ServedEndpointLink
 from airflow_elastic.spec import SpecError
 
 if TYPE_CHECKING:
@@ -73,7 +73,9 @@ class InferenceServiceOperator(_ServingOperator):
         rollout_timeout: seconds the new model (and a rollback) may take to serve.
 
     Returns (XCom ``return_value``):
-        ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response"}``.
+        ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response",
+        "smoke_classes"}``; ``smoke_classes`` is the predicted class (argmax) of each row when the reply is rows of
+        scores (logits), else ``None``. The URL is also the task's extra link "Served endpoint" in the UI.
 
     Raises:
         SpecError: a bad argument (at parse time), or the stored InferenceService is served in another mode.
@@ -82,6 +84,7 @@ class InferenceServiceOperator(_ServingOperator):
     """
 
     template_fields: Sequence[str] = ("storage_uri", "smoke_request", "namespace", "kubernetes_conn_id")
+    operator_extra_links = (ServedEndpointLink(),)
     ui_color = "#fdf2e9"
 
     def __init__(
@@ -223,6 +226,8 @@ class InferenceServiceOperator(_ServingOperator):
             )
             # Past the trigger's own deadline, so its "timeout" event (which may roll back) comes first.
             timeout = datetime.timedelta(seconds=self.rollout_timeout + max(60, 2 * self.poll_interval))
+            from airflow_elastic.operators import deferral
+
             deferral.defer(self, trigger, method_name=method, kwargs=extra, timeout=timeout)
         from airflow_elastic.operators.rollout_waiting import wait_for_rollout
 
@@ -302,7 +307,9 @@ class InferenceServiceOperator(_ServingOperator):
 
         request = json.loads(self.smoke_request) if isinstance(self.smoke_request, str) else self.smoke_request
         response = smoke(hook, namespace, self.name, request, model_server=bool(self.predictor.model_format))
-        self.log.info("Smoke request to %s answered: %s", self.name, str(response)[:500])
+        classes = serving.predicted_classes(response)
+        decoded = f"predicted classes {classes}; " if classes is not None else ""
+        self.log.info("Smoke request to %s answered: %sraw reply %s", self.name, decoded, str(response)[:500])
         return response
 
     def _result(self, context: Context, verdict: RolloutEvent, response: Any) -> dict[str, Any]:
@@ -324,6 +331,7 @@ class InferenceServiceOperator(_ServingOperator):
             "mode": self.predictor.mode,
             "replicas": verdict.replicas,
             "smoke_response": response,
+            "smoke_classes": serving.predicted_classes(response),
         }
 
 

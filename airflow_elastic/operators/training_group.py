@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_elastic.operators import deferral
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 # Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
@@ -521,6 +520,8 @@ class TrainingGroupOperator(BaseOperator):
             **watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
+        from airflow_elastic.operators import deferral
+
         deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
@@ -528,11 +529,13 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.operators import attempts
         from airflow_elastic.operators import identity as ident
         from airflow_elastic.state import GroupEvent
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         self._prepare(context)
         store = context["task_state_store"]
         submission = ident.recorded(store)
         verdict = GroupEvent.from_payload(event)
+        replay(self.log, event.get(OUTPUT_KEY), f"{self._kind} {verdict.namespace}/{verdict.name}")
         if submission is None or submission.name != verdict.name:
             submission = ident.Submission(verdict.name, verdict.namespace, 0, verdict.uid)
         self._current = submission

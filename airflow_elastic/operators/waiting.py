@@ -16,6 +16,7 @@ from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, N
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
 from airflow_elastic.logfollow import LogFollow
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent
+from airflow_elastic.sweeps.markers import progress
 from airflow_elastic.watch import Need, Observation, Step, Watch
 
 
@@ -57,7 +58,7 @@ class LogReader:
                 getattr(self.log, level)("%s", message)
                 return
             for line in reading.take(text):
-                self.log.info("%s", line)
+                self.log.info("%s", progress(line))  # a sweep's marker line as progress
 
 
 def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:

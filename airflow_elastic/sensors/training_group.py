@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_elastic.operators import deferral
 from airflow_elastic.state import GroupEvent, GroupStatus, PodFailure
 
 if TYPE_CHECKING:
@@ -133,6 +132,8 @@ class TrainingGroupSensor(BaseSensorOperator):
         )
         # The trigger's deadline answers first; the deferral timeout is a backstop for a lost triggerer.
         backstop = timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval))
+        from airflow_elastic.operators import deferral
+
         deferral.defer(self, trigger, method_name="execute_complete", timeout=backstop)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:

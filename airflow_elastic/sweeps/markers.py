@@ -4,7 +4,8 @@
 metrics collector parses. Stdout because it reaches the sweep through the pod log API, which the RBAC in
 ``docker/`` already grants (``pods/log: get``), with no metrics server, sidecar or database, and it survives a
 container restart in the log the kubelet keeps. The runtime writes it (``runtime.report_intermediate``), the sweep
-parses it (:func:`parse`); this module is the one place the format lives.
+parses it (:func:`parse`); this module is the one place the format lives. A person reading the task log sees a
+progress line instead (:func:`progress`: ``step 3: val_loss=0.41``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MARKER", "format_line", "parse"]
+__all__ = ["MARKER", "format_line", "parse", "progress"]
 
 MARKER = "AE_INTERMEDIATE"
 _DECODER = json.JSONDecoder()
@@ -67,3 +68,13 @@ def parse(line: str) -> tuple[int, dict[str, float]] | None:
     if not metrics or not all(_is_number(v) and math.isfinite(v) for v in metrics.values()):
         return None
     return step, {str(k): float(v) for k, v in metrics.items()}
+
+
+def progress(line: str) -> str:
+    """``line`` as the task log shows it: a marker (and what follows it) becomes ``step 3: val_loss=0.41``; any other
+    or malformed line is returned as it is."""
+    if MARKER not in line or (parsed := parse(line)) is None:
+        return line
+    step, metrics = parsed
+    values = ", ".join(f"{name}={value:.6g}" for name, value in metrics.items())
+    return f"{line[: line.find(MARKER + ' ')]}step {step}: {values}"

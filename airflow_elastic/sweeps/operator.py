@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_elastic.operators import deferral
+from airflow_elastic.links import SweepPlotLink, SweepReportLink
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ class HyperparameterSweepOperator(BaseOperator):
 
     Returns (XCom ``return_value``):
         ``{"best_params", "best_value", "best_trial", "trials": [{number, params, state, value, intermediate, cause,
-        jobset, gpu_hours, preemptions}], "report": {"csv", "json", "png"}}``.
+        jobset, gpu_hours, preemptions}], "report": {"csv", "json", "png"}}``; the report and the plot are also the
+        task's extra links "Sweep report" and "Sweep plot" in the UI.
 
     Raises:
         SpecError: bad arguments (named), at parse time.
@@ -75,6 +76,7 @@ class HyperparameterSweepOperator(BaseOperator):
 
     template_fields = ("namespace", "kubernetes_conn_id", "warm_start", "report_uri", "max_trials", "max_parallel")
     ui_color = "#e8daef"
+    operator_extra_links = (SweepReportLink(), SweepPlotLink())
 
     def __init__(
         self,
@@ -168,7 +170,13 @@ class HyperparameterSweepOperator(BaseOperator):
         return self._loop(context, run)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
-        """Resume from the trigger: record what it saw, refill the freed slots, wait again (or finish)."""
+        """Resume from the trigger: write the trials' output it showed into the task log, record what it saw, refill
+        the freed slots, wait again (or finish)."""
+        from airflow_elastic.trigger_output import OUTPUT_KEY, replay
+
+        for output in event.get(OUTPUT_KEY) or []:
+            number = output.get("number")
+            replay(self.log, output, f"trial {number}'s leader", prefix=f"[trial {number}] ")
         run = self._running = self._sweep(context)
         run.apply(event)
         return self._loop(context, run)
@@ -182,6 +190,8 @@ class HyperparameterSweepOperator(BaseOperator):
             trigger = run.trigger()
             if self.deferrable:
                 run.save()
+                from airflow_elastic.operators import deferral
+
                 deferral.defer(self, trigger, method_name="execute_complete")
             run.apply(_run_here(trigger))
 

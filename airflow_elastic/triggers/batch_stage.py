@@ -19,6 +19,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import stages
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
@@ -101,7 +102,8 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
     # ----------------------------------------------------------------------------------------------- run
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(StageEvent(...).to_payload())``; never raises."""
+        """Wait, then yield exactly one ``TriggerEvent(StageEvent(...).to_payload())`` (plus the log lines shown, as
+        ``output``: :mod:`airflow_elastic.trigger_output`); never raises."""
         try:
             event = await self._wait()
         except Exception as exc:  # the contract: an event, never an exception
@@ -111,8 +113,9 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
             await self._logs.close()
             await self._close_hook()
         self._fired = True
+        where = f"Job {self.namespace}/{self.name}"
         await self._hold_for_defer_exit()
-        yield TriggerEvent(event.to_payload())
+        yield TriggerEvent(event_payload(event.to_payload(), self._logs.archive.to_payload(), where))
 
     def _event(self, status: Any, message: str) -> stages.StageEvent:
         return stages.StageEvent(status, self.name, self.namespace, uid=self.uid, message=message)

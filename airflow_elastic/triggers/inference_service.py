@@ -19,6 +19,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic import rollout
 from airflow_elastic.hooks.errors import KubernetesApiError
 from airflow_elastic.rollout_knative import Knative, judge_knative
+from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 
 #: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``.
@@ -92,7 +93,8 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         return AsyncInferenceServiceHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(RolloutEvent(...).to_payload())``; never raises."""
+        """Wait, then yield exactly one ``TriggerEvent(RolloutEvent(...).to_payload())`` (printed as one line: a
+        failed model's log tail is in the payload, not in the triggerer's log); never raises."""
         try:
             event = await self._wait()
         except Exception as exc:  # the contract: an event, never an exception
@@ -101,7 +103,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         finally:
             await self._close_hook()
         await self._hold_for_defer_exit()
-        yield TriggerEvent(event.to_payload())
+        yield TriggerEvent(event_payload(event.to_payload(), None, f"InferenceService {self.namespace}/{self.name}"))
 
     def _event(self, status: rollout.Status, message: str, reason: str = "") -> rollout.RolloutEvent:
         return rollout.RolloutEvent(status, self.name, self.namespace, self.storage_uri, reason, message)

@@ -18,6 +18,12 @@ The event loop, shared with every other trigger, is never held for long: the str
 64 KiB, a big reply is parsed in a thread, and lines are written :data:`LINES_PER_SLICE` at a time with a yield
 in between. A read error is a warning once per pod, then debug.
 
+A line the runtime prints for a sweep (``AE_INTERMEDIATE {...}``) is shown as a progress line
+(:func:`~airflow_elastic.sweeps.markers.progress`); :attr:`LogFollower.on_line` sees it as the pod logged it. Every
+line shown is also kept in :attr:`LogFollower.archive` (bounded), which the trigger returns in its event: the
+triggerer's log file of a trigger is overwritten when the task defers again, the worker's part of the task log is
+not (:mod:`airflow_elastic.trigger_output`).
+
 The cursor lives in the trigger instance: after a triggerer restart the new instance first shows the last lines
 of the pod, under a note, so some lines may repeat in the task log and none is lost from the pod itself.
 """
@@ -32,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, KubernetesApiError, NotFound
 from airflow_elastic.logcursor import MAX_CHUNK_BYTES
 from airflow_elastic.logfollow import LOG_BACKLOG_LINES, LogFollow, LogTarget, shown
+from airflow_elastic.sweeps.markers import progress
+from airflow_elastic.trigger_output import OutputArchive
 
 if TYPE_CHECKING:
     from airflow_elastic.triggers.training_group import TrainingGroupTrigger
@@ -113,6 +121,8 @@ class LogFollower:
         self.stream: LogStream | None = None
         self.per_poll: set[str] = set()  # pod uids whose log could not be streamed: read per poll
         self.pending: deque[str] = deque()  # lines taken but not yet written
+        self.archive = OutputArchive()  # the last lines shown, for the event
+        self.on_line: Callable[[str], None] | None = None  # given each line as logged (the sweep's intermediates)
 
     async def follow(self, restarts: int, *, final: bool = False) -> None:
         """Keep the pod's log followed (open or reopen its stream, or read a chunk per poll); with ``final``, write
@@ -139,6 +149,8 @@ class LogFollower:
         if stream is not None or final or self.target is None or restarts != self.restarts:
             self.target, self.restarts = self.logs.target(await self.group_pods() or []), restarts
         target = self.target
+        if target is not None:
+            self.archive.source(f"kubectl logs -n {self.trigger.namespace} {target.pod} -c {target.container}")
         if stream is not None:
             self.stream = None
             same = target is not None and stream.target.uid == target.uid
@@ -198,6 +210,13 @@ class LogFollower:
     async def _write(self) -> None:
         while self.pending:
             for _ in range(min(LINES_PER_SLICE, len(self.pending))):
-                self.trigger.log.info("%s", self.pending.popleft())
+                self._show(self.pending.popleft())
             if self.pending:
                 await asyncio.sleep(0)  # let the other triggers on this loop run
+
+    def _show(self, line: str) -> None:
+        if self.on_line is not None:
+            self.on_line(line)
+        text = progress(line)
+        self.archive.add(text)
+        self.trigger.log.info("%s", text)

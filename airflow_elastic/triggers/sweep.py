@@ -9,12 +9,15 @@ follower copies the trial leader's log to the task log prefixed with the trial (
 
 Intermediate values reach the sweep through that log: every line is also given to
 :func:`airflow_elastic.sweeps.markers.parse` (the ``AE_INTERMEDIATE {...}`` lines ``runtime.report_intermediate``
-prints), like Katib's stdout metrics collector, so they need nothing beyond the pod-log RBAC.
+prints), like Katib's stdout metrics collector, so they need nothing beyond the pod-log RBAC; the task log shows such
+a line as progress (``[trial 3] [pod] step 4: val_loss=0.4123``), never the marker.
 
 It fires once when a trial reaches a verdict, when the early-stopping rule (:func:`~airflow_elastic.sweeps.
 stopping.decide`, on the serialized history plus the intermediates gathered here) says to stop a trial, or when
 the sweep's budget deadline passes. The event (primitives only) carries every verdict, every stop and every
-intermediate value gathered; it never raises (``status="error"`` instead).
+intermediate value gathered, and each trial's log lines it showed (``output``, bounded: the triggerer's log file of
+this wait is overwritten by the next one, the worker's part of the task log, where the operator writes them, is
+not); its repr is one line. It never raises (``status="error"`` instead).
 
 **Round trips.** Each event resumes the worker, which records it, starts trials in the freed slots and defers again.
 Once no further trial may start (``gather_successes``), a trial that succeeds frees nothing worth a round trip: its
@@ -35,6 +38,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
 from airflow_elastic.logcursor import LogCursor
+from airflow_elastic.trigger_output import OUTPUT_KEY, Summarized, summary
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
@@ -45,15 +49,16 @@ MARKER = "AE_INTERMEDIATE"
 
 class TrialLog:
     """The task log as a trial's composed trigger sees it: every line prefixed with the trial, and each line that
-    carries an intermediate-value marker handed to ``on_line``."""
+    carries an intermediate-value marker handed to ``on_line`` (the sweep hands the pod's lines to
+    ``on_line`` through the log follower instead, which shows a marker as progress)."""
 
-    def __init__(self, log: Any, number: int, on_line: Callable[[int, str], None]) -> None:
+    def __init__(self, log: Any, number: int, on_line: Callable[[int, str], None] | None = None) -> None:
         self._log, self._prefix, self._on_line = log, f"[trial {number}] ", on_line
         self._number = number
 
     def _write(self, level: str, message: str, *args: Any) -> None:
         text = message % args if args else message
-        if MARKER in text:
+        if self._on_line is not None and MARKER in text:
             self._on_line(self._number, text[text.index(MARKER) :])
         getattr(self._log, level)("%s%s", self._prefix, text)
 
@@ -185,7 +190,9 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
             connection_extras=self.connection_extras,
             **trial.get("watch", {}),
         )
-        view._log = TrialLog(self.log, int(trial["number"]), self._line)  # type: ignore[assignment]
+        number = int(trial["number"])
+        view._log = TrialLog(self.log, number)  # type: ignore[assignment]
+        view._logs.on_line = lambda line: self._line(number, line)
         for uid, (second, nanos, lines) in (trial.get("logs") or {}).items():  # shown by an earlier wait
             view._logs.logs.cursors[uid] = LogCursor(started=True, stamp=(second, int(nanos)), at_stamp=int(lines))
         return view
@@ -250,9 +257,19 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
             for n, values in sorted(self.intermediates.items())
         ]
         payload["logs"] = [{"number": n, "cursors": cursors} for n, cursors in sorted(self._cursors().items())]
+        outputs = {n: view._logs.archive.to_payload() for n, view in self._views.items()}
+        payload[OUTPUT_KEY] = [{"number": n, **output} for n, output in sorted(outputs.items()) if output]
         self._fired = True
         await self._hold_for_defer_exit()
-        yield TriggerEvent(payload)
+        yield TriggerEvent(Summarized(payload, self._summary(payload)))
+
+    def _summary(self, payload: Mapping[str, Any]) -> str:
+        """The event in one line: each verdict and stop, and how many trials' output it archives."""
+        ends = [f"trial {v['number']} {v['event']['status']}" for v in payload["verdicts"]]
+        ends += [f"trial {s['number']} stopped early" for s in payload["stops"]]
+        text = summary(payload["status"], f"sweep in {self.namespace}", payload.get("message") or "; ".join(ends))
+        output = payload[OUTPUT_KEY]
+        return text + (f", the output of {len(output)} trial(s) archived" if output else "")
 
     def _cursors(self) -> dict[int, dict[str, list[Any]]]:
         """Per trial, how far each of its leader pods' logs was shown: ``{pod uid: [second, nanoseconds, lines]}``."""

@@ -11,7 +11,9 @@ trigger raises, skipping its retries).
 **Logs.** With ``log_role`` set, new lines of that role's first pod (rank 0, newest restart attempt) are written to
 the task log while waiting, each prefixed with the pod name, by :class:`~airflow_elastic.triggers.logs.LogFollower`:
 the training container's log through one followed stream per pod (reopened from the last timestamp shown after a
-drop; read per poll where a stream cannot be opened), never holding the event loop for long.
+drop; read per poll where a stream cannot be opened), never holding the event loop for long. The lines shown come
+back in the event too (``output``, bounded: :mod:`airflow_elastic.trigger_output`), for the operator to write into
+the worker's part of the task log, since the triggerer's log file of this wait is overwritten by the next one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
+from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import (
@@ -196,7 +199,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
     # ----------------------------------------------------------------------------------------------- run
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(GroupEvent(...).to_payload())``; never raises."""
+        """Wait, then yield exactly one ``TriggerEvent(GroupEvent(...).to_payload())`` (plus the log lines shown, as
+        ``output``); never raises."""
         try:
             event = await self._wait()
         except Exception as exc:  # the contract: an event, never an exception
@@ -206,8 +210,9 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             await self._logs.close()
             await self._close_hook()
         self._fired = True
+        where = f"{self._objects.kind} {self.namespace}/{self.name}"
         await self._hold_for_defer_exit()
-        yield TriggerEvent(event.to_payload())
+        yield TriggerEvent(event_payload(event.to_payload(), self._logs.archive.to_payload(), where))
 
     async def _wait(self) -> GroupEvent:
         await self._load_client()

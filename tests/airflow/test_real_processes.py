@@ -166,6 +166,11 @@ def test_triggerer_restart_and_worker_kill(
     assert "Adopted the running JobSet" in task_log(SYNC, 2), log_of(SYNC, 2)()
     # The new triggerer saw the group through to its end.
     assert "final metrics" in trigger_log(new_triggerer), trigger_log(new_triggerer)
+    # ... and its lines reached the worker's part of the task log too, which the next wait of the try on the same
+    # triggerer could not overwrite (the triggerer reopens its file for writing at every trigger start).
+    worker = task_log(DEFERRED, 1)
+    archived = worker[worker.find("Output shown while the task was deferred") :]
+    assert "Output shown while the task was deferred" in worker and "final metrics" in archived, log_of(DEFERRED)()
 
     for task_id, namespace_of_task in namespaces.items():
         # One POST per task instance, answered 201, and no DELETE: neither disturbance cost a group.

@@ -132,6 +132,13 @@ def test_tpe_sweep_finds_the_optimum_within_max_parallel(
     width, height = png_size(Path(report["png"]))
     assert width > 100 and height > 100
     assert "trial 12/12" in result.stdout and "best" in result.stdout
+    # Intermediate values are progress lines for a person, never the protocol's marker.
+    assert re.search(r"\[trial \d+\] \[\S+\] step \d+: loss=", result.stdout) and "AE_INTERMEDIATE" not in result.stdout
+    # The triggers ran in this process (dags test): their lines were written once, not again from the events.
+    assert "Output shown while the task was deferred" not in result.stdout
+    # The UI's buttons: Airflow evaluated the links when the task ended and keeps them in XCom.
+    assert xcom(airflow_db, "sweep_tpe", "tpe", "_link_SweepReportLink") == Path(report["json"]).as_uri()
+    assert xcom(airflow_db, "sweep_tpe", "tpe", "_link_SweepPlotLink") == Path(report["png"]).as_uri()
 
 
 def _reclaim_when_checkpointed(

@@ -97,6 +97,7 @@ def test_a_first_publish_creates_waits_smoke_tests_and_returns_the_result():
         "mode": "Standard",
         "replicas": 1,
         "smoke_response": {"predictions": [3]},
+        "smoke_classes": None,  # a reply that is not rows of scores is left as it is
     }
     assert hook.requests == [("v1/models/digits", None), ("v1/models/digits:predict", SMOKE)]
 
@@ -210,3 +211,18 @@ def test_a_custom_container_gets_the_smoke_request_without_a_readiness_probe():
     deferred(op, ctx)
     assert op.execute_complete(ctx, event("serving"))["smoke_response"] == {"predictions": [3]}
     assert hook.requests == [("v1/models/digits:predict", SMOKE)]
+
+
+def test_a_reply_of_logit_rows_is_decoded_to_the_predicted_class_of_each_row_in_the_result_and_the_log():
+    from tests.operators.fakes import Logger
+
+    logits = {"predictions": [[0.1, 2.5, -1.0], [3.0, 0.2, 0.1]]}
+    hook, ctx = FakeServingHook(), context()
+    hook.call_service = lambda namespace, service, path, body=None: {"ready": True} if body is None else logits
+    deferred(operator(hook), ctx)
+    op = operator(hook)
+    op._cached_logger = Logger()
+    result = op.execute_complete(ctx, event("serving", replicas=1))
+    assert (result["smoke_classes"], result["smoke_response"]) == ([1, 0], logits)
+    [answered] = [line for line in op._cached_logger.lines if line.startswith("Smoke request")]
+    assert "predicted classes [1, 0]" in answered and "[0.1, 2.5, -1.0]" in answered

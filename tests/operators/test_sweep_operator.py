@@ -152,3 +152,21 @@ def test_the_gpu_hour_budget_counts_finished_and_running_trials_and_says_when_it
     assert "max_gpu_hours (3) used up" in budgets.spent(history, now=3600.0)
     clock = Budgets(max_wall_clock=60.0, max_gpu_hours=None, gpus=0, started=100.0)
     assert clock.deadline(history, now=120.0) == 160.0 and "max_wall_clock" in clock.spent(history, now=160.0)
+
+
+def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its_trial(monkeypatch):
+    from airflow_elastic import trigger_output
+    from tests.operators.fakes import Logger
+
+    output = trigger_output.OutputArchive()
+    output.add("[sw-t2-leader-0] step 1: loss=0.5")
+    archived = output.to_payload()
+    monkeypatch.setattr(trigger_output, "_BOOT", "the worker")  # the trigger ran in another process
+    op = HyperparameterSweepOperator(task_id="s", **GOOD)
+    op._cached_logger = Logger()
+    op._sweep = lambda context: type("Run", (), {"apply": lambda self, event: None})()  # type: ignore[method-assign]
+    op._loop = lambda context, run: {}  # type: ignore[method-assign]
+    op.execute_complete({}, {"status": "verdicts", "output": [{"number": 2, **archived}]})  # type: ignore[dict-item]
+    header, line = op._cached_logger.lines
+    assert header.startswith("[trial 2] Output shown while the task was deferred") and "trial 2's leader" in header
+    assert line == "[trial 2] [sw-t2-leader-0] step 1: loss=0.5"

@@ -221,3 +221,63 @@ def test_importing_the_operators_loads_no_kubernetes_client():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_waits_output_reaches_the_workers_log_however_often_the_task_defers(monkeypatch):
+    """The triggerer's log file of a wait is overwritten by the next wait of the try; each wait's lines come back
+    in its event and the resumed operator writes them (under a header) to the worker's log, which is appended."""
+    import asyncio
+
+    from airflow_elastic import trigger_output
+    from airflow_elastic.hooks.errors import Forbidden
+    from tests.operators.fakes import Logger
+    from tests.triggers.fakes import FakeHook as Cluster
+    from tests.triggers.fakes import condition, jobset, pod
+
+    def in_the_triggerer(trigger, log: str, last_list: int, end) -> dict:
+        """Run the deferred ``trigger`` against a cluster whose leader logged ``log``, as another process."""
+        cluster = Cluster()
+        cluster.jobsets = {trigger.name: jobset(trigger.name, uid=trigger.uid)}
+        leader = pod(trigger.name, "leader", phase="Running")
+        cluster.pods, cluster.logs = [leader], {leader["metadata"]["name"]: log}
+        cluster.on_list = lambda n: end(cluster) if n == last_list else None
+        trigger.hook, trigger.poll_interval = cluster, 0.01
+
+        async def first():
+            async for event in trigger.run():
+                return event.payload
+
+        boot = trigger_output._BOOT
+        monkeypatch.setattr(trigger_output, "_BOOT", "the triggerer")
+        try:
+            return asyncio.run(asyncio.wait_for(first(), 20))
+        finally:
+            monkeypatch.setattr(trigger_output, "_BOOT", boot)
+
+    def refused(cluster) -> None:  # the trigger fails while the group runs: the operator waits again
+        cluster.list_errors.append(Forbidden(403, "Forbidden", "jobsets is forbidden"))
+
+    def completed(cluster) -> None:
+        [(name, found)] = cluster.jobsets.items()
+        cluster.jobsets[name] = jobset(name, uid=found["metadata"]["uid"], conditions=[condition("Completed")])
+
+    hook = FakeHook()
+    op = operator(hook, namespace="ns")
+    op._cached_logger = Logger()
+    ctx = context()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    first = in_the_triggerer(deferred.value.trigger, "epoch 1\nepoch 2\n", 4, refused)
+    assert first["status"] == "error"
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(ctx, first)
+    hook.finish("ns", deferred.value.trigger.name)
+    second = in_the_triggerer(deferred.value.trigger, "epoch 1\nepoch 2\nepoch 3\n", 3, completed)
+    assert op.execute_complete(ctx, second)["state"] == "Succeeded"
+    lines = op._cached_logger.lines
+    headers = [i for i, line in enumerate(lines) if line.startswith("Output shown while the task was deferred")]
+    assert len(headers) == 2, lines
+    pod_name = f"{deferred.value.trigger.name}-leader-0-0-abcde"
+    one, two = (lines[i + 1 : i + 1 + n] for i, n in zip(headers, (2, 3), strict=True))
+    assert one == [f"[{pod_name}] epoch 1", f"[{pod_name}] epoch 2"]
+    assert two == [f"[{pod_name}] epoch {i}" for i in (1, 2, 3)]

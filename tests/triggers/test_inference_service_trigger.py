@@ -66,4 +66,5 @@ def test_a_crashing_new_pod_fires_failed_with_its_log_tail():
     payload = fire(trigger(hook))
     assert (payload["status"], payload["reason"], payload["exit_code"]) == ("failed", "ModelLoadFailed", 1)
     assert payload["log_tail"].endswith("cannot load model.pt") and hook.logs[0][:2] == ("new", "kserve-container")
+    assert "Traceback" not in repr(payload) and repr(payload).startswith("InferenceService ns/digits: failed")
     assert InferenceServiceTrigger(**trigger(hook).serialize()[1]).storage_uri == NEW

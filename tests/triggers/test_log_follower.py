@@ -7,6 +7,7 @@ import gc
 import time
 from typing import Any
 
+import msgspec
 import structlog.testing
 
 from airflow_elastic.hooks.errors import BadRequest
@@ -142,3 +143,31 @@ def test_a_leader_printing_20000_lines_does_not_block_the_event_loop():
     lines = [e["event"] for e in logs if e["event"].startswith(f"[{name}] step ")]
     assert len(lines) == 20_000 and lines[-1].startswith(f"[{name}] step 19999 ")
     assert max(stalls) < poll / 10, f"the event loop was held for {max(stalls):.3f} s (poll interval {poll} s)"
+
+
+def test_the_lines_shown_come_back_in_the_event_which_prints_as_one_line():
+    """The triggerer's log file of a wait is overwritten by the next wait of the try: the event carries the lines
+    (marker lines as progress) for the worker's task log, and Airflow's comms encode it as a plain dict."""
+    from airflow.sdk.execution_time.comms import _new_encoder
+
+    from airflow_elastic.sweeps.markers import format_line
+
+    hook = FakeHook()
+    hook.pods = [leader()]
+    name = hook.pods[0]["metadata"]["name"]
+    hook.logs[name] = f"epoch 1\n{format_line(1, {'val_loss': 0.5})}\nepoch 2\n"
+    hook.jobsets["train"] = jobset("train")
+    hook.on_list = lambda n: hook.jobsets.update(train=jobset("train", conditions=[condition("Completed")]))
+    trigger = TrainingGroupTrigger("train", NS, "elastic", poll_interval=0.01, log_role="leader")
+    trigger.hook = hook  # type: ignore[misc]
+
+    async def whole() -> list[Any]:
+        return [event async for event in trigger.run()]
+
+    [event] = asyncio.run(asyncio.wait_for(whole(), 20))
+    output = event.payload["output"]
+    assert output["lines"] == [f"[{name}] epoch 1", f"[{name}] step 1: val_loss=0.5", f"[{name}] epoch 2"]
+    assert output["sources"] == [f"kubectl logs -n {NS} {name} -c trainer"] and output["dropped"] == 0
+    assert repr(event) == f"TriggerEvent<JobSet {NS}/train: succeeded, 3 output line(s) archived>"
+    sent = _new_encoder().encode(event)  # what the triggerer sends its supervisor
+    assert msgspec.msgpack.decode(sent)["payload"] == dict(event.payload)

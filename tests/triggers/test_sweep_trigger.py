@@ -264,3 +264,27 @@ def test_a_passing_budget_deadline_carries_the_gathered_successes():
     payload = run(trigger, hook)
     assert payload["status"] == "budget"
     assert [(v["number"], v["event"]["status"]) for v in payload["verdicts"]] == [(2, "succeeded")]
+
+
+def test_a_trials_marker_lines_are_progress_in_the_task_log_and_its_output_comes_back_in_the_event():
+    hook = FakeHook()
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING)}
+    leader = pod("sw-t1", "leader", phase="Running")
+    hook.pods = [leader]
+    name = leader["metadata"]["name"]
+    hook.logs = {name: f"step 1 done\n{format_line(1, {'loss': 0.75})}\n"}
+    trigger = SweepTrigger(trials(1), NS, "k8s", poll_interval=0.01, log_role="leader", objective="loss")
+    recorder = Lines()
+    trigger._views[1]._log._log = recorder  # type: ignore[attr-defined]
+    done = jobset("sw-t1", conditions=[condition("Completed", "AllJobsCompleted")])
+    hook.on_list = lambda n: hook.jobsets.update({"sw-t1": done}) if n >= 3 else None
+    payload = run(trigger, hook)
+    shown = [f"[{name}] step 1 done", f"[{name}] step 1: loss=0.75"]
+    assert [line for line in recorder.lines if line.startswith(f"[trial 1] [{name}]")] == [
+        f"[trial 1] {line}" for line in shown
+    ]
+    assert not any("AE_INTERMEDIATE" in line for line in recorder.lines)
+    assert payload["intermediates"] == [{"number": 1, "values": [[1, 0.75]]}]  # still read from the marker
+    [output] = payload["output"]
+    assert (output["number"], output["lines"]) == (1, shown)
+    assert repr(payload) == f"sweep in {NS}: verdicts (trial 1 succeeded), the output of 1 trial(s) archived"

@@ -112,3 +112,20 @@ def test_the_smoke_request_names_its_protocol(request_, protocol):
     assert serving.smoke_protocol(request_) == protocol
     with pytest.raises(SpecError, match="smoke_request"):
         serving.smoke_protocol({"rows": []})
+
+
+@pytest.mark.parametrize(
+    ("reply", "classes"),
+    [
+        ({"predictions": [[0.1, 2.5, -1.0], [3, 0, 1]]}, [1, 0]),  # v1: a row of logits per instance
+        ({"outputs": [{"name": "o", "shape": [2, 3], "datatype": "FP32", "data": [0, 1, 9, 5, 1, 0]}]}, [2, 0]),
+        ({"outputs": [{"name": "o", "shape": [1, 2], "data": [[0.2, 0.8]]}]}, [1]),  # v2 with nested data
+        ({"predictions": [3, 7]}, None),  # already classes
+        ({"predictions": [[4.0]]}, None),  # one score per row: a regression, not classes
+        ({"predictions": [[1, "a"]]}, None),
+        ({"outputs": [{"shape": [2, 3], "data": [1, 2]}]}, None),  # data does not fill the shape
+        ("not json", None),
+    ],
+)
+def test_a_smoke_reply_of_score_rows_gives_the_predicted_class_of_each_row(reply, classes):
+    assert serving.predicted_classes(reply) == classes
