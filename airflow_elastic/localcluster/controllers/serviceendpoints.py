@@ -123,21 +123,27 @@ class _ServiceEndpoints(Controller):
 
 def _address(pod: Obj, service: Obj) -> dict[str, Any]:
     """``podToEndpointAddressForService`` (+ the hostname of ``ShouldSetHostname``)."""
-    meta, spec = pod["metadata"], pod.get("spec") or {}
+    spec = pod.get("spec") or {}
     address: dict[str, Any] = {"ip": pod["status"]["podIP"]}
     if endpoints.should_set_hostname(pod, service):
         address["hostname"] = spec["hostname"]
     if spec.get("nodeName"):
         address["nodeName"] = spec["nodeName"]
-    address["targetRef"] = {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}
+    address["targetRef"] = _target_ref(pod)
     return address
 
 
-def _endpoint_port(port: Obj, number: int) -> dict[str, Any]:
-    """``endpointPortFromServicePort`` (``name`` omitted when empty, as the Go type serialises it)."""
-    found = {"name": port.get("name"), "port": number, "protocol": port.get("protocol", "TCP")}
-    found["appProtocol"] = port.get("appProtocol")
-    return {k: v for k, v in found.items() if v}
+def _target_ref(pod: Obj) -> dict[str, str]:
+    meta = pod["metadata"]
+    return {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}
+
+
+def _endpoint_port(port: Obj, number: int, *, empty_name: bool = False) -> dict[str, Any]:
+    """``endpointPortFromServicePort`` (an empty ``name`` omitted as the Go type serialises it, unless
+    ``empty_name``: a slice's port name is a pointer, always set)."""
+    found = {"name": port.get("name", ""), "port": number, "protocol": port.get("protocol", "TCP")}
+    found |= {"appProtocol": port["appProtocol"]} if port.get("appProtocol") else {}
+    return found if found["name"] or empty_name else {k: v for k, v in found.items() if k != "name"}
 
 
 def subsets(store: Store, service: Obj) -> list[dict[str, Any]]:
@@ -255,7 +261,7 @@ def _slice_endpoint(store: Store, pod: Obj, service: Obj) -> dict[str, Any]:
     endpoint: dict[str, Any] = {
         "addresses": [ip for ip in ips if ip and ":" not in ip],  # IPv4 only
         "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-        "targetRef": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+        "targetRef": _target_ref(pod),
     }
     if spec.get("nodeName"):
         endpoint["nodeName"] = spec["nodeName"]
@@ -269,10 +275,7 @@ def _slice_endpoint(store: Store, pod: Obj, service: Obj) -> dict[str, Any]:
 
 def _slice_ports(pod: Obj, service: Obj) -> list[dict[str, Any]]:
     """``getEndpointPorts``: every resolved port, its name always set ("" when the Service port has none)."""
-    found = []
-    for port, number in endpoints.endpoint_ports(pod, service):
-        entry = {"name": port.get("name", ""), "port": number, "protocol": port.get("protocol", "TCP")}
-        found.append(entry | ({"appProtocol": port["appProtocol"]} if port.get("appProtocol") else {}))
+    found = [_endpoint_port(port, number, empty_name=True) for port, number in endpoints.endpoint_ports(pod, service)]
     return sorted(found, key=_canonical)  # NewPortMapKey sorts them
 
 
@@ -334,7 +337,8 @@ class EndpointSliceController(_ServiceEndpoints):
                 unchanged.append(current)
                 continue
             writes.append((current, ports, wanted))
-        spare = [s for s in owned if s not in unchanged and s not in [w[0] for w in writes]]
+        taken = {s["metadata"]["name"] for s in unchanged} | {c["metadata"]["name"] for c, _, _ in writes if c}
+        spare = [s for s in owned if s["metadata"]["name"] not in taken]
         for current, ports, wanted in writes:
             # finalize: a create becomes an update of a slice that would otherwise be deleted
             base = current or (spare.pop() if spare else None)
