@@ -165,8 +165,17 @@ async def test_service_deleted_takes_its_endpoints_and_slices() -> None:
         await cluster.settle()
         assert cluster.get(ENDPOINTS, "web") is not None and len(slices(cluster)) == 1
         cluster.store.delete(ENDPOINTS, NS, "web")  # deleted by hand: written again
+        (held,) = slices(cluster)
+        held["metadata"]["finalizers"] = ["test/hold"]
+        cluster.store.update(ENDPOINTSLICES, held)
+        cluster.store.delete(ENDPOINTSLICES, NS, held["metadata"]["name"])  # pending deletion: replaced
         await cluster.settle()
         assert cluster.get(ENDPOINTS, "web") is not None
+        fresh = [s for s in slices(cluster) if not s["metadata"].get("deletionTimestamp")]
+        assert [e["addresses"] for e in fresh[0]["endpoints"]] == [["127.1.0.1"]] and len(fresh) == 1
+        held = cluster.store.get(ENDPOINTSLICES, NS, held["metadata"]["name"])
+        held["metadata"]["finalizers"] = []
+        cluster.store.update(ENDPOINTSLICES, held)
         cluster.store.delete(SERVICES, NS, "web")
         await cluster.settle()
         assert cluster.get(ENDPOINTS, "web") is None  # the endpoints controller deletes it

@@ -322,7 +322,11 @@ class EndpointSliceController(_ServiceEndpoints):
             return None  # a deleted Service's slices go with it (ownerReferences, the garbage collector)
         trigger = self.tracker.compute(key, service, endpoints.selected(self.store, service))
         uid = service["metadata"]["uid"]
-        existing = [s for s in self.store.items(ENDPOINTSLICES, key[0]) if _slice_key(s) == [key]]
+        existing = [  # dropEndpointSlicesPendingDeletion
+            s
+            for s in self.store.items(ENDPOINTSLICES, key[0])
+            if _slice_key(s) == [key] and not s["metadata"].get("deletionTimestamp")
+        ]
         owned = [s for s in existing if any(r.get("uid") == uid for r in s["metadata"].get("ownerReferences") or [])]
         stale = [s for s in existing if s not in owned]  # left by an earlier Service of that name
         by_ports = {_canonical(s.get("ports") or []): s for s in owned}
