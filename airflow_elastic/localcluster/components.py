@@ -21,6 +21,7 @@ from airflow_elastic.localcluster.controllers.nodes import register_nodes
 from airflow_elastic.localcluster.controllers.pytorchjob import PyTorchJobController
 from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
+from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsController, EndpointSliceController
 from airflow_elastic.localcluster.controllers.trainjob import install as install_trainer
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
@@ -61,6 +62,8 @@ def install(
     manager.add(CronJobController(store, recorder, clock))
     manager.add(DeploymentController(store, recorder, clock))
     manager.add(ReplicaSetController(store, recorder, clock))
+    manager.add(EndpointsController(store))
+    manager.add(EndpointSliceController(store))
     manager.add(JobSetController(store, recorder))
     manager.add(InferenceServiceController(store, recorder))
     manager.add(PyTorchJobController(store, recorder))

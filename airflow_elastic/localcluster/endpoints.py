@@ -4,7 +4,8 @@ Endpoints (``pkg/controller/endpoint/endpoints_controller.go`` ``syncService``, 
 ``endpointsliceutil.ShouldPodBeInEndpoints``): the pods the selector matches that have an IP, are not terminal and
 not terminating; Ready ones are addresses (not-ready ones too with ``publishNotReadyAddresses``); each Service
 port's ``targetPort`` is a number or the name of a container port of the pod. The API server's service proxy
-(:mod:`.api.proxy`) sends to one of them.
+(:mod:`.api.proxy`) sends to one of them; the endpoints and EndpointSlice controllers
+(:mod:`.controllers.serviceendpoints`) write them as ``Endpoints`` and ``EndpointSlices`` objects.
 
 There is no kube-proxy and no cluster IP: in a container's command, args and env, a non-headless Service's
 ``<svc>.<ns>.svc[.cluster.local]`` with a port (``:80``, or the scheme's default port in a URL), and a bare
@@ -39,34 +40,65 @@ def is_ready(pod: Obj) -> bool:
 
 
 def target_port(pod: Obj, service_port: Obj) -> int | None:
-    """``podutil.FindPort``: a numeric targetPort as is, a named one from the pod's container ports."""
+    """``podutil.FindPort``: a numeric targetPort as is, a named one from the pod's container ports (sidecars'
+    too: init containers with ``restartPolicy: Always``)."""
     wanted = service_port.get("targetPort", service_port.get("port"))
     if isinstance(wanted, int) or str(wanted).isdigit():
         return int(wanted)
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    spec = pod.get("spec") or {}
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for container in [*(spec.get("containers") or []), *sidecars]:
         for port in container.get("ports") or []:
             if port.get("name") == wanted and port.get("protocol", "TCP") == service_port.get("protocol", "TCP"):
                 return int(port["containerPort"])
     return None
 
 
-def members(store: Store, service: Obj) -> list[tuple[Obj, bool]]:
-    """(pod, counts as ready) of every pod in the Service's endpoints, ready or not, by pod name: selected, with an
-    IP, not terminal and not terminating (``publishNotReadyAddresses`` makes every one ready)."""
-    spec = service.get("spec") or {}
-    selector = spec.get("selector")
+def endpoint_ports(pod: Obj, service: Obj) -> list[tuple[Obj, int]]:
+    """(Service port, the pod's port number for it) of each Service port ``FindPort`` resolves on ``pod``, in the
+    Service's order (``syncService``'s port loop; ``getEndpointPorts`` of
+    ``staging/src/k8s.io/endpointslice/utils.go``)."""
+    found = [(port, target_port(pod, port)) for port in (service.get("spec") or {}).get("ports") or []]
+    return [(port, number) for port, number in found if number is not None]
+
+
+def should_set_hostname(pod: Obj, service: Obj) -> bool:
+    """``ShouldSetHostname``: a pod with a hostname in the Service's subdomain is named in its endpoints."""
+    spec = pod.get("spec") or {}
+    return (
+        bool(spec.get("hostname"))
+        and spec.get("subdomain") == service["metadata"]["name"]
+        and pod["metadata"].get("namespace") == service["metadata"].get("namespace")
+    )
+
+
+def selected(store: Store, service: Obj) -> list[Obj]:
+    """Every pod of the Service's namespace its selector matches (none without a selector: those Services'
+    endpoints are written by hand), by name."""
+    selector = (service.get("spec") or {}).get("selector")
     if not selector:
-        return []  # endpoints of a Service without a selector are written by hand: not supported here
+        return []
+    pods = [
+        pod
+        for pod in store.items(PODS, service["metadata"]["namespace"])
+        if match_label_selector({"matchLabels": selector}, pod["metadata"].get("labels") or {})
+    ]
+    return sorted(pods, key=lambda pod: pod["metadata"]["name"])
+
+
+def members(store: Store, service: Obj, *, terminating: bool = False) -> list[tuple[Obj, bool]]:
+    """(pod, counts as ready) of every pod in the Service's endpoints, ready or not, by pod name: selected, with an
+    IP, not terminal and not terminating (``ShouldPodBeInEndpoints``; ``terminating`` keeps terminating pods, as
+    EndpointSlices do). ``publishNotReadyAddresses`` makes every one ready."""
+    publish = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
     found = []
-    for pod in store.items(PODS, service["metadata"]["namespace"]):
+    for pod in selected(store, service):
         status = pod.get("status") or {}
-        if not match_label_selector({"matchLabels": selector}, pod["metadata"].get("labels") or {}):
-            continue
         if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
             continue
-        if not pod["metadata"].get("deletionTimestamp"):
-            found.append((pod, is_ready(pod) or bool(spec.get("publishNotReadyAddresses"))))
-    return sorted(found, key=lambda member: member[0]["metadata"]["name"])
+        if terminating or not pod["metadata"].get("deletionTimestamp"):
+            found.append((pod, is_ready(pod) or publish))
+    return found
 
 
 def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
@@ -77,8 +109,7 @@ def addresses(store: Store, service: Obj, port: Obj) -> list[tuple[Obj, int]]:
 
 def has_subsets(store: Store, service: Obj) -> bool:
     """Whether the Service's Endpoints have any subset: some member, ready or not, with a port it resolves."""
-    ports = (service.get("spec") or {}).get("ports") or []
-    return any(target_port(pod, port) is not None for pod, _ in members(store, service) for port in ports)
+    return any(endpoint_ports(pod, service) for pod, _ in members(store, service))
 
 
 def _service_port(service: Obj, number: int) -> Obj | None:

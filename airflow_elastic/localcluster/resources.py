@@ -113,6 +113,10 @@ SERVICES = Resource(
     categories=("all",),
     subresources=frozenset({"status", "proxy"}),  # proxy: api/proxy.py, routed before other subresources
 )
+#: Written by the endpoints and EndpointSlice controllers (``controllers/serviceendpoints.py``), or by hand for a
+#: Service without a selector.
+ENDPOINTS = Resource("", "v1", "endpoints", "Endpoints", short_names=("ep",))
+ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
 SECRETS = Resource("", "v1", "secrets", "Secret", field_selectors=_META | {"type"})
 JOBS = Resource(
@@ -224,6 +228,8 @@ ALL: tuple[Resource, ...] = (
     PODS,
     EVENTS,
     SERVICES,
+    ENDPOINTS,
+    ENDPOINTSLICES,
     CONFIGMAPS,
     SECRETS,
     JOBS,

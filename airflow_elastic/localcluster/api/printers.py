@@ -22,6 +22,8 @@ from airflow_elastic.localcluster.resources import (
     CRONJOBS,
     CUSTOMRESOURCEDEFINITIONS,
     DEPLOYMENTS,
+    ENDPOINTS,
+    ENDPOINTSLICES,
     EVENTS,
     HORIZONTALPODAUTOSCALERS,
     INFERENCESERVICES,
@@ -229,6 +231,43 @@ def service_cells(service: Obj) -> list[Any]:
     ]
 
 
+def _more(shown: list[str], count: int, empty: str) -> str:
+    """``listWithMoreString``: at most 3 entries, then `` + N more...``."""
+    text = ",".join(shown[:3])
+    return f"{text} + {count - 3} more..." if count > 3 else text or empty
+
+
+def endpoints_cells(ep: Obj) -> list[Any]:
+    """``printEndpoints``/``formatEndpoints``: NAME ENDPOINTS AGE, the ready ``IP:port`` of every subset port (the
+    IP alone without ports)."""
+    subsets = ep.get("subsets") or []
+    shown = [
+        f"{_host(address['ip'])}:{port['port']}" if port else address["ip"]
+        for subset in subsets
+        for port in subset.get("ports") or [None]
+        for address in subset.get("addresses") or []
+    ]
+    return [ep["metadata"]["name"], _more(shown, len(shown), "") if subsets else NONE, age(ep)]
+
+
+def _host(ip: str) -> str:
+    """``net.JoinHostPort``'s host: an IPv6 address in brackets."""
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def endpointslice_cells(eps: Obj) -> list[Any]:
+    """``printEndpointSlice``: NAME ADDRESSTYPE PORTS ENDPOINTS AGE (``formatDiscoveryPorts``/``Endpoints``)."""
+    ports = [str(p["port"]) if p.get("port") is not None else p.get("name") or "*" for p in eps.get("ports") or []]
+    addresses = [a for endpoint in eps.get("endpoints") or [] for a in endpoint.get("addresses") or []]
+    return [
+        eps["metadata"]["name"],
+        eps.get("addressType", ""),
+        _more(ports, len(ports), "<unset>"),
+        _more(addresses, len(addresses), "<unset>"),
+        age(eps),
+    ]
+
+
 def deployment_cells(d: Obj) -> list[Any]:
     """``printDeployment``: NAME READY UP-TO-DATE AVAILABLE AGE | CONTAINERS IMAGES SELECTOR."""
     spec, status = d.get("spec") or {}, d.get("status") or {}
@@ -383,6 +422,8 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
         _columns("Name, Type, Cluster-IP, External-IP, Port(s), Age, +Selector"),
         service_cells,
     ),
+    ENDPOINTS.key: (_columns("Name, Endpoints, Age"), endpoints_cells),
+    ENDPOINTSLICES.key: (_columns("Name, AddressType, Ports, Endpoints, Age"), endpointslice_cells),
     NAMESPACES.key: (
         _columns("Name, Status, Age"),
         lambda ns: [ns["metadata"]["name"], (ns.get("status") or {}).get("phase", ""), age(ns)],
