@@ -109,8 +109,9 @@ class TrainingGroupOperator(BaseOperator):
         trial_params: run the group as one trial of a sweep with these parameters (templated; e.g.
             ``.expand(trial_params=sweep_params(space))``): every training container gets them as
             ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``), ``{{ trial.params.X }}`` in ``command``,
-            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under ``<checkpoint uri>/trial-<n>``
-            with ``n`` the map index + 1 (see ``render.trial.trial_group``). Only with ``group=``.
+            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under
+            ``<checkpoint uri>/<task id>/trial-<n>-<params digest>`` with ``n`` the map index + 1 (see
+            ``render.trial.trial_group``). Only with ``group=``.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
