@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from airflow_elastic.operators import identity as ident
     from airflow_elastic.state import GroupEvent
 
+#: ``task_state_store`` key of the result a try finished the task with, and that try (``operators.reruns.TryMark``).
+RESULT_KEY = "training_group_result"
 ON_DEMAND_HINT = (
     "The capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
     "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions."
@@ -249,6 +251,35 @@ class Attempts:
             raise
         if result is not None:
             attempts.History.close(context["task_state_store"])
+            self._keep(context, result)
+        return result
+
+    def _keep(self, context: Context, result: dict[str, Any]) -> None:
+        """Keep the result the task finishes with, and the try: a retry of that try returns it (:meth:`finished`)."""
+        from airflow_elastic.operators.reruns import TryMark
+
+        context["task_state_store"].set(RESULT_KEY, {"result": result, "finished_by": TryMark.of(context).record()})
+
+    def finished(self, context: Context) -> dict[str, Any] | None:
+        """The result a try finished the task with, when this try retries that one (no clear since: e.g. the
+        scheduler failed it afterwards), for the operator to return instead of training again; else ``None``."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators.reruns import TryMark, is_retry
+
+        store = context["task_state_store"]
+        kept = store.get(RESULT_KEY)
+        if not isinstance(kept, dict) or not attempts.History.load(store).finished:
+            return None
+        if not isinstance(kept.get("result"), dict) or not is_retry(kept.get("finished_by"), TryMark.of(context)):
+            return None
+        result = dict(kept["result"])
+        self.log.info(
+            "%s %s/%s of this task instance already succeeded in try %s: returning its result (no new group)",
+            self.kind,
+            result.get("namespace"),
+            result.get("name"),
+            kept["finished_by"]["try_number"],
+        )
         return result
 
     def _judge(

@@ -384,8 +384,14 @@ class TrainingGroupOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Submit or adopt the group, then defer (or wait here in sync mode) until it ends; or, when this task
-        instance's group already succeeded and only the task did not finish (its worker died), finish with it."""
+        instance's group already succeeded and only the task did not finish (its worker died), finish with it; a
+        retry of the try that finished the task (failed afterwards) returns that try's result."""
         self._prepare(context)
+        done = self._attempts.finished(context)
+        if done is not None:
+            context["ti"].xcom_push(key="jobset_name", value=done.get("name"))
+            context["ti"].xcom_push(key="jobset_namespace", value=done.get("namespace"))
+            return done
         hook = self.hook()
         succeeded = self._attempts.start_try(context, hook)
         if succeeded is not None:
