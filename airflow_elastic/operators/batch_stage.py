@@ -144,7 +144,7 @@ class BatchStageOperator(BaseOperator):
         identity = TaskIdentity.from_ti(context["ti"])
         store = context["task_state_store"]
         record = store.get(STATE_KEY)
-        done = _finished_result(record, context)
+        done = reruns.kept_result(record, context)
         if done is not None:
             self.log.info(
                 "Job %s/%s of this task instance already succeeded in try %s: returning its result (no new Job)",
@@ -326,8 +326,8 @@ class BatchStageOperator(BaseOperator):
         record = store.get(STATE_KEY)
         if isinstance(record, Mapping) and record.get("name") == event.name:
             # Closed: the task has this Job's verdict. A success is kept with the try, for a retry of it (execute).
-            done = {"result": result, "finished_by": reruns.TryMark.of(context).record()}
-            store.set(STATE_KEY, {**record, "closed": True, **(done if event.status == "succeeded" else {})})
+            done = reruns.keep(result, context) if event.status == "succeeded" else {}
+            store.set(STATE_KEY, {**record, "closed": True, **done})
         cron.clean_history(
             hook,
             event.namespace,
@@ -372,15 +372,6 @@ class BatchStageOperator(BaseOperator):
             self.log.info("Keeping Job %s/%s (on_kill_action='keep')", namespace, name)
             return
         self._delete(self.hook(), namespace, name, "the task was killed")
-
-
-def _finished_result(record: Any, context: Context) -> dict[str, Any] | None:
-    """The result a try finished the task with, when this try retries it (no clear since); else ``None``."""
-    if not isinstance(record, Mapping) or not isinstance(record.get("result"), Mapping):
-        return None
-    if not reruns.is_retry(record.get("finished_by"), reruns.TryMark.of(context)):
-        return None
-    return dict(record["result"])
 
 
 def _get(hook: JobSetHook, namespace: str, name: str) -> dict[str, Any] | None:

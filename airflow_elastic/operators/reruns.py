@@ -61,6 +61,20 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def keep(result: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"result", "finished_by"}``: what a try that finishes the task with ``result`` stores next to its work, for
+    :func:`kept_result`."""
+    return {"result": dict(result), "finished_by": TryMark.of(context).record()}
+
+
+def kept_result(record: Any, context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The result :func:`keep` stored in ``record``, when the try of ``context`` retries the try that stored it
+    (no clear since): to return instead of doing the work again. ``None`` otherwise."""
+    if not isinstance(record, Mapping) or not isinstance(record.get("result"), Mapping):
+        return None
+    return dict(record["result"]) if is_retry(record.get("finished_by"), TryMark.of(context)) else None
+
+
 def is_retry(finished_by: TryMark | Mapping[str, Any] | None, now: TryMark) -> bool:
     """Whether try ``now`` retries the task instance whose work the try ``finished_by`` finished (no clear in
     between), so it adopts that work's result. Unknown (no mark, or Airflow gave no ``max_tries``): no."""

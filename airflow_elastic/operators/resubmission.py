@@ -225,8 +225,9 @@ class Attempts:
         store = context["task_state_store"]
         previous = ident.recorded(store)
         epoch = previous.epoch if previous else 0
-        if previous is not None and previous.name and attempts.History.load(store).finished:
-            epoch += 1  # execute() advances past the finished group
+        finished = previous is not None and previous.name and attempts.History.load(store).finished
+        if finished and self._kept(context) is None:
+            epoch += 1  # execute() advances past the finished group (a retry of the try that finished returns it)
         return ident.TaskIdentity.from_ti(context["ti"]).name(self.base_name, epoch)
 
     # ------------------------------------------------------------------------------------------ verdicts
@@ -256,21 +257,26 @@ class Attempts:
 
     def _keep(self, context: Context, result: dict[str, Any]) -> None:
         """Keep the result the task finishes with, and the try: a retry of that try returns it (:meth:`finished`)."""
-        from airflow_elastic.operators.reruns import TryMark
+        from airflow_elastic.operators.reruns import keep
 
-        context["task_state_store"].set(RESULT_KEY, {"result": result, "finished_by": TryMark.of(context).record()})
+        context["task_state_store"].set(RESULT_KEY, keep(result, context))
+
+    def _kept(self, context: Context) -> dict[str, Any] | None:
+        """What :meth:`_keep` kept, when this try retries the try that kept it (no clear since); else ``None``."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators.reruns import kept_result
+
+        store = context["task_state_store"]
+        kept = store.get(RESULT_KEY)
+        if not attempts.History.load(store).finished or kept_result(kept, context) is None:
+            return None
+        return kept
 
     def finished(self, context: Context) -> dict[str, Any] | None:
         """The result a try finished the task with, when this try retries that one (no clear since: e.g. the
         scheduler failed it afterwards), for the operator to return instead of training again; else ``None``."""
-        from airflow_elastic.operators import attempts
-        from airflow_elastic.operators.reruns import TryMark, is_retry
-
-        store = context["task_state_store"]
-        kept = store.get(RESULT_KEY)
-        if not isinstance(kept, dict) or not attempts.History.load(store).finished:
-            return None
-        if not isinstance(kept.get("result"), dict) or not is_retry(kept.get("finished_by"), TryMark.of(context)):
+        kept = self._kept(context)
+        if kept is None:
             return None
         result = dict(kept["result"])
         self.log.info(

@@ -74,13 +74,13 @@ class SweepRun:
         the group of a trial recorded but never created (a worker that died in between). Returns the result to
         finish with, or ``None`` to run the sweep."""
         if self.state.get("finished"):
-            finished_by = reruns.TryMark.from_record(self.state.get("finished_by"))
-            if "result" in self.state and reruns.is_retry(finished_by, reruns.TryMark.of(self.context)):
+            done = reruns.kept_result(self.state, self.context)
+            if done is not None:
                 self.log.info(
-                    "The sweep of this task instance already finished in try %d: returning its result",
-                    finished_by.try_number if finished_by else 0,
+                    "The sweep of this task instance already finished in try %s: returning its result",
+                    self.state["finished_by"]["try_number"],
                 )
-                return dict(self.state["result"])
+                return done
             generation = int(self.state.get("generation") or 0) + 1
             why = "it was cleared" if "result" in self.state else "it finished without a result"
             self.log.info(
@@ -430,7 +430,7 @@ class SweepRun:
         except AirflowFailException:
             self.save()
             raise
-        self.state["result"], self.state["finished_by"] = result, reruns.TryMark.of(self.context).record()
+        self.state.update(reruns.keep(result, self.context))
         self.save()
         return result
 

@@ -152,6 +152,7 @@ def test_a_retry_of_the_try_that_finished_returns_its_result_and_a_clear_trains_
     assert task.new_try() == finished
     assert [c for c in task.hook.calls if c[0] == "create"] == creates  # no new group
     assert task.ctx["ti"].xcoms["jobset_name"] == done
+    assert task.op._attempts.expected_name(task.ctx) == done  # what the UI shows for this try
     again = task.new_try(cleared=True)  # a clear trains again, afresh
     assert again.name != done and ("create", again.name) in task.hook.calls and task.history.attempts == []
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_elastic.operators.reruns import TryMark, is_retry
+from airflow_elastic.operators.reruns import TryMark, is_retry, keep, kept_result
 
 
 def context(try_number: int, max_tries: int | None, clear_number: int | None = 0) -> dict[str, object]:
@@ -43,3 +43,10 @@ def test_a_context_without_a_dag_run_or_clear_number_still_marks():
     assert mark == TryMark(1, 0, None) and is_retry(
         mark.record(), TryMark.of({"ti": SimpleNamespace(try_number=2, max_tries=0)})
     )
+
+
+def test_a_kept_result_is_returned_to_a_retry_only():
+    record = {"name": "job-1", **keep({"metrics": {"rows": 3}}, context(1, 1))}
+    assert kept_result(record, context(2, 1)) == {"metrics": {"rows": 3}}
+    assert kept_result(record, context(2, 2)) is None  # cleared
+    assert kept_result({"name": "job-1"}, context(2, 1)) is None and kept_result(None, context(2, 1)) is None
