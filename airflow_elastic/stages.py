@@ -225,6 +225,17 @@ class StageLogFollow(LogFollow):
 # -------------------------------------------------------------------------------------------- adoption
 
 
+def passed_over(job: Obj, *, owned: bool) -> str:
+    """Why a try does not adopt ``job`` when :func:`adoption` says ``next`` (for the log)."""
+    if not owned:
+        return "it carries another task instance's labels (or none)"
+    if deleting(job):
+        return "it is being deleted"
+    if finished(job) == "Failed":
+        return "it failed in an earlier try: a new Job replaces it"
+    return "a try already finished the task with it and the task instance was cleared since: a new Job runs"
+
+
 def adoption(job: Obj | None, *, owned: bool, recorded: bool, closed: bool) -> Literal["create", "adopt", "next"]:
     """What a try does with the Job under this task instance's current name.
 
@@ -232,7 +243,8 @@ def adoption(job: Obj | None, *, owned: bool, recorded: bool, closed: bool) -> L
         job: the Job of that name (``None``: none).
         owned: it carries this task instance's ownership labels.
         recorded: the name is the one the task's state store records (this task instance created it).
-        closed: a try already finished the task with that Job's verdict.
+        closed: a try already finished the task with that Job's verdict (a retry of that try returns its stored
+            result before asking: see ``operators.batch_stage``).
 
     Returns:
         ``create`` (the name is free), ``adopt`` (this task instance's live Job, or its succeeded one whose verdict

@@ -4,8 +4,9 @@ Every trial trains ``dags/scripts/train_digits.py`` (an MLP classifying scikit-l
 over gloo between a leader and one worker) with the trial's ``lr``, ``hidden``, ``dropout`` and ``layers``; the
 leader reports the validation loss every epoch (``runtime.report_intermediate``: median stopping prunes trials that
 fall behind) and at the end (``runtime.report``). A reclaimed trial resumes from its own checkpoint
-(``<checkpoint_root>/<run id>/trial-<n>``) and is not counted as failed. The result is the best parameters, every
-trial, and a report (CSV, JSON, PNG) under the checkpoint root; ``train_best`` shows how a downstream task uses it.
+(``<checkpoint_root>/<run id>/<sweep>/trial-<n>-<params digest>``) and is not counted as failed. The result is the
+best parameters, every trial, and a report (CSV, JSON, PNG) under the checkpoint root; ``train_best`` shows how a
+downstream task uses it.
 
 Run it against the local cluster (from the repository root)::
 
@@ -51,7 +52,8 @@ with DAG(
         "checkpoint_root": Param(
             "/tmp/airflow-elastic/checkpoints/digits-sweep",
             type="string",
-            description="trials checkpoint under <checkpoint_root>/<run id>/trial-<n>; the report goes there too",
+            description="trials checkpoint under <checkpoint_root>/<run id>/<sweep>/trial-<n>-<params digest>; "
+            "the report goes there too",
         ),
     },
     tags=["example", "airflow-elastic", "pytorch", "sweep"],

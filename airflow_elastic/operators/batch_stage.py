@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators import reruns
 from airflow_elastic.spec import SpecError
 from airflow_elastic.stage import BatchStage
 
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from airflow_elastic.operators.identity import TaskIdentity
     from airflow_elastic.stages import StageEvent
 
-#: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``.
+#: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``, plus ``result``
+#: and ``finished_by`` (:class:`~airflow_elastic.operators.reruns.TryMark`) once a try finished with its success.
 STATE_KEY = "batch_stage"
 #: Names one submission may step over (finished or foreign Jobs) before giving up.
 MAX_EPOCH_STEPS = 20
@@ -42,7 +44,8 @@ class BatchStageOperator(BaseOperator):
 
     Each task instance gets a Job of its own, ``<stage>-<6 chars>`` from the DAG, task, run and map index, labelled
     with them and with the stage, and recorded in ``task_state_store``: a retry or a restarted worker adopts it while
-    it runs (or its success, when no try reported it), never a second Job; a try after a failure runs a new Job.
+    it runs, or its success (returning the result a try finished with, or its verdict when no try reported it),
+    never a second Job; a try after the Job failed runs a new Job, and so does a cleared task instance.
 
     Args:
         stage: the :class:`~airflow_elastic.BatchStage` (Jinja in ``image``, ``command``, ``args`` and ``env`` values
@@ -141,6 +144,17 @@ class BatchStageOperator(BaseOperator):
         identity = TaskIdentity.from_ti(context["ti"])
         store = context["task_state_store"]
         record = store.get(STATE_KEY)
+        done = reruns.kept_result(record, context)
+        if done is not None:
+            self.log.info(
+                "Job %s/%s of this task instance already succeeded in try %s: returning its result (no new Job)",
+                done["namespace"],
+                done["name"],
+                record["finished_by"]["try_number"],  # type: ignore[index]
+            )
+            context["ti"].xcom_push(key="job_name", value=done["name"])
+            context["ti"].xcom_push(key="job_namespace", value=done["namespace"])
+            return done
         job = self._adopt_or_create(context, hook, stage, identity, namespace, record)
         name = job["metadata"]["name"]
         self._current = (namespace, name)
@@ -180,9 +194,8 @@ class BatchStageOperator(BaseOperator):
                 store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(job)})
                 return job  # type: ignore[return-value]
             if decision == "next":
-                self.log.info(
-                    "Not adopting Job %s/%s (finished, being deleted or not ours): next name", namespace, name
-                )
+                why = stages.passed_over(job, owned=identity.owns(job))  # type: ignore[arg-type]
+                self.log.info("Not adopting Job %s/%s: %s (next name)", namespace, name, why)
                 epoch += 1
                 continue
             if not checked:  # before this task instance's Job: the CronJob rules decide whether it starts at all
@@ -306,9 +319,19 @@ class BatchStageOperator(BaseOperator):
             if self.on_kill_action == "delete" and self._active(hook, event.namespace, event.name):
                 self._delete(hook, event.namespace, event.name, "waiting for it failed and the task fails")
             raise AirflowException(f"{where}: waiting for the stage failed: {event.message}")
+        result = {
+            "name": event.name,
+            "namespace": event.namespace,
+            "succeeded": event.succeeded,
+            "failed": event.failed,
+            "duration": event.duration,
+            "metrics": event.metrics,
+        }
         record = store.get(STATE_KEY)
         if isinstance(record, Mapping) and record.get("name") == event.name:
-            store.set(STATE_KEY, {**record, "closed": True})
+            # Closed: the task has this Job's verdict. A success is kept with the try, for a retry of it (execute).
+            done = reruns.keep(result, context) if event.status == "succeeded" else {}
+            store.set(STATE_KEY, {**record, "closed": True, **done})
         cron.clean_history(
             hook,
             event.namespace,
@@ -333,14 +356,7 @@ class BatchStageOperator(BaseOperator):
             event.duration,
             event.metrics,
         )
-        return {
-            "name": event.name,
-            "namespace": event.namespace,
-            "succeeded": event.succeeded,
-            "failed": event.failed,
-            "duration": event.duration,
-            "metrics": event.metrics,
-        }
+        return result
 
     def _delete(self, hook: JobSetHook, namespace: str, name: str, why: str) -> None:
         from airflow_elastic.hooks.errors import KubernetesApiError

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from airflow_elastic.rollout import RolloutEvent
     from airflow_elastic.rollout_knative import Knative
 
-#: ``task_state_store`` key: ``{name, namespace, storage_uri, previous_storage_uri}`` of this task's publish.
+#: ``task_state_store`` key: ``{name, namespace, storage_uri, previous_storage_uri, revision_before}`` of this task's
+#: publish (``revision_before``: Knative mode, the latest revision before it was written).
 STATE_KEY = "inference_service"
 
 
@@ -159,21 +160,35 @@ class InferenceServiceOperator(_ServingOperator):
         hook = self.hook()
         namespace = self._namespace(hook)
         store = context["task_state_store"]
+        record = store.get(STATE_KEY)
         current = hook.get_inference_service(namespace, self.name)
-        knative = self._knative(current, self.predictor)
-        previous = self._write(hook, namespace, uri, store.get(STATE_KEY), current)
+        knative = self._knative(current, self.predictor, _retried(record, uri, current))
+        previous = self._write(hook, namespace, uri, record, current)
+        revision = knative.revision_before if knative else ""
         store.set(
-            STATE_KEY, {"name": self.name, "namespace": namespace, "storage_uri": uri, "previous_storage_uri": previous}
+            STATE_KEY,
+            {
+                "name": self.name,
+                "namespace": namespace,
+                "storage_uri": uri,
+                "previous_storage_uri": previous,
+                "revision_before": revision,
+            },
         )
         return self._wait(context, hook, namespace, uri, "execute_complete", {}, knative)
 
-    def _knative(self, current: Mapping[str, Any] | None, predictor: serving.Predictor) -> Knative | None:
-        """In Knative mode, what its wait compares with: the revision before this write, the intended percent."""
+    def _knative(
+        self, current: Mapping[str, Any] | None, predictor: serving.Predictor, retried: Mapping[str, Any] | None = None
+    ) -> Knative | None:
+        """In Knative mode, what its wait compares with: the revision before this write (for a retry of this
+        publish, the one before the first try wrote it: the live revision is this model's), the intended percent."""
         if predictor.mode != "Knative":
             return None
         from airflow_elastic.rollout_knative import Knative, latest_created
 
-        return Knative(latest_created(current), 100 if predictor.canary_percent is None else predictor.canary_percent)
+        recorded = retried is not None and "revision_before" in retried
+        before = str(retried["revision_before"] or "") if recorded else latest_created(current)  # type: ignore[index]
+        return Knative(before, 100 if predictor.canary_percent is None else predictor.canary_percent)
 
     def _write(
         self, hook: InferenceServiceHook, namespace: str, uri: str, record: Any, current: dict[str, Any] | None
@@ -189,7 +204,7 @@ class InferenceServiceOperator(_ServingOperator):
             except AlreadyExists:  # made in between (a lost reply): patch it like any other
                 current = hook.get_inference_service(namespace, self.name) or {}
         previous = serving.storage_uri_of(current)
-        if previous == uri and isinstance(record, Mapping) and record.get("storage_uri") == uri:
+        if _retried(record, uri, current):
             previous = record.get("previous_storage_uri")  # a retry of this publish: what it replaced
         patch = serving.update_patch(current, uri, self.predictor)
         if patch is None:
@@ -395,6 +410,14 @@ class ScaleInferenceServiceOperator(_ServingOperator):
             **serving.replicas_of(current),
             "changed": {field: [old, new] for field, (old, new) in changed.items()},
         }
+
+
+def _retried(record: Any, uri: str, current: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``record`` when this try retries its publish: the service already has ``uri``, which ``record`` wrote (a
+    retry adopts that rollout: nothing is written, and the wait compares with what the first try saw)."""
+    if current is None or serving.storage_uri_of(current) != uri:
+        return None
+    return record if isinstance(record, Mapping) and record.get("storage_uri") == uri else None
 
 
 def _templated(value: Any) -> bool:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from airflow_elastic.operators import identity as ident
     from airflow_elastic.state import GroupEvent
 
+#: ``task_state_store`` key of the result a try finished the task with, and that try (``operators.reruns.TryMark``).
+RESULT_KEY = "training_group_result"
 ON_DEMAND_HINT = (
     "The capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
     "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions."
@@ -223,8 +225,9 @@ class Attempts:
         store = context["task_state_store"]
         previous = ident.recorded(store)
         epoch = previous.epoch if previous else 0
-        if previous is not None and previous.name and attempts.History.load(store).finished:
-            epoch += 1  # execute() advances past the finished group
+        finished = previous is not None and previous.name and attempts.History.load(store).finished
+        if finished and self._kept(context) is None:
+            epoch += 1  # execute() advances past the finished group (a retry of the try that finished returns it)
         return ident.TaskIdentity.from_ti(context["ti"]).name(self.base_name, epoch)
 
     # ------------------------------------------------------------------------------------------ verdicts
@@ -249,6 +252,40 @@ class Attempts:
             raise
         if result is not None:
             attempts.History.close(context["task_state_store"])
+            self._keep(context, result)
+        return result
+
+    def _keep(self, context: Context, result: dict[str, Any]) -> None:
+        """Keep the result the task finishes with, and the try: a retry of that try returns it (:meth:`finished`)."""
+        from airflow_elastic.operators.reruns import keep
+
+        context["task_state_store"].set(RESULT_KEY, keep(result, context))
+
+    def _kept(self, context: Context) -> dict[str, Any] | None:
+        """What :meth:`_keep` kept, when this try retries the try that kept it (no clear since); else ``None``."""
+        from airflow_elastic.operators import attempts
+        from airflow_elastic.operators.reruns import kept_result
+
+        store = context["task_state_store"]
+        kept = store.get(RESULT_KEY)
+        if not attempts.History.load(store).finished or kept_result(kept, context) is None:
+            return None
+        return kept
+
+    def finished(self, context: Context) -> dict[str, Any] | None:
+        """The result a try finished the task with, when this try retries that one (no clear since: e.g. the
+        scheduler failed it afterwards), for the operator to return instead of training again; else ``None``."""
+        kept = self._kept(context)
+        if kept is None:
+            return None
+        result = dict(kept["result"])
+        self.log.info(
+            "%s %s/%s of this task instance already succeeded in try %s: returning its result (no new group)",
+            self.kind,
+            result.get("namespace"),
+            result.get("name"),
+            kept["finished_by"]["try_number"],
+        )
         return result
 
     def _judge(

@@ -109,8 +109,9 @@ class TrainingGroupOperator(BaseOperator):
         trial_params: run the group as one trial of a sweep with these parameters (templated; e.g.
             ``.expand(trial_params=sweep_params(space))``): every training container gets them as
             ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``), ``{{ trial.params.X }}`` in ``command``,
-            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under ``<checkpoint uri>/trial-<n>``
-            with ``n`` the map index + 1 (see ``render.trial.trial_group``). Only with ``group=``.
+            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under
+            ``<checkpoint uri>/<task id>/trial-<n>-<params digest>`` with ``n`` the map index + 1 (see
+            ``render.trial.trial_group``). Only with ``group=``.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
@@ -383,8 +384,14 @@ class TrainingGroupOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Submit or adopt the group, then defer (or wait here in sync mode) until it ends; or, when this task
-        instance's group already succeeded and only the task did not finish (its worker died), finish with it."""
+        instance's group already succeeded and only the task did not finish (its worker died), finish with it; a
+        retry of the try that finished the task (failed afterwards) returns that try's result."""
         self._prepare(context)
+        done = self._attempts.finished(context)
+        if done is not None:
+            context["ti"].xcom_push(key="jobset_name", value=done.get("name"))
+            context["ti"].xcom_push(key="jobset_namespace", value=done.get("namespace"))
+            return done
         hook = self.hook()
         succeeded = self._attempts.start_try(context, hook)
         if succeeded is not None:

@@ -5,11 +5,13 @@ the renderer puts them in every training container as ``AE_TRIAL_PARAMS`` (JSON,
 ``runtime.context().trial_params``). References ``{{ trial.params.lr }}``, ``{{ trial.params['my-name'] }}``,
 ``{{ trial.number }}`` and ``{{ trial.sweep }}`` in ``command``, ``args``, ``env`` values and ``image`` are replaced
 by a small substitution (no Jinja: the pure layer stays cheap to import), leaving any other Jinja (``{{ ds }}``)
-for Airflow. Apply it before Airflow renders the group: ``trial`` is not in Airflow's template context.
+for Airflow. Apply it before Airflow renders the group: ``trial`` is not in Airflow's template context. Each trial
+checkpoints under its own :func:`trial_checkpoint_uri`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -21,7 +23,16 @@ from airflow_elastic.spec import SpecError, TrainingGroup
 from airflow_elastic.templating import render_group
 from airflow_elastic.validation import is_label_value
 
-__all__ = ["SWEEP_LABEL", "TRIAL_LABEL", "TrialGroup", "trial_env_value", "trial_group", "trial_labels"]
+__all__ = [
+    "SWEEP_LABEL",
+    "TRIAL_LABEL",
+    "TrialGroup",
+    "params_digest",
+    "trial_checkpoint_uri",
+    "trial_env_value",
+    "trial_group",
+    "trial_labels",
+]
 
 SWEEP_LABEL = f"{DOMAIN}/sweep"
 TRIAL_LABEL = f"{DOMAIN}/trial"
@@ -72,7 +83,7 @@ def trial_group(group: TrainingGroup, params: Mapping[str, Any], *, number: int,
 
     The copy carries ``params`` (rendered as ``AE_TRIAL_PARAMS`` in every training container), has the
     ``{{ trial.* }}`` references in its strings replaced (strings as they are, other values as JSON: ``0.001``,
-    ``true``), and checkpoints under ``<checkpoint uri>/trial-<number>`` so trials never resume from each other.
+    ``true``), and checkpoints under :func:`trial_checkpoint_uri` so trials never resume from each other.
 
     Raises:
         SpecError: ``params`` is not a JSON object, a reference names no parameter, or a substituted value breaks
@@ -86,11 +97,26 @@ def trial_group(group: TrainingGroup, params: Mapping[str, Any], *, number: int,
     rendered = render_group(TrainingGroup(**base), _substitute(params, number, sweep))
     checkpoint = rendered.checkpoint
     if checkpoint is not None:
-        checkpoint = replace(checkpoint, uri=f"{checkpoint.uri.rstrip('/')}/trial-{number}")
+        checkpoint = replace(checkpoint, uri=trial_checkpoint_uri(checkpoint.uri, sweep, number, params))
     fields_of = {f.name: getattr(rendered, f.name) for f in fields(TrainingGroup)}
     return TrialGroup(
         **{**fields_of, "checkpoint": checkpoint}, trial_params=dict(params), trial_number=number, sweep=sweep
     )
+
+
+def params_digest(params: Mapping[str, Any]) -> str:
+    """8 hex characters of a hash of ``params`` (key order aside): the same parameters, the same digest."""
+    text = json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def trial_checkpoint_uri(uri: str, sweep: str, number: int, params: Mapping[str, Any]) -> str:
+    """Where trial ``number`` of ``sweep`` with ``params`` checkpoints: ``<uri>/<sweep>/trial-<n>-<params digest>``.
+
+    The sweep (a new one per generation of a sweep task, the task id for mapped trials) and the parameters are in
+    the path, so no trial can resume a checkpoint of another trial, another sweep, or other parameters (a state
+    dict of another shape, another model's loss)."""
+    return "/".join(part for part in (uri.rstrip("/"), sweep, f"trial-{number}-{params_digest(params)}") if part)
 
 
 def trial_labels(sweep: str, number: int) -> dict[str, str]:

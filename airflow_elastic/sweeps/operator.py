@@ -36,7 +36,8 @@ class HyperparameterSweepOperator(BaseOperator):
 
     Each trial is one training group (one JobSet ``<group>-t<n>-<6 chars>``, labelled ``airflow-elastic.io/sweep``
     and ``airflow-elastic.io/trial``) with its parameters in ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``)
-    and in ``{{ trial.params.X }}`` of its ``args``/``env``, checkpointing under ``<checkpoint uri>/trial-<n>``.
+    and in ``{{ trial.params.X }}`` of its ``args``/``env``, checkpointing under
+    ``<checkpoint uri>/<sweep>/trial-<n>-<params digest>``.
 
     Args:
         group: the training group every trial runs.
@@ -164,10 +165,11 @@ class HyperparameterSweepOperator(BaseOperator):
         return SweepRun(self, context, hook, self.namespace or hook.get_namespace() or "default")
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Start (or resume, from the stored history) the sweep: fill the slots, then wait."""
+        """Start (or resume, from the stored history) the sweep: fill the slots, then wait; a retry of the try that
+        finished the sweep returns its result."""
         run = self._running = self._sweep(context)
-        run.begin()
-        return self._loop(context, run)
+        finished = run.begin()
+        return finished if finished is not None else self._loop(context, run)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: write the trials' output it showed into the task log, record what it saw, refill

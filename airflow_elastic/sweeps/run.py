@@ -2,9 +2,10 @@
 and the few things the operator does with it: fill free slots, build the trigger, record an event, finish.
 
 The trial history is the only state (``task_state_store["sweep"]``: the history, the sweep's generation and start,
-whether it finished); each trial's JobSet identity and attempt history live under the trial's own keys
-(:class:`~airflow_elastic.sweeps.trial_groups.TrialStore`). A trial is recorded *before* its group is created, so
-a worker that dies in between finds its parameters and adopts or creates the group under the same name.
+whether it finished, and its result with the try that finished it, for a retry); each trial's JobSet identity and
+attempt history live under the trial's own keys (:class:`~airflow_elastic.sweeps.trial_groups.TrialStore`). A trial
+is recorded *before* its group is created, so a worker that dies in between finds its parameters and adopts or
+creates the group under the same name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from airflow_elastic import cascade
 from airflow_elastic.hooks.errors import KubernetesApiError
 from airflow_elastic.operators import attempts as group_attempts
 from airflow_elastic.operators import identity as ident
+from airflow_elastic.operators import reruns
 from airflow_elastic.operators.resubmission import Attempts
 from airflow_elastic.render import render_jobset
 from airflow_elastic.render.trial import trial_group
@@ -66,12 +68,24 @@ class SweepRun:
 
     # ------------------------------------------------------------------------------------------ start
 
-    def begin(self) -> None:
-        """``execute``: a fresh sweep once the last one finished (a cleared task); else resume from the history,
-        creating the group of a trial recorded but never created (a worker that died in between)."""
+    def begin(self) -> dict[str, Any] | None:
+        """``execute``: the finished sweep's result for a retry of the try that finished it; a fresh sweep (the next
+        generation) once the last one finished otherwise (a cleared task); else resume from the history, creating
+        the group of a trial recorded but never created (a worker that died in between). Returns the result to
+        finish with, or ``None`` to run the sweep."""
         if self.state.get("finished"):
+            done = reruns.kept_result(self.state, self.context)
+            if done is not None:
+                self.log.info(
+                    "The sweep of this task instance already finished in try %s: returning its result",
+                    self.state["finished_by"]["try_number"],
+                )
+                return done
             generation = int(self.state.get("generation") or 0) + 1
-            self.log.info("The previous sweep of this task finished: starting sweep generation %d", generation)
+            why = "it was cleared" if "result" in self.state else "it finished without a result"
+            self.log.info(
+                "The previous sweep of this task finished and %s: starting sweep generation %d", why, generation
+            )
             self.state, self.history, self._attempts = {"generation": generation}, SweepHistory([]), {}
         self.state.setdefault("started", time.time())
         if self.history.trials:
@@ -91,6 +105,7 @@ class SweepRun:
             if recorded is None or not recorded.uid:
                 self._submit(trial)
         self.save()
+        return None
 
     # ------------------------------------------------------------------------------------------ budgets
 
@@ -407,11 +422,18 @@ class SweepRun:
     # ------------------------------------------------------------------------------------------ the end
 
     def finish(self) -> dict[str, Any]:
-        """The result: the best trial, every trial, the report (paths logged); raises when none completed."""
-        self.state["finished"] = True
-        self.save()
+        """The result: the best trial, every trial, the report (paths logged); raises when none completed. Kept
+        with the try that finished, so that a retry of this task instance returns it (:meth:`begin`)."""
         report = outcome.write(self.history, self.op, self.context, self.log)
-        return outcome.result(self.history, self.op, report, self.log)
+        self.state["finished"] = True  # saved with the result, or failed: a worker dying before finishes again
+        try:
+            result = outcome.result(self.history, self.op, report, self.log)
+        except AirflowFailException:
+            self.save()
+            raise
+        self.state.update(reruns.keep(result, self.context))
+        self.save()
+        return result
 
 
 def _last(trial: Trial) -> float | None:

@@ -149,7 +149,8 @@ def _reclaim_when_checkpointed(
 
     api = client.CustomObjectsApi(k8s_client)
     while not done.is_set():
-        latest = checkpoints.latest_complete(None, str(trial_dir))
+        dirs = sorted(trial_dir.parent.glob(f"*/{trial_dir.name}-*"))  # <sweep>/trial-<n>-<params digest>
+        latest = checkpoints.latest_complete(None, str(dirs[0])) if dirs else None
         if latest is not None and latest.step >= 2:
             items = api.list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])["items"]
             names = [js["metadata"]["name"] for js in items if js["metadata"]["name"].startswith("sw-preempt-t1-")]

@@ -56,6 +56,6 @@ def test_the_example_sweep_trains_real_models_and_picks_the_best(
         assert sorted(int(s) for s in trial["intermediate"]) == [1, 2, 3], trial
     # Each trial trained in its own checkpoint directory, and the final checkpoint holds the model.
     best = out["best_trial"]
-    assert list((root).glob(f"*/trial-{best}/step-000000003/model.pt")), sorted(root.rglob("*"))[:40]
+    assert list((root).glob(f"*/*/trial-{best}-*/step-000000003/model.pt")), sorted(root.rglob("*"))[:40]
     assert png_size(Path(out["report"]["png"]))[0] > 100
     assert xcom(airflow_db, "example_sweep", "train_best") == out["best_params"]

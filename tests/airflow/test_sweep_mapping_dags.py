@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from airflow_elastic.render.trial import params_digest
 from airflow_elastic.sweeps import markers
 from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
@@ -21,7 +22,8 @@ def test_mapped_trials_and_select_best(cluster_airflow_env, airflow_db, namespac
     best = xcom(airflow_db, dag_id, "best")
     assert best["best_params"] == {"lr": 0.01, "layers": 1} and best["trial_params"] == best["best_params"]
     assert best["metrics"]["argv"] == ["--lr=0.01"]  # {{ trial.params.lr }} replaced in args
-    assert best["metrics"]["checkpoint"] == f"{tmp_path}/mapped/trial-{best['index'] + 1}"
+    digest = params_digest(best["trial_params"])
+    assert best["metrics"]["checkpoint"] == f"{tmp_path}/mapped/trial/trial-{best['index'] + 1}-{digest}"
 
     # Read back from the cluster: every trial's pod got its own parameters and printed its intermediate values.
     found = jobsets(k8s_client, namespace)

@@ -84,6 +84,7 @@ class TaskInstance:
     xcoms: dict[str, Any] = field(default_factory=dict)
 
     pulled: dict[str, Any] = field(default_factory=dict)  # task id ("*": any other) -> its result, for xcom_pull
+    max_tries: int = 0  # Airflow raises it when the task instance is cleared (``operators.reruns``)
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value

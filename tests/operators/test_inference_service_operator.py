@@ -184,6 +184,29 @@ def test_knative_mode_waits_for_a_new_revision_and_rolls_back_without_the_canary
     assert hook.stored["spec"]["predictor"].get("canaryTrafficPercent") is None
 
 
+def test_a_retry_of_a_knative_publish_already_live_adopts_it_and_rolls_nothing_back():
+    from airflow_elastic.rollout_knative import judge_knative
+
+    stored = isvc(V1, mode="Knative")
+    stored["status"]["components"] = {"predictor": {"latestCreatedRevision": "digits-predictor-00001"}}
+    hook, store = FakeServingHook(stored), StateStore()
+    deferred(operator(hook, mode="Knative"), context(store))
+    # Knative rolled the new model out as revision 2, which serves all traffic: then the try failed (the race).
+    live = {"latestCreatedRevision": "digits-predictor-00002", "latestReadyRevision": "digits-predictor-00002"}
+    live["traffic"] = [{"latestRevision": True, "percent": 100, "revisionName": "digits-predictor-00002"}]
+    hook.stored["status"]["components"] = {"predictor": live}
+    writes = len(hook.writes)
+    retry = deferred(operator(hook, mode="Knative"), context(store))
+    assert len(hook.writes) == writes  # no second rollout
+    # It waits for what the first try waited for (revision 1 replaced), which the live revision 2 is: it serves at
+    # once, instead of waiting for a revision after 2 that never comes and rolling the good model back on timeout.
+    assert retry.trigger.knative == {"revision_before": "digits-predictor-00001", "percent": 100}
+    verdict = judge_knative(hook.stored, name="digits", namespace="ns", storage_uri=V2, **retry.trigger.knative)
+    assert verdict.status == "serving", verdict
+    result = operator(hook, mode="Knative").execute_complete(context(store), event("serving"))
+    assert (result["storage_uri"], result["previous_storage_uri"]) == (V2, V1)
+
+
 def test_a_failed_wait_is_not_a_failed_model_nothing_is_rolled_back():
     hook, ctx = FakeServingHook(isvc(V1)), context()
     deferred(operator(hook), ctx)

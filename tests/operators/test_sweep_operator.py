@@ -170,3 +170,68 @@ def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its
     header, line = op._cached_logger.lines
     assert header.startswith("[trial 2] Output shown while the task was deferred") and "trial 2's leader" in header
     assert line == "[trial 2] [sw-t2-leader-0] step 1: loss=0.5"
+
+
+def finished_sweep(tmp_path) -> tuple[HyperparameterSweepOperator, DictStore, dict]:
+    """A sweep that try 1 finished (its two trials complete), as its state store keeps it; and its result."""
+    from airflow_elastic.spec import Checkpointing
+    from airflow_elastic.sweeps.history import SweepHistory, Trial
+    from airflow_elastic.sweeps.run import SweepRun
+
+    group = GROUP.with_changes(checkpoint=Checkpointing(str(tmp_path)))
+    op = HyperparameterSweepOperator(
+        task_id="s", **{**GOOD, "group": group, "space": {"x": choice([0.3, 0.5])}, "algorithm": "grid"}
+    )
+    store = DictStore()
+    run = SweepRun(op, retry_context(store, try_number=1), hook=None, namespace="ns")
+    run.history = SweepHistory([Trial(n, {"x": x}, "complete", value=x) for n, x in ((1, 0.3), (2, 0.5))])
+    return op, store, run.finish()
+
+
+def retry_context(store: DictStore, *, try_number: int, max_tries: int = 1, clear_number: int = 0) -> dict:
+    from types import SimpleNamespace
+
+    from tests.operators.fakes import TaskInstance
+
+    ti = TaskInstance(task_id="s", try_number=try_number, max_tries=max_tries)
+    return {"ti": ti, "task_state_store": store, "dag_run": SimpleNamespace(clear_number=clear_number)}
+
+
+def test_a_retry_of_a_finished_sweep_returns_its_result_and_starts_no_trial(tmp_path, capsys, caplog):
+    from tests.operators.fakes import FakeHook
+
+    op, store, result = finished_sweep(tmp_path)
+    hook = FakeHook()
+    op.hook = lambda: hook  # type: ignore[method-assign]
+    assert result["best_params"] == {"x": 0.3}
+    assert op.execute(retry_context(store, try_number=2)) == result  # max_tries as it was: a retry
+    assert hook.calls == [] and store["sweep"].get("generation", 0) == 0 and store["sweep"]["result"] == result
+    said = "The sweep of this task instance already finished in try 1: returning its result"
+    assert said in capsys.readouterr().out + caplog.text
+
+
+def test_a_cleared_finished_sweep_starts_the_next_generation_in_checkpoints_of_its_own(tmp_path):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_elastic.render.trial import params_digest
+    from tests.operators.fakes import FakeHook, TaskInstance
+
+    op, store, _ = finished_sweep(tmp_path)
+    hook = FakeHook()
+    op.hook = lambda: hook  # type: ignore[method-assign]
+    with pytest.raises(TaskDeferred):
+        op.execute(retry_context(store, try_number=2, max_tries=3))  # a clear raised max_tries
+    assert store["sweep"]["generation"] == 1 and "result" not in store["sweep"]
+    created = [js for (_, name), js in hook.jobsets.items()]
+    identity = TaskIdentity.from_ti(TaskInstance(task_id="s"))
+    new, old = sweep_id(identity, 1), sweep_id(identity, 0)
+    assert {js["metadata"]["labels"]["airflow-elastic.io/sweep"] for js in created} == {new}
+    env = {
+        e["name"]: e.get("value")
+        for js in created
+        if js["metadata"]["labels"]["airflow-elastic.io/trial"] == "1"
+        for e in js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    # Trial 1 of generation 1 has the parameters of generation 0's trial 1, and still its own directory.
+    assert env["AE_CHECKPOINT_URI"] == f"{tmp_path}/{new}/trial-1-{params_digest({'x': 0.3})}"
+    assert old not in env["AE_CHECKPOINT_URI"]

@@ -9,6 +9,7 @@ import pytest
 from airflow_elastic import Checkpointing, Role
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
+from airflow_elastic.render.trial import params_digest
 from airflow_elastic.spec import SpecError
 from tests.builders import group
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
@@ -37,7 +38,8 @@ def test_mapped_trial_gets_its_params_templated_strings_and_checkpoint_dir():
     env, container = trainer_env(prepared(op, map_index=2))
     assert json.loads(env["AE_TRIAL_PARAMS"]) == {"lr": 0.01, "tag": "2025-01-01"}  # trial_params is templated
     assert container["args"] == ["--lr=0.01", "--day=2025-01-01"]
-    assert env["AE_CHECKPOINT_URI"] == "/tmp/ckpt/trial-3"
+    # Under the sweep (here the task id) and a digest of the parameters: no other trial's checkpoints.
+    assert env["AE_CHECKPOINT_URI"] == f"/tmp/ckpt/trial/trial-3-{params_digest({'lr': 0.01, 'tag': '2025-01-01'})}"
 
 
 def test_without_trial_params_nothing_changes():

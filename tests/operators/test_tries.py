@@ -33,14 +33,18 @@ class Task:
         self.hook = FakeHook()
         self.store = StateStore()
         self.kwargs = kwargs
-        self.try_number = 0
+        self.try_number = self.max_tries = 0
 
     def context(self) -> dict:
-        return {"ti": TaskInstance(try_number=self.try_number), "task_state_store": self.store}
+        ti = TaskInstance(try_number=self.try_number, max_tries=self.max_tries)
+        return {"ti": ti, "task_state_store": self.store}
 
-    def new_try(self):
+    def new_try(self, *, cleared: bool = False):
         """Start the next try (a fresh operator, as a worker parses the DAG): the trigger it defers with, or
-        the result it finished with at once."""
+        the result it finished with at once. ``cleared``: after a clear, which raises ``max_tries`` (to the last
+        try number plus ``retries``, 0 here), not after a retry."""
+        if cleared:
+            self.max_tries = self.try_number
         self.try_number += 1
         self.op = TrainingGroupOperator(task_id="train", group=GROUP, namespace="ns", **self.kwargs)
         self.op.hook = lambda: self.hook  # type: ignore[method-assign]
@@ -86,7 +90,7 @@ def test_a_cleared_task_starts_a_fresh_history_and_a_new_group():
     assert task.history.finished
     # Cleared two hours later: max_wall_clock is counted from this try, not the first one.
     task.store.set(attempts.STATE_KEY, {**task.store[attempts.STATE_KEY], "started": time.time() - 7200})
-    trigger = task.new_try()
+    trigger = task.new_try(cleared=True)
     assert trigger.name not in (done, "") and ("ns", done) in task.hook.jobsets  # the finished group left alone
     assert (task.history.attempts, task.history.finished) == ([], False)
     assert trigger.max_preemptions == 3 and task.max_restarts(trigger.name) == 2  # budgets from zero
@@ -134,8 +138,23 @@ def test_a_retry_after_the_group_succeeded_adopts_its_verdict():
     assert [c for c in task.hook.calls if c[0] == "create"] == [("create", trigger.name)]  # not trained again
     assert task.ctx["ti"].xcoms["jobset_name"] == trigger.name and task.history.finished
     # Cleared after that: trains again.
-    again = task.new_try()
+    again = task.new_try(cleared=True)
     assert again.name != trigger.name and ("create", again.name) in task.hook.calls
+
+
+def test_a_retry_of_the_try_that_finished_returns_its_result_and_a_clear_trains_again():
+    task = Task()
+    done = a_preemption_then_success(task)
+    finished = dict(task.store["training_group_result"]["result"])
+    assert finished["name"] == done and task.history.finished
+    creates = [c for c in task.hook.calls if c[0] == "create"]
+    # The scheduler failed that try after it finished (apache/airflow#71580): its retry returns what it finished with.
+    assert task.new_try() == finished
+    assert [c for c in task.hook.calls if c[0] == "create"] == creates  # no new group
+    assert task.ctx["ti"].xcoms["jobset_name"] == done
+    assert task.op._attempts.expected_name(task.ctx) == done  # what the UI shows for this try
+    again = task.new_try(cleared=True)  # a clear trains again, afresh
+    assert again.name != done and ("create", again.name) in task.hook.calls and task.history.attempts == []
 
 
 def test_a_retry_after_the_group_failed_unjudged_trains_afresh():

@@ -103,6 +103,13 @@ def test_adoption(existing, owned, recorded, closed, expected):
     assert stages.adoption(existing, owned=owned, recorded=recorded, closed=closed) == expected
 
 
+def test_the_log_says_why_a_job_is_passed_over():
+    assert "another task instance's" in stages.passed_over(job("j"), owned=False)
+    assert "being deleted" in stages.passed_over(job("j", deleting=True), owned=True)
+    assert "failed in an earlier try: a new Job replaces it" in stages.passed_over(job("j", kind="Failed"), owned=True)
+    assert "cleared since" in stages.passed_over(job("j", kind="Complete"), owned=True)
+
+
 def test_verdict_of_a_failed_job_names_pod_reason_and_exit_code():
     failed = job("s-1", kind="Failed", start="2025-01-01T00:00:00Z", failed=1)
     failed["status"]["conditions"][0].update(reason="BackoffLimitExceeded", lastTransitionTime="2025-01-01T00:00:30Z")

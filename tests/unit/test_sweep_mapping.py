@@ -8,7 +8,7 @@ import pytest
 
 from airflow_elastic import Checkpointing, Role, TrainingGroup, runtime
 from airflow_elastic.render import render_jobset
-from airflow_elastic.render.trial import TrialGroup, trial_group, trial_labels
+from airflow_elastic.render.trial import TrialGroup, params_digest, trial_group, trial_labels
 from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps import choice, loguniform, randint, select_best, sweep_params, uniform
 from tests.builders import group
@@ -82,7 +82,7 @@ def test_trial_group_carries_params_strings_and_its_own_checkpoints():
     assert isinstance(trial, TrialGroup) and trial.trial_number == 7
     assert trial.leader.args == ("--lr", "0.001", "--run", "{{ ds }}", "--n=7")  # Airflow's Jinja left alone
     assert trial.role("worker").env == {"HIDDEN": "64", "SWEEP": "nightly"}
-    assert trial.checkpoint.uri == "s3://bucket/ckpt/trial-7"
+    assert trial.checkpoint.uri == f"s3://bucket/ckpt/nightly/trial-7-{params_digest({'hidden': 64, 'lr': 0.001})}"
     again = trial.with_changes(image="other:2")
     assert isinstance(again, TrialGroup) and again.trial_params == {"lr": 0.001, "hidden": 64}
 
