@@ -31,14 +31,15 @@ URI every pod and the Airflow workers reach, e.g. ``gs://bucket/nightly``, with 
 cleanup (``airflow db clean``), a new Airflow deployment, cleared or failed runs in between, and ``airflow dags
 test`` with a fresh DB; and it is the sweep the published model came from.
 
-**Settings.** A scheduled run has no conf: each of ``root``, ``scripts``, ``sweep_epochs``, ``final_epochs`` and
-``max_trials`` is the run's param, else the Airflow Variable ``nightly_training_<param>``, else its default. Every
-task retries (``RETRIES``): a retry adopts what its previous try started or finished.
+**Settings.** A scheduled run has no conf: each of ``root``, ``scripts``, ``sweep_epochs``, ``final_epochs``,
+``max_trials`` and ``starting_deadline`` is the run's param, else the Airflow Variable ``nightly_training_<param>``,
+else its default. Every task retries (``RETRIES``): a retry adopts what its previous try started or finished.
 
 Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, with a spot reclaim during ``train``)::
 
     airflow-elastic cluster up --detach --image-map dags/image-map.yaml
     # it prints AIRFLOW_CONN_LOCAL_CLUSTER=... and AIRFLOW_VAR_NIGHTLY_TRAINING_SCRIPTS=<repo>/dags/scripts: export both
+    # (after 06:00 also AIRFLOW_VAR_NIGHTLY_TRAINING_STARTING_DEADLINE=86400, else the latest 02:00's run skips)
     AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags airflow standalone   # or api-server, scheduler, dag-processor, triggerer
     airflow dags unpause nightly_training
 
@@ -106,8 +107,10 @@ SERVICE = "digits"
 EXPORT_URI = f"{ROOT}/models/digits/{VERSION}/model/model.pt"
 
 #: A night that cannot start its preparation within this of 02:00 is skipped (a CronJob's startingDeadlineSeconds):
-#: the pipeline would otherwise train into the day, beside the traffic it is kept away from.
+#: the pipeline would otherwise train into the day, beside the traffic it is kept away from. A scheduled run created
+#: later (the DAG unpaused in the day) is skipped too, unless the Variable nightly_training_starting_deadline allows it.
 STARTING_DEADLINE = timedelta(hours=4)
+DEADLINE_SECONDS = int(STARTING_DEADLINE.total_seconds())
 #: Batch stages belong on the CPU pool, at low priority, away from the GPU/spot nodes training needs.
 CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-demand"}, priority_class="batch-low")
 STAGE_RESOURCES = Resources(cpu="1", memory="1Gi")
@@ -214,6 +217,12 @@ with DAG(
                 ("max_trials", "trials of the sweep"),
             )
         },
+        "starting_deadline": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description=fallback("seconds a night may start late", "starting_deadline", DEADLINE_SECONDS),
+        ),
         "tolerance": Param(0.0, type="number", minimum=0, description="test-accuracy drop still promoted"),
     },
     tags=["example", "airflow-elastic", "nightly", "pytorch"],
@@ -229,7 +238,7 @@ with DAG(
         task_id="prepare",
         stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
         concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
-        starting_deadline=STARTING_DEADLINE,
+        starting_deadline=setting("starting_deadline", DEADLINE_SECONDS),
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )

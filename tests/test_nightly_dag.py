@@ -60,7 +60,7 @@ def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_deman
         placement = tasks[stage_task].stage.placement
         assert placement.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}, stage_task
         assert placement.priority_class == "batch-low" and not placement.spot
-    assert tasks["prepare"].concurrency_policy == "forbid" and tasks["prepare"].starting_deadline == 4 * 3600
+    assert tasks["prepare"].concurrency_policy == "forbid"
     trial = tasks["sweep"].group
     assert trial.placement.spot and all(role.placement is None for role in trial.roles)
     final = tasks["train"].group
@@ -88,7 +88,7 @@ def render(nightly: ModuleType, template: str, params: dict, variables: dict[str
     return env.from_string(template).render(params=params, var={"value": Accessor()})
 
 
-@pytest.mark.parametrize("name", ["root", "scripts", "sweep_epochs", "final_epochs", "max_trials"])
+@pytest.mark.parametrize("name", ["root", "scripts", "sweep_epochs", "final_epochs", "max_trials", "starting_deadline"])
 def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_default(nightly, name):
     """A scheduled run has no conf: its storage root, scripts folder and size come from the Variables
     ``nightly_training_<param>`` (what the README says to set), else the defaults a real cluster's image needs."""
@@ -99,6 +99,7 @@ def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_defaul
         "sweep_epochs": (tasks["sweep"].group.env["EPOCHS"], "{}", "6"),
         "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "20"),
         "max_trials": (tasks["sweep"].max_trials, "{}", "6"),
+        "starting_deadline": (tasks["prepare"].starting_deadline, "{}", str(4 * 3600)),  # a night starts by 06:00
     }[name]
     params = nightly.dag.params.dump()
     assert params[name] in ("", None)  # the DAG's own default leaves it to the Variable
