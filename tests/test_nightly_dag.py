@@ -110,6 +110,15 @@ def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_defaul
 
 
 def test_cluster_up_names_the_scripts_variable_of_the_nightly_image(nightly):
-    from airflow_elastic.localcluster.cli import SCRIPTS_VARIABLES
+    """``cluster up`` prints the Variable the DAG reads: the folder of the mapped digits image's script, whatever
+    the interpreter is called (``python`` in the map file, an absolute path as ``make demo`` maps it)."""
+    import sys
+
+    from airflow_elastic.localcluster.cli import SCRIPTS_VARIABLES, scripts_variables
 
     assert SCRIPTS_VARIABLES[nightly.DIGITS_IMAGE] == nightly.SCRIPTS_VARIABLE
+    script = str(ROOT / "dags" / "scripts" / "train_digits.py")
+    expected = [f"AIRFLOW_VAR_{nightly.SCRIPTS_VARIABLE.upper()}={ROOT / 'dags' / 'scripts'}"]
+    for python in ("python", sys.executable):
+        assert scripts_variables({nightly.DIGITS_IMAGE: [python, script]}) == expected
+    assert scripts_variables({"other/image:1": ["python", script]}) == []

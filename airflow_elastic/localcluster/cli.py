@@ -43,10 +43,11 @@ def connection_hint(cluster: LocalCluster, image_map: Mapping[str, list[str]] | 
 
 def scripts_variables(image_map: Mapping[str, list[str]]) -> list[str]:
     """``AIRFLOW_VAR_<NAME>=<folder>`` for each image of :data:`SCRIPTS_VARIABLES` mapped to a command that runs a
-    script file: the folder of that script, where the image's other scripts are too."""
+    script file (an argument after the program): the folder of that script, where the image's other scripts are."""
     lines = []
     for image, variable in sorted(SCRIPTS_VARIABLES.items()):
-        scripts = [Path(arg) for arg in image_map.get(image, ()) if Path(arg).is_absolute() and Path(arg).is_file()]
+        arguments = image_map.get(image, ())[1:]
+        scripts = [Path(arg) for arg in arguments if Path(arg).is_absolute() and Path(arg).is_file()]
         if scripts:
             lines.append(f"AIRFLOW_VAR_{variable.upper()}={shlex.quote(str(scripts[0].parent))}")
     return lines
