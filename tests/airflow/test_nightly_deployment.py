@@ -9,10 +9,10 @@ DAG is unpaused, and one triggered through the REST API (its conf: a promotion t
 too). The triggerer is restarted (SIGTERM, then a new one) while the scheduled run's sweep waits in it.
 
 Airflow keeps its own defaults where the defer race lives: a worker reports a deferring task's exit up to
-``[workers] min_heartbeat_interval`` (5 s) late, and a trigger that fires inside that window used to fail the
-resumed try (AIRFLOW.md). The assertions: every task instance of both runs succeeded in try 1; the cluster was asked
-to create each trial's and each final training's group exactly once and no other group (its request log); and every
-trial's output reached the sweep's task log files (the worker's and the triggerers').
+``[workers] min_heartbeat_interval`` (5 s) late, and a trigger that fires inside that window can fail the
+resumed try. The assertions: every task instance of both runs succeeded in try 1; the cluster was asked to create
+each trial's and each final training's group and each batch stage's Job exactly once and nothing else of the kind (its
+request log); and every trial's output reached the sweep's task log files (the workers' and the triggerers').
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ AIRFLOW_DEFAULTS = (
 )
 #: What the scheduler logs when the defer race fails a resumed try.
 RACE = "but the task instance's state attribute is"
+JOB_RESOURCE = "jobs.batch"
+#: The batch stages' Jobs: ``<stage>-<hash>``.
+STAGE_JOBS = ("prepare-digits-", "evaluate-digits-")
 RUNS_TIMEOUT = 1200
 
 
@@ -166,26 +169,33 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
 
 
 def group_problems(airflow: AirflowDeployment, cluster: LocalCluster, runs: tuple[str, ...]) -> list[str]:
-    """Each trial's and each final training's JobSet (as the results name them) created once, and no other JobSet
-    asked for: a retried or resumed sweep that started a trial again shows as a second create or another name."""
-    creates = cluster.requests(verb="create", resource=JOBSET_RESOURCE)
-    created = Counter(r["name"] for r in creates)
-    expected: Counter[str] = Counter()
+    """Each trial's and each final training's JobSet, and each batch stage's Job (as the task results name them),
+    created once, and no other asked for: a retry or a resumed sweep that started one again shows as a second
+    create, or as a name no result holds."""
+    expected: dict[str, Counter[str]] = {JOBSET_RESOURCE: Counter(), JOB_RESOURCE: Counter()}
     problems = []
     for run_id in runs:
-        sweep, train = xcom(airflow, run_id, "sweep"), xcom(airflow, run_id, "train")
-        if not sweep or not train:
-            problems.append(f"{run_id}: no sweep or train result to name its groups ({bool(sweep)}, {bool(train)})")
+        results = {task: xcom(airflow, run_id, task) for task in ("sweep", "train", "prepare", "evaluate")}
+        if not all(results.values()):
+            problems.append(f"{run_id}: results missing, cannot name its groups: {sorted(results)}")
             continue
-        trials = sweep["trials"]
+        trials = results["sweep"]["trials"]
         if len(trials) != int(SIZE["max_trials"]):
             problems.append(f"{run_id}: {len(trials)} trials, not {SIZE['max_trials']}: {trials}")
-        expected.update({trial["jobset"]: 1 for trial in trials} | {train["name"]: 1})
-    if created != expected:
-        problems.append(
-            f"JobSet creates {dict(created)} are not one per group {dict(expected)}; codes: "
-            f"{[(r['name'], r['code']) for r in creates]}"
-        )
+        expected[JOBSET_RESOURCE].update([trial["jobset"] for trial in trials] + [results["train"]["name"]])
+        expected[JOB_RESOURCE].update([results["prepare"]["name"], results["evaluate"]["name"]])
+    for resource, wanted in expected.items():
+        creates = [
+            r
+            for r in cluster.requests(verb="create", resource=resource)
+            if resource == JOBSET_RESOURCE or r["name"].startswith(STAGE_JOBS)  # not a JobSet's own Jobs
+        ]
+        created = Counter(r["name"] for r in creates)
+        if created != wanted:
+            problems.append(
+                f"{resource} creates {dict(created)} are not one per result {dict(wanted)}; codes: "
+                f"{[(r['name'], r['code']) for r in creates]}"
+            )
     return problems
 
 
