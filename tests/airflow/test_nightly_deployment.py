@@ -126,15 +126,12 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
     trigger_through_api(airflow, DAG_ID, API_RUN, {"tolerance": 1.0})  # queued behind the scheduled run
     runs = (scheduled, API_RUN)
 
-    def sweep_log(run_id: str) -> str:
-        return sweep_logs(airflow, run_id)
-
     # The triggerer is restarted while the scheduled run's sweep waits in it, once a trial's output is flowing.
     old_triggerer = airflow.wait_until(
-        lambda: sweep_trigger_holder(airflow, scheduled) if "[trial 1] " in sweep_log(scheduled) else None,
+        lambda: sweep_trigger_holder(airflow, scheduled) if "[trial 1] " in sweep_logs(airflow, scheduled) else None,
         600,
         "the scheduled run's sweep to wait in the triggerer with a trial's output in its log",
-        extra=lambda: run_states(airflow) + "\n" + sweep_log(scheduled)[-4000:],
+        extra=lambda: run_states(airflow) + "\n" + sweep_logs(airflow, scheduled)[-4000:],
     )
     restart_at = time.monotonic() - started
     airflow.restart("triggerer", signal.SIGTERM)
@@ -156,9 +153,11 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
     problems = []
     for run_id in runs:
         tries = {task: airflow.task_instance(DAG_ID, run_id, task) for task in TASKS}
-        wrong = {task: (ti.get("state"), ti.get("try_number")) for task, ti in tries.items()}
-        if any(value != ("success", 1) for value in wrong.values()):
-            problems.append(f"{run_id}: task instances not all (success, try 1): {wrong}")
+        states = {task: (ti.get("state"), ti.get("try_number")) for task, ti in tries.items()}
+        if any(value != ("success", 1) for value in states.values()):
+            problems.append(f"{run_id}: task instances not all (success, try 1): {states}")
+    if not list(sweep_folder(airflow, scheduled).glob(f"attempt=*.log.trigger.{new_triggerer}.log")):
+        problems.append(f"the new triggerer (job {new_triggerer}) never ran the scheduled run's sweep")
     problems += group_problems(airflow, cluster, runs)
     problems += trial_output_problems(airflow, runs)
     races = race_lines(airflow)
@@ -252,10 +251,15 @@ def run_states(airflow: AirflowDeployment) -> str:
     return "\n".join(f"{run} {task}: {state} (try {number})" for run, task, state, number in rows)
 
 
+def sweep_folder(airflow: AirflowDeployment, run_id: str) -> Path:
+    """Where the sweep's task log files of ``run_id`` are."""
+    return airflow.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=sweep"
+
+
 def sweep_logs(airflow: AirflowDeployment, run_id: str) -> str:
     """The sweep's log files, of every try: the workers' and every triggerer's."""
-    folder = airflow.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=sweep"
-    return "\n".join(path.read_text(errors="replace") for path in sorted(folder.glob("attempt=*.log*")))
+    paths = sorted(sweep_folder(airflow, run_id).glob("attempt=*.log*"))
+    return "\n".join(path.read_text(errors="replace") for path in paths)
 
 
 def sweep_trigger_holder(airflow: AirflowDeployment, run_id: str) -> int | None:
