@@ -64,6 +64,24 @@ def deleting(obj: Obj) -> bool:
 # ------------------------------------------------------------------------------------ CronJob semantics
 
 
+def deadline_seconds(value: object) -> float | None:
+    """A starting deadline as given or rendered from a template: seconds (``"14400"``, ``14400.0``), ``None`` or
+    ``""`` for none.
+
+    Raises:
+        ValueError: anything else, or a negative number.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        seconds = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or seconds < 0 or seconds != seconds:
+        raise ValueError(f"starting_deadline must be seconds >= 0, got {value!r}")
+    return seconds
+
+
 def missed_start(
     now: datetime.datetime, data_interval_end: datetime.datetime | None, deadline: float | None
 ) -> float | None:

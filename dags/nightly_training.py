@@ -31,14 +31,22 @@ URI every pod and the Airflow workers reach, e.g. ``gs://bucket/nightly``, with 
 cleanup (``airflow db clean``), a new Airflow deployment, cleared or failed runs in between, and ``airflow dags
 test`` with a fresh DB; and it is the sweep the published model came from.
 
-Locally (``make demo`` does all of it, with a spot reclaim during ``train``)::
+**Settings.** A scheduled run has no conf: each of ``root``, ``scripts``, ``sweep_epochs``, ``final_epochs``,
+``max_trials`` and ``starting_deadline`` is the run's param, else the Airflow Variable ``nightly_training_<param>``,
+else its default. Every task retries (``RETRIES``): a retry adopts what its previous try started or finished.
 
-    airflow-elastic cluster up --detach --image-map dags/image-map.yaml   # prints AIRFLOW_CONN_LOCAL_CLUSTER=...
-    airflow dags test nightly_training --conf '{"scripts": "'$PWD'/dags/scripts"}'
+Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, with a spot reclaim during ``train``)::
 
-The stages' and the final training's commands name the scripts under the ``scripts`` param (``/workspace/scripts``
-in ``docker/trainer/Dockerfile``'s image, built with ``--build-arg SCRIPT=train_digits.py``); the sweep trials run the
-image's entrypoint, ``train_digits.py`` (``dags/image-map.yaml`` maps it locally).
+    airflow-elastic cluster up --detach --image-map dags/image-map.yaml
+    # it prints AIRFLOW_CONN_LOCAL_CLUSTER=... and AIRFLOW_VAR_NIGHTLY_TRAINING_SCRIPTS=<repo>/dags/scripts: export both
+    # (after 06:00 also AIRFLOW_VAR_NIGHTLY_TRAINING_STARTING_DEADLINE=86400, else the latest 02:00's run skips)
+    AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags airflow standalone   # or api-server, scheduler, dag-processor, triggerer
+    airflow dags unpause nightly_training
+
+The stages' and the final training's commands name the scripts under ``scripts``: ``/workspace/scripts``, the
+default, in ``docker/trainer/Dockerfile``'s image (built with ``--build-arg SCRIPT=train_digits.py``), so a real
+cluster needs the connection and ``nightly_training_root`` but no scripts setting. The sweep trials run the image's
+entrypoint, ``train_digits.py`` (``dags/image-map.yaml`` maps it locally).
 """
 
 from __future__ import annotations
@@ -68,12 +76,29 @@ from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, logunifo
 #: The digits trainer image: torch 2.13 (CPU), scikit-learn, the scripts under /workspace/scripts; its entrypoint
 #: runs ``train_digits.py``.
 DIGITS_IMAGE = "ghcr.io/airflow-elastic/digits-trainer:0.1.0"
+#: A setting a run leaves empty falls back to the Airflow Variable ``nightly_training_<param>``, then to its default:
+#: a scheduled run has no conf, so a deployment sets its storage, scripts and size with Variables.
+VARIABLE_PREFIX = "nightly_training_"
 DEFAULT_ROOT = "/tmp/airflow-elastic/nightly"
-ROOT_VARIABLE = "nightly_training_root"
-ROOT = f"{{{{ params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}') }}}}"
+ROOT_VARIABLE = f"{VARIABLE_PREFIX}root"
+#: Where the stages' and the final training's scripts are: the image's on a real cluster, ``dags/scripts`` on the
+#: local cluster (whose pods are local processes; `airflow-elastic cluster up` prints the Variable to set).
+DEFAULT_SCRIPTS = "/workspace/scripts"
+SCRIPTS_VARIABLE = f"{VARIABLE_PREFIX}scripts"
+#: The sizes of a night: epochs per sweep trial, epochs of the final training, trials of the sweep. Sized for `make
+#: demo` (minutes on 2 cores): a real night affords more trials and epochs.
+DEFAULT_SIZES = {"sweep_epochs": 6, "final_epochs": 20, "max_trials": 6}
+
+
+def setting(name: str, default: object) -> str:
+    """A template: the run's param ``name``, else the Variable ``nightly_training_<name>``, else ``default``."""
+    return f"{{{{ params.{name} or var.value.get('{VARIABLE_PREFIX}{name}', '{default}') }}}}"
+
+
+ROOT = setting("root", DEFAULT_ROOT)
 VERSION = "{{ run_id | version }}"
 DATA = f"{ROOT}/data/digits/{VERSION}"
-SCRIPTS = "{{ params.scripts }}"
+SCRIPTS = setting("scripts", DEFAULT_SCRIPTS)
 #: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
 CONN_ID = "local_cluster"
 #: What the promotion rule compares: the evaluation's test accuracy, higher is better.
@@ -83,8 +108,10 @@ SERVICE = "digits"
 EXPORT_URI = f"{ROOT}/models/digits/{VERSION}/model/model.pt"
 
 #: A night that cannot start its preparation within this of 02:00 is skipped (a CronJob's startingDeadlineSeconds):
-#: the pipeline would otherwise train into the day, beside the traffic it is kept away from.
+#: the pipeline would otherwise train into the day, beside the traffic it is kept away from. A scheduled run created
+#: later (the DAG unpaused in the day) is skipped too, unless the Variable nightly_training_starting_deadline allows it.
 STARTING_DEADLINE = timedelta(hours=4)
+DEADLINE_SECONDS = int(STARTING_DEADLINE.total_seconds())
 #: Batch stages belong on the CPU pool, at low priority, away from the GPU/spot nodes training needs.
 CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-demand"}, priority_class="batch-low")
 STAGE_RESOURCES = Resources(cpu="1", memory="1Gi")
@@ -93,6 +120,9 @@ SPOT = Placement(spot=True)
 #: The rendezvous port. torchrun's store binds every address, and on the local cluster every address is the host's:
 #: not torchrun's conventional 29400, which other groups on the same machine may hold.
 PORT = 29471
+#: Default retries of every task: a lost worker or a failed try costs a retry, not the night.
+RETRIES = 2
+RETRY_DELAY = timedelta(seconds=30)
 
 
 #: torchrun's elastic launch: c10d rendezvous at the leader's pod, the node range from the environment contract
@@ -123,7 +153,7 @@ trial = TrainingGroup(
     success=SuccessPolicy(roles=("leader",)),  # the leader's result is the trial's; the JobSet then stops the worker
     failure=FailurePolicy(max_failures=1, max_preemptions=5),
     checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/sweep", keep=2),
-    env={"DATA_URI": DATA, "EPOCHS": "{{ params.sweep_epochs }}", "PYTHONUNBUFFERED": "1"},
+    env={"DATA_URI": DATA, "EPOCHS": setting("sweep_epochs", DEFAULT_SIZES["sweep_epochs"]), "PYTHONUNBUFFERED": "1"},
 )
 
 #: The final training: the leader on on-demand capacity, two elastic workers on spot.
@@ -140,7 +170,7 @@ final = TrainingGroup(
     checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/final", keep=3),
     env={
         "DATA_URI": DATA,
-        "EPOCHS": "{{ params.final_epochs }}",
+        "EPOCHS": setting("final_epochs", DEFAULT_SIZES["final_epochs"]),
         "TRAIN_PARAMS": "{{ ti.xcom_pull(task_ids='sweep')['best_params'] | tojson }}",  # the sweep's best
         # torch 2.13's shared rendezvous store tells a replacement joining a later round nothing: do not share it.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
@@ -148,6 +178,11 @@ final = TrainingGroup(
     },
     coordinator_port=PORT,
 )
+
+
+def fallback(what: str, name: str, default: object) -> str:
+    """A param's description: what it is, and what an empty one falls back to."""
+    return f"{what}; empty: Variable {VARIABLE_PREFIX}{name}, else {default}"
 
 
 def stage(name: str, script: str, env: dict[str, str]) -> BatchStage:
@@ -168,13 +203,27 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     user_defined_filters={"version": publishing.version_name},
+    # Every step is safe to retry: a retry adopts what its previous try started or finished.
+    default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
     params={
-        "root": Param(
-            "", type="string", description=f"storage root; empty: Variable {ROOT_VARIABLE}, else {DEFAULT_ROOT}"
+        "root": Param("", type="string", description=fallback("storage root", "root", DEFAULT_ROOT)),
+        "scripts": Param("", type="string", description=fallback("the scripts' folder", "scripts", DEFAULT_SCRIPTS)),
+        **{
+            name: Param(
+                None, type=["null", "integer"], minimum=1, description=fallback(what, name, DEFAULT_SIZES[name])
+            )
+            for name, what in (
+                ("sweep_epochs", "epochs per sweep trial"),
+                ("final_epochs", "epochs of the final training"),
+                ("max_trials", "trials of the sweep"),
+            )
+        },
+        "starting_deadline": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description=fallback("seconds a night may start late", "starting_deadline", DEADLINE_SECONDS),
         ),
-        "scripts": Param("/workspace/scripts", type="string", description="the scripts' folder in the trainer image"),
-        "sweep_epochs": Param(6, type="integer", minimum=1, description="epochs per sweep trial"),
-        "final_epochs": Param(20, type="integer", minimum=1, description="epochs of the final training"),
         "tolerance": Param(0.0, type="number", minimum=0, description="test-accuracy drop still promoted"),
     },
     tags=["example", "airflow-elastic", "nightly", "pytorch"],
@@ -190,7 +239,7 @@ with DAG(
         task_id="prepare",
         stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
         concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
-        starting_deadline=STARTING_DEADLINE,
+        starting_deadline=setting("starting_deadline", DEADLINE_SECONDS),
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )
@@ -206,7 +255,7 @@ with DAG(
         objective="val_loss",
         mode="min",
         algorithm="tpe",
-        max_trials=6,  # sized for `make demo` (minutes on 2 cores): a real night affords more, and more epochs
+        max_trials=setting("max_trials", DEFAULT_SIZES["max_trials"]),
         max_parallel=2,
         max_failed_trials=2,
         seed=7,

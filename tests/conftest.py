@@ -13,6 +13,9 @@ SHARED = ROOT.parent / "shared"
 SERIAL = {
     # A real scheduler and triggerer whose heartbeat timeouts are a few seconds: a starved worker would be a zombie.
     "tests/airflow/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
+    # The whole nightly pipeline twice under real Airflow components: minutes of CPU, and the defer race it guards
+    # against depends on timing.
+    "tests/airflow/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
     # A benchmark: its goodput figures mean something only when nothing else competes for the CPU.
     "tests/airflow/test_goodput_bench.py": "a benchmark",
 }

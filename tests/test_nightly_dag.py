@@ -60,7 +60,7 @@ def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_deman
         placement = tasks[stage_task].stage.placement
         assert placement.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}, stage_task
         assert placement.priority_class == "batch-low" and not placement.spot
-    assert tasks["prepare"].concurrency_policy == "forbid" and tasks["prepare"].starting_deadline == 4 * 3600
+    assert tasks["prepare"].concurrency_policy == "forbid"
     trial = tasks["sweep"].group
     assert trial.placement.spot and all(role.placement is None for role in trial.roles)
     final = tasks["train"].group
@@ -79,3 +79,58 @@ def test_the_ui_links_the_sweep_report_and_plot_the_run_report_and_the_served_en
         "publish": ["Run report"],
         "serve": ["Served endpoint"],
     }
+
+
+def test_every_task_retries_after_a_short_delay(nightly):
+    """Retries are safe because a retry adopts what its previous try started or finished; the night survives one
+    lost worker or failed try."""
+    for task_id, task in nightly.dag.task_dict.items():
+        assert task.retries >= 1, task_id
+        assert 0 < task.retry_delay.total_seconds() <= 120, (task_id, task.retry_delay)
+
+
+def render(nightly: ModuleType, template: str, params: dict, variables: dict[str, str]) -> str:
+    """``template`` as a run renders it, with ``params`` and the Airflow Variables ``variables``."""
+
+    class Accessor:  # what `var.value` offers a template: get(key, default)
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return variables.get(key, default)
+
+    env = nightly.dag.get_template_env()
+    return env.from_string(template).render(params=params, var={"value": Accessor()})
+
+
+@pytest.mark.parametrize("name", ["root", "scripts", "sweep_epochs", "final_epochs", "max_trials", "starting_deadline"])
+def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_default(nightly, name):
+    """A scheduled run has no conf: its storage root, scripts folder and size come from the Variables
+    ``nightly_training_<param>`` (what the README says to set), else the defaults a real cluster's image needs."""
+    tasks = nightly.dag.task_dict
+    template, shape, default = {
+        "root": (nightly.ROOT, "{}", "/tmp/airflow-elastic/nightly"),
+        "scripts": (tasks["prepare"].stage.command[1], "{}/prepare_digits.py", "/workspace/scripts"),
+        "sweep_epochs": (tasks["sweep"].group.env["EPOCHS"], "{}", "6"),
+        "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "20"),
+        "max_trials": (tasks["sweep"].max_trials, "{}", "6"),
+        "starting_deadline": (tasks["prepare"].starting_deadline, "{}", str(4 * 3600)),  # a night starts by 06:00
+    }[name]
+    params = nightly.dag.params.dump()
+    assert params[name] in ("", None)  # the DAG's own default leaves it to the Variable
+    variable = {f"nightly_training_{name}": "7"}
+    assert render(nightly, template, params, {}) == shape.format(default)
+    assert render(nightly, template, params, variable) == shape.format("7")
+    assert render(nightly, template, {**params, name: "8"}, variable) == shape.format("8")  # a run's conf wins
+
+
+def test_cluster_up_names_the_scripts_variable_of_the_nightly_image(nightly):
+    """``cluster up`` prints the Variable the DAG reads: the folder of the mapped digits image's script, whatever
+    the interpreter is called (``python`` in the map file, an absolute path as ``make demo`` maps it)."""
+    import sys
+
+    from airflow_elastic.localcluster.cli import SCRIPTS_VARIABLES, scripts_variables
+
+    assert SCRIPTS_VARIABLES[nightly.DIGITS_IMAGE] == nightly.SCRIPTS_VARIABLE
+    script = str(ROOT / "dags" / "scripts" / "train_digits.py")
+    expected = [f"AIRFLOW_VAR_{nightly.SCRIPTS_VARIABLE.upper()}={ROOT / 'dags' / 'scripts'}"]
+    for python in ("python", sys.executable):
+        assert scripts_variables({nightly.DIGITS_IMAGE: [python, script]}) == expected
+    assert scripts_variables({"other/image:1": ["python", script]}) == []

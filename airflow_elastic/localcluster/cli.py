@@ -12,6 +12,7 @@ import sys
 import urllib.error
 import urllib.parse
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from airflow_elastic.localcluster.cluster import ClusterError, LocalCluster
@@ -19,19 +20,37 @@ from airflow_elastic.localcluster.errors import ApiError
 
 DEFAULT_STATE_DIR = Path(os.environ.get("AIRFLOW_ELASTIC_CLUSTER_DIR", Path.home() / ".airflow-elastic" / "cluster"))
 CONNECTION_ID = "local_cluster"
+#: The Airflow Variable from which an example DAG reads its image's scripts folder, by image: ``/workspace/scripts``
+#: in the image on a real cluster, the folder of the mapped command's script on this one (``dags/nightly_training.py``).
+SCRIPTS_VARIABLES = {"ghcr.io/airflow-elastic/digits-trainer:0.1.0": "nightly_training_scripts"}
 
 
-def connection_hint(cluster: LocalCluster) -> str:
-    """How to point Airflow at this cluster: an explicitly named connection, never an implicit default."""
+def connection_hint(cluster: LocalCluster, image_map: Mapping[str, list[str]] | None = None) -> str:
+    """How to point Airflow at this cluster: an explicitly named connection, never an implicit default; and the
+    Variables that tell DAGs where their mapped images' scripts are."""
     extra = {"kube_config_path": str(cluster.kubeconfig), "namespace": "default"}
     conn = json.dumps({"conn_type": "kubernetes", "extra": extra})
+    variables = "".join(f"            export {line}\n" for line in scripts_variables(image_map or {}))
     return (
         f"Local cluster running at {cluster.url} (state in {cluster.state_dir})\n"
         f"  kubectl:  export KUBECONFIG={cluster.kubeconfig}\n"
         f"  Airflow:  export AIRFLOW_CONN_{CONNECTION_ID.upper()}='{conn}'\n"
         f'            and use kubernetes_conn_id="{CONNECTION_ID}" in your tasks.\n'
+        f"{variables}"
         "  Nothing picks this cluster implicitly: tasks reach it only through that connection."
     )
+
+
+def scripts_variables(image_map: Mapping[str, list[str]]) -> list[str]:
+    """``AIRFLOW_VAR_<NAME>=<folder>`` for each image of :data:`SCRIPTS_VARIABLES` mapped to a command that runs a
+    script file (an argument after the program): the folder of that script, where the image's other scripts are."""
+    lines = []
+    for image, variable in sorted(SCRIPTS_VARIABLES.items()):
+        arguments = image_map.get(image, ())[1:]
+        scripts = [Path(arg) for arg in arguments if Path(arg).is_absolute() and Path(arg).is_file()]
+        if scripts:
+            lines.append(f"AIRFLOW_VAR_{variable.upper()}={shlex.quote(str(scripts[0].parent))}")
+    return lines
 
 
 def up(args: argparse.Namespace) -> int:
@@ -49,10 +68,10 @@ def up(args: argparse.Namespace) -> int:
                 "map; images are fixed for a cluster's life: run `airflow-elastic cluster down` first"
             )
         print(f"a local cluster is already running (pid {ready['pid']})")
-        print(connection_hint(LocalCluster.attach(args.state_dir)))
+        print(connection_hint(LocalCluster.attach(args.state_dir), config.image_map))
         return 0
     cluster.start(detach=args.detach)
-    print(connection_hint(cluster), flush=True)
+    print(connection_hint(cluster, config.image_map), flush=True)
     for image, command in sorted(config.image_map.items()):
         print(f"  image {image} runs: {shlex.join(command)}")
     if args.detach:

@@ -54,7 +54,8 @@ class BatchStageOperator(BaseOperator):
             stage from another DAG run is still active; ``"replace"``: delete that Job (foreground, waiting until its
             pods are gone), then start.
         starting_deadline: a ``timedelta`` (or seconds): a run whose first Job would start later than its
-            ``data_interval_end`` plus this is skipped, with a log line saying by how much it missed.
+            ``data_interval_end`` plus this is skipped, with a log line saying by how much it missed. Templated
+            (seconds once rendered, empty for none).
         successful_jobs_history_limit: finished Jobs of this stage (this DAG and task, across runs) kept when they
             succeeded (CronJob's default: 3); older ones are deleted once a run ends. ``None``: keep all.
         failed_jobs_history_limit: the same for failed Jobs (default 1).
@@ -78,7 +79,7 @@ class BatchStageOperator(BaseOperator):
         AirflowTaskTimeout: ``execution_timeout`` passed (the Job is deleted).
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id")
+    template_fields = ("namespace", "kubernetes_conn_id", "starting_deadline")
     ui_color = "#e8f6f3"
 
     def __init__(
@@ -86,7 +87,7 @@ class BatchStageOperator(BaseOperator):
         *,
         stage: BatchStage,
         concurrency_policy: Literal["allow", "forbid", "replace"] = "allow",
-        starting_deadline: datetime.timedelta | float | None = None,
+        starting_deadline: datetime.timedelta | float | str | None = None,
         successful_jobs_history_limit: int | None = 3,
         failed_jobs_history_limit: int | None = 1,
         namespace: str | None = None,
@@ -400,7 +401,9 @@ def _problems(
         problems.append(("stage", f"must be a BatchStage, got {type(stage).__name__}"))
     if policy not in ("allow", "forbid", "replace"):
         problems.append(("concurrency_policy", f"must be 'allow', 'forbid' or 'replace', got {policy!r}"))
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline < 0):
+    if isinstance(deadline, str) and "{{" in deadline:
+        pass  # checked once rendered
+    elif deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline < 0):
         problems.append(("starting_deadline", f"must be a timedelta or seconds >= 0, got {deadline!r}"))
     for field, limit in (("successful_jobs_history_limit", succeeded), ("failed_jobs_history_limit", failed)):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):

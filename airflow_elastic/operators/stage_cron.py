@@ -18,6 +18,7 @@ from airflow_elastic import stages
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
 from airflow_elastic.operators.identity import DAG_LABEL, RUN_LABEL, TASK_LABEL, TaskIdentity
 from airflow_elastic.render.job import STAGE_LABEL
+from airflow_elastic.spec import SpecError
 
 #: How long ``replace`` waits for the previous run's Job to be gone (foreground deletion: its pods first).
 REPLACE_TIMEOUT = 600.0
@@ -41,17 +42,22 @@ def before_start(
     identity: TaskIdentity,
     *,
     policy: str,
-    starting_deadline: float | None,
+    starting_deadline: float | str | None,
     data_interval_end: datetime.datetime | None,
     log: Any,
 ) -> None:
-    """Skip on a missed starting deadline or ``forbid``; on ``replace`` delete the other runs' active Jobs
-    (foreground) and wait until they are gone.
+    """Skip on a missed starting deadline (seconds, or a rendered template of them) or ``forbid``; on ``replace``
+    delete the other runs' active Jobs (foreground) and wait until they are gone.
 
     Raises:
         AirflowSkipException: the run is skipped; the message (also logged) says why.
         AirflowException: a replaced Job was still being deleted after :data:`REPLACE_TIMEOUT`.
+        SpecError: the rendered ``starting_deadline`` is not seconds >= 0.
     """
+    try:
+        starting_deadline = stages.deadline_seconds(starting_deadline)
+    except ValueError as error:
+        raise SpecError([("starting_deadline", f"{error} once rendered")]) from None
     late = stages.missed_start(datetime.datetime.now(datetime.UTC), data_interval_end, starting_deadline)
     if late is not None:
         message = (

@@ -27,6 +27,7 @@ def test_cluster_lifecycle_from_the_shell(tmp_path: Path):
         hint = next(line for line in started.stdout.splitlines() if "AIRFLOW_CONN_LOCAL_CLUSTER" in line)
         conn = json.loads(hint.split("=", 1)[1].strip("'"))
         assert conn["conn_type"] == "kubernetes" and conn["extra"]["kube_config_path"] == str(state / "kubeconfig")
+        assert "AIRFLOW_VAR_" not in started.stdout  # no image mapped, no scripts folder to name
 
         again = cli("up", "--detach", state_dir=state)
         assert again.returncode == 0 and "already running" in again.stdout
@@ -101,6 +102,8 @@ def test_up_with_an_image_map_runs_images_without_a_command(tmp_path: Path):
     try:
         assert started.returncode == 0, started.stderr
         assert f"image local/hello:1 runs: python {tmp_path / 'hello.py'} --from-map" in started.stdout
+        # The nightly pipeline's scripts are the mapped digits trainer's: the Variable that says where is printed.
+        assert f"export AIRFLOW_VAR_NIGHTLY_TRAINING_SCRIPTS={DAGS / 'scripts'}\n" in started.stdout
         image_map = json.loads((state / "config.json").read_text())["image_map"]
         assert image_map["ghcr.io/airflow-elastic/tiny-trainer:0.1.0"] == [
             "python",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 
 def logged(cluster: Any, mark: int, namespace: str, verb: str, limit: float = 10.0) -> list[dict[str, Any]]:
     """The requests of ``verb`` logged since ``mark``, once there are some (the server notices a close shortly)."""
@@ -53,3 +56,14 @@ def test_a_followed_log_the_client_closes_is_logged(core, namespace, local_clust
     (followed,) = logged(local_cluster, mark, namespace, "get")
     assert (followed["subresource"], followed["code"], followed["closed_by_client"]) == ("log", 200, True)
     core.delete_namespaced_pod("talker", namespace, grace_period_seconds=0)
+
+
+def test_a_create_is_logged_with_the_name_of_what_it_created_or_failed_to(core, namespace, local_cluster):
+    """The path of a create names no object: the log names it, so a test can tell one object created twice."""
+    mark = local_cluster.request_count()
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "once"}})
+    generated = core.create_namespaced_config_map(namespace, {"metadata": {"generateName": "gen-"}}).metadata.name
+    with pytest.raises(ApiException, match="409"):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "once"}})
+    creates = [(r["name"], r["code"]) for r in logged(local_cluster, mark, namespace, "create")]
+    assert creates == [("once", 201), (generated, 201), ("once", 409)]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+import logging
 from datetime import timedelta
 
 import pytest
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_elastic import BatchStage, SpecError
 from airflow_elastic.operators import BatchStageOperator
@@ -33,3 +36,27 @@ def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(SpecError) as raised:
         BatchStageOperator(task_id="t", **{"stage": STAGE, **kwargs})
     assert field in dict(raised.value.problems)
+
+
+def test_a_templated_starting_deadline_is_checked_once_rendered():
+    """A deployment sets the deadline (e.g. from a Variable): the operator takes a template, renders it with its
+    other templated fields, and the CronJob rule reads seconds from it (an empty rendering: no deadline)."""
+    from airflow_elastic import stages
+    from airflow_elastic.operators import stage_cron
+
+    template = "{{ var.value.get('deadline', '14400') }}"
+    op = BatchStageOperator(task_id="t", stage=STAGE, starting_deadline=template)
+    assert "starting_deadline" in op.template_fields and op.starting_deadline == template
+    assert [stages.deadline_seconds(v) for v in ("14400", " 60 ", 7.5, "", None)] == [14400.0, 60.0, 7.5, None, None]
+    for bad in ("4h", "-1", True):
+        with pytest.raises(ValueError, match="starting_deadline must be seconds >= 0"):
+            stages.deadline_seconds(bad)
+    late = datetime.datetime.now(datetime.UTC) - timedelta(hours=2)
+    with pytest.raises(AirflowSkipException, match="missed its starting deadline by 1:00:0"):
+        stage_cron.before_start(
+            None, "ns", "s", None, policy="allow", starting_deadline="3600", data_interval_end=late, log=logging
+        )
+    with pytest.raises(SpecError, match="once rendered"):
+        stage_cron.before_start(
+            None, "ns", "s", None, policy="allow", starting_deadline="4h", data_interval_end=None, log=None
+        )

@@ -151,10 +151,13 @@ def list_(request: web.Request, store: Store, target: Target) -> web.Response:
 
 async def create(request: web.Request, store: Store, target: Target) -> web.Response:
     obj, warnings = _decode(request, target, await read_body(request))
+    audit = request.get("audit", {})  # the request log names the object, as an API server's audit log does
+    audit["name"] = obj["metadata"].get("name") or ""
     ns = target.namespace
     if target.res.namespaced:
         namespaces.check_accepting(store, ns or obj["metadata"].get("namespace") or "default")
     created = store.create(target.res, ns, obj, dry_run=dry_run(request))
+    audit["name"] = created["metadata"]["name"]  # a generateName's outcome
     return respond(created, 201, warnings)
 
 
