@@ -18,12 +18,14 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import stages
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
 
-#: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``.
+#: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``, once they also
+#: outlasted ``api_outage_tolerance``.
 MAX_FAILED_LOOKS = 5
 ON_KILL_ACTIONS = ("delete", "keep")
 
@@ -42,6 +44,8 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         deadline: epoch seconds (the task's ``execution_timeout``); past it the event is ``timeout``.
         on_kill_action: ``"delete"`` the Job (foreground) when a user kills the task, or ``"keep"`` it.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
+        api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
+            (:mod:`airflow_elastic.outage`); other API errors fire ``error`` at once.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         deadline: float | None = None,
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -69,6 +74,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self.deadline = deadline
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self.log_role = self.stage  # what LogFollower names the followed pod by
         self._fired = False
         self._observer: JobSetObserver | None = None
@@ -91,6 +97,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                 "deadline": self.deadline,
                 "on_kill_action": self.on_kill_action,
                 "connection_extras": self.connection_extras,
+                "api_outage_tolerance": self.api_outage_tolerance,
             },
         )
 
@@ -125,7 +132,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
             kind="jobs",
         ) as subscription:
             self._observer = subscription.observer
-            failed_looks = 0
+            outage = Outage(self.api_outage_tolerance, MAX_FAILED_LOOKS)
             looked = False  # the first look is awaited whatever the deadline: a Job already finished reports that
             while True:
                 wait = None if not looked or self.deadline is None else max(self.deadline - time.time(), 0)
@@ -135,14 +142,15 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                     return self._event("timeout", "execution_timeout reached")
                 self._looked_at = snapshot.started
                 if snapshot.error is not None:
-                    failed_looks += 1
-                    self.log.warning(
-                        "could not list Jobs in %s (%d in a row): %s", self.namespace, failed_looks, snapshot.error
-                    )
-                    if failed_looks >= MAX_FAILED_LOOKS:
-                        return self._event("error", f"listing Jobs failed {failed_looks} times: {snapshot.error}")
+                    transient = isinstance(snapshot.error, TRANSIENT_ERRORS)
+                    notice, fatal = outage.failed(time.time(), snapshot.error, transient=transient)
+                    if notice:
+                        self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
+                    if fatal:
+                        return self._event("error", f"listing Jobs failed: {fatal}")
                     continue
-                failed_looks = 0
+                if notice := outage.recovered(time.time()):
+                    self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
                 job = snapshot.objects.get(self.name) or await self._get()  # not in the cache (yet), or unlabelled
                 if job is None or not self._uid_matches(job):
                     return self._event("missing", "the Job no longer exists")

@@ -26,6 +26,7 @@ from airflow_elastic import backend_watch as bw
 from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
@@ -85,6 +86,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             and its build-error events while that JobSet does not exist) or a PyTorchJob, judged as the JobSet-shaped
             view of :func:`airflow_elastic.backend_watch.view`; the evidence is saved on that object.
         roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
+        api_outage_tolerance: seconds of transient Kubernetes API failures in a row the wait rides out before it
+            fires ``error`` (:mod:`airflow_elastic.outage`); the outage's start and end are logged.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         settle_seconds: float = SETTLE_SECONDS,
         backend: str = bw.JOBSET,
         roles: list[str] | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -136,6 +140,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         self.settle_seconds = settle_seconds
         self.backend = backend
         self.roles = list(roles or [])
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self._objects = bw.objects(backend)
         self._watch = Watch(
             name,
@@ -152,6 +157,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             elastic_min_replicas=elastic_min_replicas,
             below_min_timeout=below_min_timeout,
             settle_seconds=settle_seconds,
+            api_outage_tolerance=self.api_outage_tolerance,
         )
         self._fired = False
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
@@ -186,6 +192,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 "settle_seconds": self.settle_seconds,
                 "backend": self.backend,
                 "roles": self.roles,
+                "api_outage_tolerance": self.api_outage_tolerance,
             },
         )
 
@@ -268,6 +275,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         step = self._watch.observe(obs)
         while step.need is not None:
             step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
+        if step.notice:
+            self.log.warning("JobSet %s/%s: %s", self.namespace, self.name, step.notice)
         if step.save is not None:  # on the JobSet: a restarted triggerer's trigger resumes with it
             try:
                 if self.backend == bw.JOBSET:
