@@ -108,7 +108,7 @@ class Informer:
                 self.failed_lists += 1
                 if self.failed_lists == 1:
                     cap = max(self.retry_seconds(), MAX_RETRY_SECONDS)
-                    log.warning("listing %s failed: %s; retrying, at most %.0f s apart", self.kind, exc, cap)
+                    log.warning("listing %s failed: %s; retrying, at most %g s apart", self.kind, exc, cap)
                 self.error = exc
                 self.settled.set()
                 self.on_change(None)
