@@ -81,3 +81,30 @@ def test_an_outage_longer_than_the_tolerance_ends_the_wait_and_says_so(hook, con
     assert "cannot observe JobSet" in event["message"] and "503 ServiceUnavailable" in event["message"]
     assert "longer than api_outage_tolerance=2 s" in event["message"]
     assert len(outage_lines(logs)) == 1 and hits > 3  # the start was said; it never ended
+
+
+def test_a_request_the_server_never_answers_is_unreachable_not_a_hang(hook, connection, namespace, local_cluster):
+    """A request sent to a server that went away without closing the connection would wait forever (neither client
+    sets a timeout), and the wait with it: after ``RetryPolicy.timeout`` it is ``ApiUnreachable``, a transient
+    failure the wait rides out like any other."""
+    from airflow_elastic.hooks import ApiUnreachable, JobSetHook
+
+    uid = submit(hook, namespace, "silent", SLEEP.format(0))
+    assert uid
+    patient = RetryPolicy(attempts=1, timeout=0.5)
+    local_cluster.inject_api_fault("latency", latency=30, verb="get", resource=JOBSETS, namespace=namespace, seconds=60)
+    try:
+        with pytest.raises(ApiUnreachable, match="get jobsets"):
+            JobSetHook(connection, retry=patient).get_jobset(namespace, "silent")
+
+        async def read() -> None:
+            async_hook = AsyncJobSetHook(connection, retry=patient)
+            try:
+                await async_hook.get_jobset(namespace, "silent")
+            finally:
+                await async_hook.close()
+
+        with pytest.raises(ApiUnreachable, match="get jobsets"):
+            asyncio.run(asyncio.wait_for(read(), 20))
+    finally:
+        local_cluster.clear_faults()
