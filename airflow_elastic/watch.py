@@ -2,7 +2,7 @@
 
 The trigger (deferrable mode), the sync waiter and the sensor all wait the same way: each feeds a :class:`Watch`
 what it observed and acts on the :class:`Step` it returns. Started, missing, the startup / suspend / execution
-deadlines, the preemption budget spent while running, the elastic below-``min_replicas`` timeout and how many API
+deadlines, the preemption budget spent while running, the elastic below-``min_replicas`` timeout and how long API
 errors in a row are tolerated are decided here, nowhere else. The loops only do I/O::
 
     step = watch.observe(Observation(now, jobset))        # or Observation.failed(now, error, transient=...)
@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_elastic import cascade, saved
 from airflow_elastic.evidence import Evidence, Stop, attempt_causes, decisive, node_names
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.state import (
     BelowMin,
     GroupEvent,
@@ -36,7 +37,8 @@ from airflow_elastic.state import (
 )
 
 Obj = Mapping[str, Any]
-#: Failed observations in a row (each already retried by the hook) before the wait ends with ``status="error"``.
+#: Failed observations in a row (each already retried by the hook) before the wait can end with ``status="error"``,
+#: once the outage also outlasted ``api_outage_tolerance`` (:mod:`airflow_elastic.outage`).
 MAX_CONSECUTIVE_ERRORS = 3
 
 
@@ -115,6 +117,7 @@ class Step:
         records: evidence records made from this observation (one per pod that stopped), for the log.
         save: a JSON merge patch for the JobSet that saves the evidence (``None``: nothing new); the loop applies
             it, and a failed patch costs only that a restarted waiter would not know these stops.
+        notice: a line the loop logs as a warning: an API outage started or ended (:class:`~.outage.Outage`).
     """
 
     verdict: GroupEvent | None = None
@@ -123,6 +126,7 @@ class Step:
     status: GroupStatus | None = None
     records: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     save: dict[str, Any] | None = None
+    notice: str = ""
 
 
 class Watch:
@@ -144,7 +148,12 @@ class Watch:
         elastic_role, elastic_min_replicas: the elastic role counts as started at ``min_replicas`` Ready pods.
         below_min_timeout: seconds the elastic role may stay below ``min_replicas`` (once reached in the restart
             attempt) before ``elastic_below_min``.
-        max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once).
+        max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once), and
+            only once the transient ones lasted ``api_outage_tolerance`` seconds.
+        api_outage_tolerance: seconds of transient API failures in a row the wait rides out (see
+            :mod:`airflow_elastic.outage`).
+        outage: the :class:`~airflow_elastic.outage.Outage` to account failed looks in (several watches that look
+            together share one, so an outage is logged once); default: one of this watch's own.
         settle_seconds: how long a failure charged to the failure budget is held while a pod of the attempt has
             not reported its end, to see whether its node was lost (:mod:`airflow_elastic.cascade`; needs
             ``capture_evidence``); 0: never held.
@@ -172,6 +181,8 @@ class Watch:
         max_errors: int = MAX_CONSECUTIVE_ERRORS,
         settle_seconds: float = cascade.SETTLE_SECONDS,
         evidence: Evidence | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        outage: Outage | None = None,
     ) -> None:
         self.name, self.namespace, self.uid = name, namespace, uid
         self.deadline, self.startup_deadline = deadline, startup_deadline
@@ -186,6 +197,7 @@ class Watch:
             else None
         )
         self.max_errors = max_errors
+        self.outage = outage if outage is not None else Outage(api_outage_tolerance, max_errors)
         self.settle_seconds = settle_seconds
         self.held_since: float | None = None
         self.evidence = evidence if evidence is not None else Evidence()
@@ -227,15 +239,18 @@ class Watch:
         if not obs.seen or obs.error:
             if timed_out:  # with the group as last seen
                 return self._end(obs, "timeout", *self.last, message=f"{self.where} passed its deadline")
+            notice = ""
             if obs.seen:
                 self.errors += 1
-                if self.errors >= self.max_errors or not obs.transient:
-                    return self._end(obs, "error", message=f"cannot observe {self.where}: {obs.error}")
-            return Step(observation=obs)
+                notice, fatal = self.outage.failed(obs.now, obs.error, transient=obs.transient)
+                if fatal:
+                    end = self._end(obs, "error", message=f"cannot observe {self.where}: {fatal}")
+                    return replace(end, notice=notice)
+            return Step(observation=obs, notice=notice)
         jobset = obs.jobset
         if jobset is None or not self._ours(jobset):
             self.errors = 0
-            return self._missing(obs, jobset)
+            return replace(self._missing(obs, jobset), notice=self.outage.recovered(obs.now))
         if not self._restored:
             self.evidence, self._restored = saved.restore(jobset) or self.evidence, True
         status = group_status(jobset, self.minimum)
@@ -246,12 +261,14 @@ class Watch:
         if isinstance(records, Need):
             return Step(need=records, observation=obs, status=status)
         self.errors = 0
+        notice = self.outage.recovered(obs.now)
         self.last = (jobset, status)
         records += self._restart_cascades(obs, status)
         hold, root = self._settle_failure(obs, status)
         records += [root] if root else []
         step = Step(observation=obs, status=status) if hold else self._decide(obs, jobset, status, timed_out)
-        return replace(step, records=tuple(records), save=saved.patch(self.evidence) if records else None)
+        save = saved.patch(self.evidence) if records else None
+        return replace(step, records=tuple(records), save=save, notice=notice)
 
     def _decide(self, obs: Observation, jobset: Obj, status: GroupStatus, timed_out: bool) -> Step:
         pods = obs.pods

@@ -393,7 +393,9 @@ class AsyncJobSetHook(BaseHook):
                 if op.path:
                     response = await api_client.call_api(**op.raw_request())
                 else:
-                    response = await getattr(api, op.method)(**op.kwargs, _preload_content=False)
+                    response = await getattr(api, op.method)(
+                        **op.kwargs, _preload_content=False, _request_timeout=self.retry.timeout
+                    )
                 data = await response.read()
             except k8s.ApiException as exc:
                 raise from_api_exception(exc, op.description) from exc

@@ -142,7 +142,7 @@ class ApiUnreachable(KubernetesApiError):
     hint = "check the connection's server address and that the API server is up"
 
 
-#: What a waiter survives a few times in a row (each already retried by the hook): the next observation may work.
+#: What a waiter rides out for its ``api_outage_tolerance`` (each already retried by the hook): the next look may work.
 #: Permission, authentication and "no such resource" errors do not go away by waiting.
 TRANSIENT_ERRORS: tuple[type[KubernetesApiError], ...] = (ServerError, Throttled, ApiUnreachable, Gone, Conflict)
 

@@ -324,7 +324,9 @@ class JobSetHook(BaseHook):
             if op.path:
                 response = self._client().call_api(**op.raw_request())
             else:
-                response = getattr(api, op.method)(**op.kwargs, _preload_content=False)
+                response = getattr(api, op.method)(
+                    **op.kwargs, _preload_content=False, _request_timeout=self.retry.timeout
+                )
             try:
                 return response.data
             finally:

@@ -10,6 +10,11 @@
 - 401 ``Unauthorized`` is retried once, for every request, right after rebuilding the client from the connection:
   exec-plugin tokens (EKS, GKE) and projected service-account tokens expire, and a 401 means the server rejected
   the request before doing anything.
+- A request on an API object that is not answered within ``timeout`` seconds is ``ApiUnreachable``: neither client
+  sets a timeout of its own, and a request sent on a kept-alive connection to a server that vanished (a control
+  plane being replaced) would otherwise wait forever, and with it the wait that made it. A healthy API server ends
+  such a request itself within 60 s. Streams (watches, followed logs) and raw paths (logs, service proxies) keep
+  their own bounds.
 """
 
 from __future__ import annotations
@@ -39,18 +44,22 @@ class RetryPolicy:
         base_delay: the first backoff in seconds; it doubles per attempt.
         max_delay: the longest backoff in seconds.
         max_retry_after: the longest wait a server's ``Retry-After`` can ask for.
+        timeout: the longest a request on an API object may go unanswered, in seconds (``None``: no limit).
     """
 
     attempts: int = 5
     base_delay: float = 0.5
     max_delay: float = 15.0
     max_retry_after: float = 60.0
+    timeout: float | None = 75.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
         if min(self.base_delay, self.max_delay, self.max_retry_after) < 0:
             raise ValueError("RetryPolicy delays must not be negative")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"RetryPolicy.timeout must be positive seconds or None, got {self.timeout}")
 
     def next_step(
         self,

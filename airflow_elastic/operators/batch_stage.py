@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_elastic.operators import reruns
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.spec import SpecError
 from airflow_elastic.stage import BatchStage
 
@@ -65,6 +66,8 @@ class BatchStageOperator(BaseOperator):
         deferrable: wait in the triggerer (default) instead of on the worker.
         poll_interval: seconds between looks.
         on_kill_action: ``"delete"`` the Job (foreground) when the task is killed, or ``"keep"`` it.
+        api_outage_tolerance: seconds of Kubernetes API failures in a row (5xx, 429, no reply) the wait rides out
+            before the task fails (default 300; see ``TrainingGroupOperator``).
         **kwargs: ``BaseOperator`` arguments; ``execution_timeout`` is honoured while deferred (the Job is deleted).
 
     Returns (XCom ``return_value``):
@@ -95,6 +98,7 @@ class BatchStageOperator(BaseOperator):
         deferrable: bool = True,
         poll_interval: float = 10.0,
         on_kill_action: Literal["delete", "keep"] = "delete",
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -117,6 +121,7 @@ class BatchStageOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self.on_kill_action = on_kill_action
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self._run_stage: BatchStage | None = None
         self._current: tuple[str, str] | None = None  # (namespace, name) of the Job this task waits on
 
@@ -243,7 +248,13 @@ class BatchStageOperator(BaseOperator):
 
         try:
             return wait_for_job(
-                hook, namespace, name, stage=self.stage.name, poll_interval=self.poll_interval, log=self.log
+                hook,
+                namespace,
+                name,
+                stage=self.stage.name,
+                poll_interval=self.poll_interval,
+                log=self.log,
+                api_outage_tolerance=self.api_outage_tolerance,
             )
         except AirflowTaskTimeout:
             self._delete(hook, namespace, name, "execution_timeout reached")
@@ -270,6 +281,7 @@ class BatchStageOperator(BaseOperator):
             deadline=deadline,
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
+            api_outage_tolerance=self.api_outage_tolerance,
         )
         from airflow_elastic.operators import deferral
 

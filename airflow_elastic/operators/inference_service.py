@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic import serving
 from airflow_elastic.links import ServedEndpointLink
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.spec import SpecError
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class InferenceServiceOperator(_ServingOperator):
         deferrable: wait in the triggerer (default) instead of on the worker.
         poll_interval: seconds between looks.
         rollout_timeout: seconds the new model (and a rollback) may take to serve.
+        api_outage_tolerance: seconds of Kubernetes API failures in a row (5xx, 429, no reply) the wait rides out
+            before the task fails (default 300; see ``TrainingGroupOperator``).
 
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response",
@@ -110,6 +113,7 @@ class InferenceServiceOperator(_ServingOperator):
         deferrable: bool = True,
         poll_interval: float = 5.0,
         rollout_timeout: float = 600.0,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -148,6 +152,7 @@ class InferenceServiceOperator(_ServingOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self.rollout_timeout = float(rollout_timeout)
 
     # ------------------------------------------------------------------------------------------- execute
@@ -238,6 +243,7 @@ class InferenceServiceOperator(_ServingOperator):
                 deadline=deadline,
                 connection_extras=hook.get_connection_extras(),
                 knative=None if knative is None else knative.as_kwargs(),
+                api_outage_tolerance=self.api_outage_tolerance,
             )
             # Past the trigger's own deadline, so its "timeout" event (which may roll back) comes first.
             timeout = datetime.timedelta(seconds=self.rollout_timeout + max(60, 2 * self.poll_interval))
@@ -255,6 +261,7 @@ class InferenceServiceOperator(_ServingOperator):
             deadline=deadline,
             log=self.log,
             knative=knative,
+            api_outage_tolerance=self.api_outage_tolerance,
         )
         return getattr(self, method)(context, event.to_payload(), **extra)
 

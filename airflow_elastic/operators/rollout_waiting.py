@@ -11,10 +11,12 @@ import time
 from typing import Any
 
 from airflow_elastic import rollout, serving
-from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.rollout_knative import Knative, judge_knative
 
-#: Consecutive failed looks (after the hook's own retries) before waiting gives up.
+#: Consecutive failed looks (after the hook's own retries) before waiting gives up, once they also outlasted
+#: ``api_outage_tolerance``.
 MAX_FAILED_LOOKS = 5
 LOG_TAIL_LINES = 20
 
@@ -50,20 +52,23 @@ def wait_for_rollout(
     deadline: float | None,
     log: Any,
     knative: Knative | None = None,
+    api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
 ) -> rollout.RolloutEvent:
-    """Poll until :func:`look` says the rollout finished, ``deadline`` (epoch seconds) passes, or
-    :data:`MAX_FAILED_LOOKS` looks in a row fail."""
-    failed_looks, said = 0, ""
+    """Poll until :func:`look` says the rollout finished, ``deadline`` (epoch seconds) passes, a non-transient API
+    error answers, or transient ones (at least :data:`MAX_FAILED_LOOKS` looks in a row) outlast
+    ``api_outage_tolerance`` seconds."""
+    outage, said = Outage(api_outage_tolerance, MAX_FAILED_LOOKS), ""
     while True:
         try:
             event = look(hook, namespace, name, storage_uri, knative)
-            failed_looks = 0
+            notice = outage.recovered(time.time())
         except KubernetesApiError as error:
-            failed_looks += 1
-            log.warning("Could not look at InferenceService %s (%d in a row): %s", name, failed_looks, error)
-            if failed_looks >= MAX_FAILED_LOOKS:
-                return rollout.RolloutEvent("error", name, namespace, storage_uri, message=str(error))
+            notice, fatal = outage.failed(time.time(), error, transient=isinstance(error, TRANSIENT_ERRORS))
+            if fatal:
+                return rollout.RolloutEvent("error", name, namespace, storage_uri, message=fatal)
             event = None
+        if notice:
+            log.warning("InferenceService %s/%s: %s", namespace, name, notice)
         if event is not None and event.finished:
             return event
         if event is not None and event.message != said:

@@ -11,11 +11,13 @@ import time
 from typing import Any
 
 from airflow_elastic import stages
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
 from airflow_elastic.operators.waiting import LogReader
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 
-#: Consecutive failed looks (after the hook's own retries) before waiting gives up.
+#: Consecutive failed looks (after the hook's own retries) before waiting gives up, once they also outlasted
+#: ``api_outage_tolerance``.
 MAX_FAILED_LOOKS = 5
 
 
@@ -25,16 +27,24 @@ def job_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[s
 
 
 def wait_for_job(
-    hook: JobSetHookProtocol, namespace: str, name: str, *, stage: str, poll_interval: float, log: Any
+    hook: JobSetHookProtocol,
+    namespace: str,
+    name: str,
+    *,
+    stage: str,
+    poll_interval: float,
+    log: Any,
+    api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
 ) -> stages.StageEvent:
     """Poll Job ``namespace/name`` until it finishes, copying its index-0 pod's log into ``log``.
 
     Returns:
-        The verdict; ``missing`` when the Job is gone, ``error`` after :data:`MAX_FAILED_LOOKS` failed looks in a row.
+        The verdict; ``missing`` when the Job is gone, ``error`` at once on a non-transient API error, or once
+        transient ones (at least :data:`MAX_FAILED_LOOKS` looks in a row) outlasted ``api_outage_tolerance`` seconds.
     """
     reader = LogReader(hook, namespace, stage, log)
     reader.follow = stages.StageLogFollow(stage)
-    failed_looks = 0
+    outage = Outage(api_outage_tolerance, MAX_FAILED_LOOKS)
     while True:
         try:
             job = hook.get_job(namespace, name)
@@ -42,13 +52,15 @@ def wait_for_job(
         except NotFound:
             return stages.StageEvent("missing", name, namespace, message="the Job no longer exists")
         except KubernetesApiError as error:
-            failed_looks += 1
-            log.warning("Could not look at Job %s/%s (%d in a row): %s", namespace, name, failed_looks, error)
-            if failed_looks >= MAX_FAILED_LOOKS:
-                return stages.StageEvent("error", name, namespace, message=str(error))
+            notice, fatal = outage.failed(time.time(), error, transient=isinstance(error, TRANSIENT_ERRORS))
+            if notice:
+                log.warning("Job %s/%s: %s", namespace, name, notice)
+            if fatal:
+                return stages.StageEvent("error", name, namespace, message=fatal)
             time.sleep(poll_interval)
             continue
-        failed_looks = 0
+        if notice := outage.recovered(time.time()):
+            log.warning("Job %s/%s: %s", namespace, name, notice)
         event = stages.verdict(job, pods, stage=stage)
         reader.read(pods, final=event is not None)
         if event is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 # Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
@@ -96,6 +97,10 @@ class TrainingGroupOperator(BaseOperator):
             to the preemption budget and resumed from the checkpoint, not a failure. ``None``: 90 s
             (``cascade.SETTLE_SECONDS``: the node-monitor grace period plus a few polls); 0: never held. The
             trigger and the sync waiter both use it.
+        api_outage_tolerance: seconds (or a ``timedelta``) of Kubernetes API failures in a row (5xx, 429, no reply;
+            each request already retried) the wait rides out before the task fails, 300 s by default (a managed
+            control plane's upgrade); the outage's start and end are logged. Other API errors (403, 401) end the
+            wait at once. The trigger and the sync waiter both use it.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
         backend: what the group runs as: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on
@@ -163,6 +168,7 @@ class TrainingGroupOperator(BaseOperator):
         trial_params: Mapping[str, Any] | None = None,
         backend: Literal["jobset", "trainjob", "pytorchjob"] = "jobset",
         runtime: str = DEFAULT_RUNTIME,
+        api_outage_tolerance: float | datetime.timedelta = DEFAULT_API_OUTAGE_TOLERANCE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -190,6 +196,11 @@ class TrainingGroupOperator(BaseOperator):
             isinstance(settle, bool) or not isinstance(settle, int | float) or not 0 <= settle < 1e9
         ):
             problems.append(("settle_seconds", f"must be finite seconds >= 0 or a timedelta, got {settle_seconds!r}"))
+        tolerance = _seconds(api_outage_tolerance)
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance < 1e9:
+            problems.append(
+                ("api_outage_tolerance", f"must be finite seconds >= 0 or a timedelta, got {api_outage_tolerance!r}")
+            )
         roles = [r.name for r in group.roles] if group is not None else None
         for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
             if role is not None and roles is not None and role not in roles:
@@ -223,6 +234,7 @@ class TrainingGroupOperator(BaseOperator):
         self.max_gpu_hours = max_gpu_hours
         self.checkpoint_seconds = checkpoint_seconds
         self.settle_seconds = settle
+        self.api_outage_tolerance = float(tolerance)  # type: ignore[arg-type]
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
         self.trial_params = trial_params
@@ -490,6 +502,7 @@ class TrainingGroupOperator(BaseOperator):
             "suspend_timeout": self.suspend_timeout,
             "transient_exit_codes": list(self._attempts.policy.transient_exit_codes),
             "settle_seconds": cascade.SETTLE_SECONDS if self.settle_seconds is None else float(self.settle_seconds),
+            "api_outage_tolerance": self.api_outage_tolerance,
             **{k: self._role(v) if k == "elastic_role" else v for k, v in self._attempts.elastic_watch.items()},
         }
 

@@ -78,6 +78,8 @@ def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -
     step = watch.observe(obs)
     while step.need is not None:
         step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
+    if step.notice:
+        log.warning("%s: %s", watch.where, step.notice)
     if step.save is not None:
         try:
             hook.patch_jobset(watch.namespace, watch.name, step.save)

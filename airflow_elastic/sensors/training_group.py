@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.state import GroupEvent, GroupStatus, PodFailure
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class TrainingGroupSensor(BaseSensorOperator):
         kubernetes_conn_id: the Airflow ``kubernetes`` connection to the cluster.
         metrics_role: the role whose termination-message JSON is returned as ``metrics``.
         deferrable: wait in the triggerer (default) instead of poking from a worker.
+        api_outage_tolerance: seconds of Kubernetes API failures in a row (5xx, 429, no reply) a wait rides out
+            before it fails (default 300; see ``TrainingGroupOperator``).
 
     Returns:
         ``{"name", "namespace", "uid", "phase", "restarts", "metrics"}`` (pushed as XCom ``return_value``).
@@ -65,6 +68,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         metrics_role: str = "",
         deferrable: bool = True,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,6 +77,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.metrics_role = metrics_role
         self.deferrable = deferrable
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self._watch: Watch | None = None
 
     def hook(self) -> JobSetHookProtocol:
@@ -95,12 +100,14 @@ class TrainingGroupSensor(BaseSensorOperator):
     def _check(self, hook: JobSetHookProtocol, namespace: str) -> dict[str, Any] | None:
         """One look through the same :class:`~airflow_elastic.watch.Watch` the trigger uses: ``None`` while the
         group runs, else :meth:`_verdict` of it (the watch lives as long as this task instance: in ``poke`` mode
-        transient API errors end the wait after a few in a row; in ``reschedule`` mode the sensor ``timeout`` does)."""
+        transient API errors end the wait once they outlast ``api_outage_tolerance``; in ``reschedule`` mode the
+        sensor ``timeout`` does)."""
         from airflow_elastic.operators.waiting import observe, settle
         from airflow_elastic.watch import Watch
 
         if self._watch is None or self._watch.namespace != namespace:
-            self._watch = Watch(self.name, namespace, metrics_role=self.metrics_role)
+            tolerance = self.api_outage_tolerance
+            self._watch = Watch(self.name, namespace, metrics_role=self.metrics_role, api_outage_tolerance=tolerance)
         step = settle(self._watch, hook, observe(hook, namespace, self.name), self.log)
         if step.verdict is None:
             self.log.info("JobSet %s/%s is %s", namespace, self.name, step.status.phase if step.status else "unseen")
@@ -129,6 +136,7 @@ class TrainingGroupSensor(BaseSensorOperator):
             metrics_role=self.metrics_role,
             on_kill_action="keep",
             connection_extras=hook.get_connection_extras(),
+            api_outage_tolerance=self.api_outage_tolerance,
         )
         # The trigger's deadline answers first; the deferral timeout is a backstop for a lost triggerer.
         backstop = timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval))

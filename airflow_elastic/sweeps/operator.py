@@ -21,6 +21,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic.links import SweepPlotLink, SweepReportLink
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.spec import SpecError, TrainingGroup
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class HyperparameterSweepOperator(BaseOperator):
             recorded ``stopped``, and the best so far is returned.
         report_uri: where the report goes (default: the group's checkpoint URI); ``report_conn_id`` its connection.
         deferrable: wait in the triggerer (default) or on the worker (the same trigger's decisions, run there).
+        api_outage_tolerance: as for ``TrainingGroupOperator``: seconds of Kubernetes API failures a wait rides out.
         **kwargs: ``BaseOperator`` arguments.
 
     Returns (XCom ``return_value``):
@@ -105,6 +107,7 @@ class HyperparameterSweepOperator(BaseOperator):
         deferrable: bool = True,
         on_kill_action: Literal["delete", "keep"] = "delete",
         ttl_seconds_after_finished: int | None = 86400,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -145,6 +148,7 @@ class HyperparameterSweepOperator(BaseOperator):
         self.report_uri, self.report_conn_id = report_uri, report_conn_id
         self.deferrable, self.on_kill_action = deferrable, on_kill_action
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self._running: SweepRun | None = None
 
     # ----------------------------------------------------------------------------------------------- the run

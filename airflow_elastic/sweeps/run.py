@@ -237,6 +237,7 @@ class SweepRun:
             "max_preemptions": logic.preemptions_left(group_attempts.History.load(store)),
             "transient_exit_codes": list(logic.policy.transient_exit_codes),
             "settle_seconds": cascade.SETTLE_SECONDS,
+            "api_outage_tolerance": self.op.api_outage_tolerance,
             **logic.elastic_watch,
         }
 

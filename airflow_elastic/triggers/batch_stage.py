@@ -18,13 +18,15 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import stages
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
 
-#: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``.
+#: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``, once they also
+#: outlasted ``api_outage_tolerance``.
 MAX_FAILED_LOOKS = 5
 ON_KILL_ACTIONS = ("delete", "keep")
 
@@ -44,6 +46,8 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         on_kill_action: ``"delete"`` the Job (foreground) when a user kills the task, or ``"keep"`` it.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
+        api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
+            (:mod:`airflow_elastic.outage`); other API errors fire ``error`` at once.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
         not_before: float | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -72,6 +77,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self.deadline = deadline
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self.log_role = self.stage  # what LogFollower names the followed pod by
         self.not_before = not_before
         self._fired = False
@@ -96,6 +102,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                 "on_kill_action": self.on_kill_action,
                 "connection_extras": self.connection_extras,
                 "not_before": self.not_before,
+                "api_outage_tolerance": self.api_outage_tolerance,
             },
         )
 
@@ -133,7 +140,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
             kind="jobs",
         ) as subscription:
             self._observer = subscription.observer
-            failed_looks = 0
+            outage = Outage(self.api_outage_tolerance, MAX_FAILED_LOOKS)
             looked = False  # the first look is awaited whatever the deadline: a Job already finished reports that
             while True:
                 wait = None if not looked or self.deadline is None else max(self.deadline - time.time(), 0)
@@ -143,14 +150,15 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                     return self._event("timeout", "execution_timeout reached")
                 self._looked_at = snapshot.started
                 if snapshot.error is not None:
-                    failed_looks += 1
-                    self.log.warning(
-                        "could not list Jobs in %s (%d in a row): %s", self.namespace, failed_looks, snapshot.error
-                    )
-                    if failed_looks >= MAX_FAILED_LOOKS:
-                        return self._event("error", f"listing Jobs failed {failed_looks} times: {snapshot.error}")
+                    transient = isinstance(snapshot.error, TRANSIENT_ERRORS)
+                    notice, fatal = outage.failed(time.time(), snapshot.error, transient=transient)
+                    if notice:
+                        self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
+                    if fatal:
+                        return self._event("error", f"listing Jobs failed: {fatal}")
                     continue
-                failed_looks = 0
+                if notice := outage.recovered(time.time()):
+                    self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
                 job = snapshot.objects.get(self.name) or await self._get()  # not in the cache (yet), or unlabelled
                 if job is None or not self._uid_matches(job):
                     return self._event("missing", "the Job no longer exists")

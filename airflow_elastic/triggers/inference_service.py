@@ -17,12 +17,14 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_elastic import rollout
-from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.rollout_knative import Knative, judge_knative
 from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 
-#: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``.
+#: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``, once they also
+#: outlasted ``api_outage_tolerance``.
 MAX_FAILED_LOOKS = 5
 #: Lines of a failing container's log carried in the event.
 LOG_TAIL_LINES = 20
@@ -42,6 +44,8 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         knative: for a Knative-mode InferenceService, ``Knative``'s fields (the revision before the patch, the
             intended traffic percent); ``None``: Standard mode.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
+        api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
+            (:mod:`airflow_elastic.outage`); other API errors fire ``error`` at once.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         connection_extras: dict[str, Any] | None = None,
         knative: dict[str, Any] | None = None,
         not_before: float | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
     ) -> None:
         super().__init__()
         self.name = name
@@ -67,6 +72,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         self.connection_extras = connection_extras
         self.knative = knative
         self.not_before = not_before
+        self.api_outage_tolerance = float(api_outage_tolerance)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -82,6 +88,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
                 "connection_extras": self.connection_extras,
                 "knative": self.knative,
                 "not_before": self.not_before,
+                "api_outage_tolerance": self.api_outage_tolerance,
             },
         )
 
@@ -110,19 +117,18 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
 
     async def _wait(self) -> rollout.RolloutEvent:
         await self._load_client()
-        failed_looks, said = 0, ""
+        outage, said = Outage(self.api_outage_tolerance, MAX_FAILED_LOOKS), ""
         while True:
             try:
                 event = await self._look()
-                failed_looks = 0
+                notice = outage.recovered(time.time())
             except KubernetesApiError as error:
-                failed_looks += 1
-                self.log.warning(
-                    "could not look at InferenceService %s (%d in a row): %s", self.name, failed_looks, error
-                )
-                if failed_looks >= MAX_FAILED_LOOKS:
-                    return self._event("error", f"{failed_looks} looks in a row failed: {error}")
+                notice, fatal = outage.failed(time.time(), error, transient=isinstance(error, TRANSIENT_ERRORS))
+                if fatal:
+                    return self._event("error", f"{outage.failures} looks in a row failed: {fatal}")
                 event = None
+            if notice:
+                self.log.warning("InferenceService %s/%s: %s", self.namespace, self.name, notice)
             if event is not None and event.finished:
                 return event
             if event is not None and event.message != said:

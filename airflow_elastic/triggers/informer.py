@@ -11,7 +11,9 @@ timeout is re-opened from the last version seen (events or bookmarks). Re-listed
 - every :data:`RESYNC_SECONDS` whatever happens (a bounded resync, as informers do), so no bug or missed event can
   keep the cache wrong for longer.
 
-A failed LIST is retried every ``retry_seconds``; until one succeeds, :attr:`Informer.error` says why.
+A failed LIST is retried after ``retry_seconds``, doubling per failure in a row up to :data:`MAX_RETRY_SECONDS`
+(an API outage of minutes costs a few requests, and the cache is back within that pause of the API's return);
+until one succeeds, :attr:`Informer.error` says why. The first failure and the recovery are logged, not each retry.
 :attr:`Informer.settled` is clear while a re-list is under way (readers must not take a stale cache for the
 cluster).
 
@@ -41,6 +43,8 @@ WATCH_SECONDS = 240
 RESYNC_SECONDS = 600
 #: A stream that ends this much (seconds) before its timeout was dropped.
 DROP_SLACK = 2.0
+#: The longest pause (seconds) between two failed LISTs in a row (unless ``retry_seconds`` is longer).
+MAX_RETRY_SECONDS = 30.0
 #: How long (seconds) and how many deleted objects' final states are kept (``keep_deleted``).
 DELETED_SECONDS = 600.0
 MAX_DELETED = 1000
@@ -85,6 +89,7 @@ class Informer:
         self.error: BaseException | None = None
         self.lists = 0
         self.watches = 0
+        self.failed_lists = 0  #: failed LISTs in a row
         #: Set while the cache is the result of the last LIST and its watch (or that LIST's error); clear while a
         #: re-list is under way.
         self.settled = asyncio.Event()
@@ -100,13 +105,19 @@ class Informer:
             try:
                 items, version = await self.lister()
             except Exception as exc:  # judged by the readers; the informer keeps going
-                log.warning("listing %s failed: %s", self.kind, exc)
+                self.failed_lists += 1
+                if self.failed_lists == 1:
+                    cap = max(self.retry_seconds(), MAX_RETRY_SECONDS)
+                    log.warning("listing %s failed: %s; retrying, at most %g s apart", self.kind, exc, cap)
                 self.error = exc
                 self.settled.set()
                 self.on_change(None)
-                await asyncio.sleep(self.retry_seconds())
+                await asyncio.sleep(self.backoff())
                 self.settled.clear()
                 continue
+            if self.failed_lists:
+                log.warning("listing %s works again after %d failed lists", self.kind, self.failed_lists)
+                self.failed_lists = 0
             self.lists += 1
             fresh = {obj["metadata"]["name"]: obj for obj in items}
             if self.lists > 1:  # gone between the lists: their last cached copy is all that is known
@@ -122,6 +133,11 @@ class Informer:
             self.settled.clear()
             if pause:  # the watch keeps failing at once (e.g. no ``watch`` grant): re-list at the poll's pace, not hot
                 await asyncio.sleep(self.retry_seconds())
+
+    def backoff(self) -> float:
+        """The pause before the next LIST after :attr:`failed_lists` failures in a row."""
+        base = self.retry_seconds()
+        return min(max(base, MAX_RETRY_SECONDS), base * 2 ** max(0, self.failed_lists - 1))
 
     async def _watch(self, version: str, resync_at: float) -> bool:
         """Apply watch events from ``version`` until a re-list is due (resync, 410, error, dropped stream); whether

@@ -28,9 +28,10 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   cancels triggers whose task was cleared or moved) — and the last one out cancels the poller and drops the
   registry entry.
 - **Errors.** A failed list is delivered as a snapshot with ``error`` set (once per interval while the cache cannot
-  be rebuilt); the hook already retried 429/5xx, so the subscriber decides (the trigger gives up after a few
-  consecutive failures). A failed or dropped watch is not an error: the cache is re-listed at once, and no snapshot
-  is published while it is stale. The observer itself never dies on an API error.
+  be rebuilt); the hook already retried 429/5xx, so the subscriber decides (the trigger rides out transient ones
+  for its ``api_outage_tolerance``, :mod:`airflow_elastic.outage`). A failed or dropped watch is not an error: the
+  cache is re-listed at once, and no snapshot is published while it is stale. The observer itself never dies on an
+  API error.
 
 Pods and events are cached the same way (:meth:`JobSetObserver.cached`: one informer per kind and selector, started by
 the first trigger that needs them), so with a watching hook a poll costs no request at all for JobSets and pods, the

@@ -97,7 +97,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
     Args:
         trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (the
             :class:`~airflow_elastic.watch.Watch` keyword arguments the operator computes for it: ``uid``,
-            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ...), and ``logs``, how far
+            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ``api_outage_tolerance``, ...;
+            the first trial's ``api_outage_tolerance`` holds for all), and ``logs``, how far
             an earlier wait showed its leader's log (the event's ``logs``), so a re-deferral repeats no line.
         namespace: the trials' namespace.
         kubernetes_conn_id: the Airflow ``kubernetes`` connection.
@@ -154,6 +155,10 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         self._decided: dict[int, int] = {}  # trial -> the last step the stopping rule judged
         self._fired = False
         self._views = {int(t["number"]): self._view(t) for t in self.trials}
+        # The trials are judged on the same looks: one outage for all (logged once, ending them together).
+        shared = next(iter(self._views.values()))._watch.outage if self._views else None
+        for view in self._views.values():
+            view._watch.outage = shared  # type: ignore[assignment]
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""

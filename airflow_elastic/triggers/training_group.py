@@ -28,6 +28,7 @@ from airflow_elastic import backend_watch as bw
 from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
 from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
 from airflow_elastic.trigger_output import event_payload
 from airflow_elastic.triggers.hooked import AsyncHookOwner
@@ -89,6 +90,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             view of :func:`airflow_elastic.backend_watch.view`; the evidence is saved on that object.
         roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
+        api_outage_tolerance: seconds of transient Kubernetes API failures in a row the wait rides out before it
+            fires ``error`` (:mod:`airflow_elastic.outage`); the outage's start and end are logged.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         backend: str = bw.JOBSET,
         roles: list[str] | None = None,
         not_before: float | None = None,
+        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -142,6 +146,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         self.backend = backend
         self.roles = list(roles or [])
         self.not_before = not_before
+        self.api_outage_tolerance = float(api_outage_tolerance)
         self._objects = bw.objects(backend)
         self._watch = Watch(
             name,
@@ -158,6 +163,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             elastic_min_replicas=elastic_min_replicas,
             below_min_timeout=below_min_timeout,
             settle_seconds=settle_seconds,
+            api_outage_tolerance=self.api_outage_tolerance,
         )
         self._fired = False
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
@@ -193,6 +199,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
                 "backend": self.backend,
                 "roles": self.roles,
                 "not_before": self.not_before,
+                "api_outage_tolerance": self.api_outage_tolerance,
             },
         )
 
@@ -278,6 +285,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         step = self._watch.observe(obs)
         while step.need is not None:
             step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
+        if step.notice:
+            self.log.warning("JobSet %s/%s: %s", self.namespace, self.name, step.notice)
         if step.save is not None:  # on the JobSet: a restarted triggerer's trigger resumes with it
             try:
                 if self.backend == bw.JOBSET:

@@ -4,6 +4,7 @@ hook: one list, then a watch; a Job's change wakes its subscriber, and its pods 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from airflow_elastic.hooks import JobSetHook
@@ -72,7 +73,12 @@ def test_jobs_are_listed_once_then_watched_and_their_pods_come_from_the_shared_c
     assert polls == 1  # the end came from the watched change, not from a periodic snapshot
     assert len(pods) == 1 and pods[0]["status"]["phase"] == "Succeeded"
     assert JobSetObserver.registry == {}
-    requests = local_cluster.requests(since=mark, namespace=namespace)
+    # The server logs a watch when it ends: the stream the observer closed on leaving may be logged a moment later.
+    for _ in range(50):
+        requests = local_cluster.requests(since=mark, namespace=namespace)
+        if any(r["resource"] == "jobs.batch" and r["verb"] == "watch" for r in requests):
+            break
+        time.sleep(0.1)
     job_requests = [(r["verb"], r["code"]) for r in requests if r["resource"] == "jobs.batch" and r["verb"] != "create"]
     assert job_requests[0] == ("list", 200) and ("watch", 200) in job_requests
     assert [verb for verb, _ in job_requests].count("list") == 1 and "get" not in dict(job_requests)

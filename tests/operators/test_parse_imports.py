@@ -23,6 +23,7 @@ ALLOWED = {
     "airflow_elastic.operators",
     "airflow_elastic.operators.resubmission",
     "airflow_elastic.operators.training_group",
+    "airflow_elastic.outage",  # pure and import-free: the operators' api_outage_tolerance default
     "airflow_elastic.platforms",
     "airflow_elastic.schemas",
     "airflow_elastic.spec",

@@ -31,8 +31,10 @@ class FlakyHook(FakeHook):
         return super().get_jobset(namespace, name)
 
 
-def sync_operator(hook: FakeHook) -> TrainingGroupOperator:
-    op = TrainingGroupOperator(task_id="train", group=GROUP, namespace="ns", deferrable=False, poll_interval=0.001)
+def sync_operator(hook: FakeHook, **kwargs: Any) -> TrainingGroupOperator:
+    op = TrainingGroupOperator(
+        task_id="train", group=GROUP, namespace="ns", deferrable=False, poll_interval=0.001, **kwargs
+    )
     op.hook = lambda: hook  # type: ignore[method-assign]
     return op
 
@@ -44,9 +46,20 @@ def test_transient_errors_mid_wait_are_tolerated():
     assert [call for call, _ in hook.calls].count("get failed") == 2
 
 
+def test_an_outage_longer_than_three_looks_is_ridden_out():
+    hook = FlakyHook(outage=20, then="Completed")  # the old limit was three failed looks in a row
+    assert sync_operator(hook).execute(context())["state"] == "Succeeded"
+
+
+def test_an_outage_longer_than_the_tolerance_fails_and_says_so():
+    hook = FlakyHook(outage=10**9, then=None)
+    with pytest.raises(AirflowException, match=r"longer than api_outage_tolerance=0.05 s"):
+        sync_operator(hook, api_outage_tolerance=0.05).execute(context())
+
+
 def test_giving_up_deletes_the_still_running_group_first():
     hook = FlakyHook(outage=3, then=None)  # three failures in a row, then the group is seen still running
     with pytest.raises(AirflowException, match=r"cannot observe JobSet ns/tg-.*the API server is restarting"):
-        sync_operator(hook).execute(context())
+        sync_operator(hook, api_outage_tolerance=0).execute(context())
     names = [name for call, name in hook.calls if call == "create"]
     assert ("delete", names[0]) in hook.calls and hook.jobsets == {}

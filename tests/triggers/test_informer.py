@@ -86,3 +86,45 @@ def test_deleted_objects_keep_their_final_state_from_the_event_or_the_last_copy_
     deleted, later, plain = asyncio.run(scenario())
     assert [(d["metadata"]["name"], d["status"]["phase"]) for d in deleted] == [("a", "Failed"), ("c", "Pending")]
     assert later == [] and plain == []
+
+
+def test_failed_lists_back_off_and_the_outage_is_logged_at_its_start_and_end(monkeypatch, caplog):
+    from airflow_elastic.hooks.errors import ServerError
+    from airflow_elastic.triggers import informer as module
+
+    monkeypatch.setattr(module, "MAX_RETRY_SECONDS", 0.08)
+    pauses: list[float] = []
+    failures = [ServerError(503, "ServiceUnavailable", "down")] * 6
+
+    async def lister() -> tuple[list[dict[str, Any]], str]:
+        await asyncio.sleep(0)
+        if failures:
+            raise failures.pop()
+        return [], "9"
+
+    async def watcher(version: str, seconds: int) -> AsyncIterator[dict[str, Any]]:
+        await asyncio.sleep(60)
+        yield {}
+
+    inf = Informer("jobsets", lister, watcher, lambda name: None, lambda: 0.01)
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float, *args: Any) -> None:
+        if seconds:  # the lister's own yield is not a pause
+            pauses.append(seconds)
+        await real_sleep(0)
+
+    async def scenario() -> None:
+        monkeypatch.setattr(module.asyncio, "sleep", sleep)
+        task = asyncio.create_task(inf.run())
+        while inf.lists == 0:
+            await real_sleep(0.001)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    with caplog.at_level("WARNING", logger=module.__name__):
+        asyncio.run(scenario())
+    assert pauses[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]  # doubling, up to MAX_RETRY_SECONDS
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "down; retrying, at most 0.08 s apart" in said[0]
+    assert "works again after 6 failed lists" in said[1]

@@ -288,3 +288,20 @@ def test_a_trials_marker_lines_are_progress_in_the_task_log_and_its_output_comes
     [output] = payload["output"]
     assert (output["number"], output["lines"]) == (1, shown)
     assert repr(payload) == f"sweep in {NS}: verdicts (trial 1 succeeded), the output of 1 trial(s) archived"
+
+
+def test_an_api_outage_is_ridden_out_and_logged_once_for_all_trials():
+    import structlog.testing
+
+    from airflow_elastic.hooks.errors import ServerError
+
+    hook = FakeHook()
+    done = jobset("sw-t2", conditions=[condition("Completed", "AllJobsCompleted")])
+    hook.jobsets = {"sw-t1": jobset("sw-t1", **RUNNING), "sw-t2": done, "sw-t3": jobset("sw-t3", **RUNNING)}
+    hook.list_errors = [ServerError(503, "ServiceUnavailable", "upgrading")] * 8  # the old limit was three
+    trigger = SweepTrigger(trials(1, 2, 3), NS, "k8s", poll_interval=0.01, objective="loss")
+    with structlog.testing.capture_logs() as logs:
+        payload = run(trigger, hook)
+    assert payload["status"] == "verdicts" and [v["number"] for v in payload["verdicts"]] == [2]
+    said = [str(e["event"]) for e in logs if "The Kubernetes API" in str(e["event"])]
+    assert len(said) == 2, said  # the start and the end, not once per trial

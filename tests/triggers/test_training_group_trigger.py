@@ -72,6 +72,7 @@ def test_serialize_round_trip():
         max_preemptions=2,
         suspend_timeout=60.0,
         transient_exit_codes=[42],
+        api_outage_tolerance=900.0,
         not_before=1699990010.0,
     )
     classpath, kwargs = trigger.serialize()
@@ -98,6 +99,7 @@ def test_serialize_round_trip():
         "settle_seconds": SETTLE_SECONDS,
         "backend": "jobset",
         "roles": [],
+        "api_outage_tolerance": 900.0,
         "not_before": 1699990010.0,
     }
     module, _, cls = classpath.rpartition(".")
@@ -242,10 +244,24 @@ def test_transient_list_errors_are_tolerated(hook):
     assert run(make(hook))["status"] == "succeeded"
 
 
+def test_an_outage_longer_than_the_old_limit_is_ridden_out_and_logged_once(hook):
+    """Eight failed lists in a row (the old limit was three): the default tolerance waits, and the verdict comes
+    when the API answers again, with one line when the outage starts and one when it ends."""
+    hook.jobsets["train"] = jobset("train", conditions=[condition("Completed")])
+    hook.list_errors = [ServerError(503, "ServiceUnavailable", "busy")] * 8
+    with structlog.testing.capture_logs() as logs:
+        assert run(make(hook, poll_interval=0.05))["status"] == "succeeded"
+    said = [e["event"] for e in logs if "Kubernetes API" in e["event"]]
+    assert len(said) == 2, said
+    assert "is failing (503 ServiceUnavailable: busy)" in said[0] and "up to 300 s (api_outage_tolerance)" in said[0]
+    assert "answers again; the outage lasted" in said[1]
+
+
 def test_repeated_list_errors_become_an_error_event(hook):
     hook.list_errors = [ServerError(503, "ServiceUnavailable", "busy")] * 5
-    payload = run(make(hook, poll_interval=0.1))
+    payload = run(make(hook, poll_interval=0.1, api_outage_tolerance=0))  # 0: only the three looks in a row count
     assert payload["status"] == "error" and "busy" in payload["message"]
+    assert "longer than api_outage_tolerance=0 s" in payload["message"]
     # The third failed list ends the wait; the observer lists on its own clock, so a fourth may have begun while
     # the trigger was leaving (the lists keep failing either way: the errors never ran out).
     assert hook.calls["list_jobsets"] in (3, 4)

@@ -99,7 +99,8 @@ SCENARIOS = {
         [(group(ready=(1, 3), restarts=2, restartsCountTowardsMax=0), [])], {"max_preemptions": 1}
     ),
     "transient API errors": Scenario([BUSY, BUSY, (group(DONE), [LEADER_METRICS])]),
-    "API errors in a row": Scenario([BUSY, BUSY, BUSY, (group(DONE), [])]),
+    "API errors in a row": Scenario([BUSY, BUSY, BUSY, (group(DONE), [])], {"api_outage_tolerance": 0.0}),
+    "an API outage ridden out": Scenario([BUSY] * 6 + [(group(DONE), [LEADER_METRICS])]),
     "permission error": Scenario([Forbidden(403, "Forbidden", "cannot get jobsets")]),
     "success": Scenario([(group(DONE), [LEADER_METRICS])]),
     "failure": Scenario([(group(FAILED, restarts=1, restartsCountTowardsMax=1), [LEADER_FAILED])]),
@@ -191,6 +192,7 @@ EXPECTED = {
     "budget spent": "preemption_budget_exhausted",
     "transient API errors": "succeeded",
     "API errors in a row": "error",
+    "an API outage ridden out": "succeeded",
     "permission error": "error",
     "success": "succeeded",
     "failure": "failed",

@@ -35,14 +35,36 @@ def test_a_short_handed_elastic_group_has_started():
     assert step.verdict is not None and step.verdict.status == "startup_timeout"
 
 
-def test_transient_errors_in_a_row_then_error():
-    watch = Watch("g", "ml", max_errors=3)
-    assert watch.observe(Observation.failed(1.0, "503", transient=True)).verdict is None
-    assert watch.observe(Observation(2.0, jobset())).verdict is None  # a good look resets the count
-    for now in (3.0, 4.0):
-        assert watch.observe(Observation.failed(now, "503", transient=True)).verdict is None
-    verdict = watch.observe(Observation.failed(5.0, "503", transient=True)).verdict
-    assert verdict is not None and (verdict.status, verdict.message) == ("error", "cannot observe JobSet ml/g: 503")
+def test_transient_errors_are_ridden_out_for_the_outage_tolerance_then_error():
+    watch = Watch("g", "ml", max_errors=3, api_outage_tolerance=60.0)
+    first = watch.observe(Observation.failed(1.0, "503", transient=True))
+    assert first.verdict is None and "503" in first.notice and "up to 60 s" in first.notice
+    back = watch.observe(Observation(2.0, jobset()))  # a good look ends the outage
+    assert back.verdict is None and back.notice == "The Kubernetes API answers again; the outage lasted 1.0 s"
+    notices = []
+    for now in (3.0, 4.0, 5.0, 62.0):  # three in a row (the old limit), but not yet 60 s long
+        step = watch.observe(Observation.failed(now, "503", transient=True))
+        assert step.verdict is None
+        notices.append(step.notice)
+    assert len([n for n in notices if n]) == 1  # one line per outage, at its start
+    verdict = watch.observe(Observation.failed(63.0, "503", transient=True)).verdict
+    assert verdict is not None and verdict.status == "error"
+    assert verdict.message == (
+        "cannot observe JobSet ml/g: 503 (the Kubernetes API has been failing for 60 s, longer than "
+        "api_outage_tolerance=60 s)"
+    )
+
+
+def test_the_default_outage_tolerance_is_at_least_five_minutes():
+    from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
+    from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+
+    assert DEFAULT_API_OUTAGE_TOLERANCE >= 300
+    watch = Watch("g", "ml")
+    for now in range(0, 300, 10):  # a failed look every 10 s for 5 minutes
+        assert watch.observe(Observation.failed(float(now), "503", transient=True)).verdict is None
+    _, kwargs = TrainingGroupTrigger("g", "ml").serialize()
+    assert kwargs["api_outage_tolerance"] >= 300  # carried to the triggerer
 
 
 def test_a_permanent_error_ends_at_once_and_a_deadline_beats_errors():
