@@ -2,7 +2,8 @@
 the served endpoint.
 
 Airflow 3 evaluates each link of a task on the worker when the task instance ends (``finalize``) and keeps the URL in
-XCom (``_link_<class name>``), where the UI reads it. Each link here is a place in the task's own result (XCom
+XCom (``_link_<class name>``), where the UI reads it; ``finalize`` also runs when the task defers, when there is no
+result yet (no link then, and no read of a missing XCom). Each link here is a place in the task's own result (XCom
 ``return_value``), found by :attr:`ResultLink.path`; a local path becomes a ``file://`` URL, a URI (``s3://``,
 ``http://``) stays as it is, and a result without it (the task failed, no report was written) gives no link.
 """
@@ -39,6 +40,11 @@ class ResultLink(BaseOperatorLink):
     path: ClassVar[tuple[str, ...]] = ()
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        # ``finalize`` runs at every end of a try's process, a deferral's included (the task instance's state then
+        # says so): only a success has a result, and asking for a missing XCom logs an error in the task log.
+        state = getattr(ti_key, "state", None)
+        if state is not None and str(getattr(state, "value", state)) != "success":
+            return ""
         from airflow.sdk.execution_time.xcom import XCom
 
         return result_location(XCom.get_value(ti_key=ti_key, key="return_value"), self.path)

@@ -56,6 +56,27 @@ def test_each_link_reads_its_place_in_the_tasks_result_from_xcom(monkeypatch):
     assert {key for _, key in asked} == {"return_value"}
 
 
+@pytest.mark.parametrize("state", ["deferred", "up_for_retry", "failed"])
+def test_a_try_that_ends_without_success_reads_no_result(monkeypatch, state):
+    """``finalize`` evaluates the links at a deferral too, before any result exists: no XCom is asked for (a missing
+    one logs "XCom not found" as an error in the task log), and there is no link."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.api.datamodels._generated import TaskInstanceState
+    from airflow.sdk.execution_time.xcom import XCom
+
+    def get_value(**_: Any) -> Any:
+        raise AssertionError("read the result of a try that has none")
+
+    monkeypatch.setattr(XCom, "get_value", get_value)
+    ti = SimpleNamespace(state=TaskInstanceState(state))
+    assert SweepReportLink().get_link(None, ti_key=ti) == ""
+    monkeypatch.setattr(XCom, "get_value", lambda **_: SWEEP)
+    assert SweepReportLink().get_link(None, ti_key=SimpleNamespace(state=TaskInstanceState.SUCCESS)) == (
+        "file:///data/r/sweep.json"
+    )
+
+
 def test_the_operators_carry_their_links_and_airflow_serializes_them():
     from airflow.serialization.serialized_objects import OperatorSerialization
 
