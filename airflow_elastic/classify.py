@@ -136,6 +136,9 @@ KOORDLET_EVICTED_EVENT = "evictPodSuccess"
 KOORDLET_REASON = re.compile(r"trigger by koordlet feature (\w+)|(EvictPodBy(?:NodeMemoryUsage|BECPUSatisfaction))")
 #: Exit code of a container stopped with SIGKILL (what CRI ``StopContainer`` with timeout 0 sends).
 SIGKILL_EXIT_CODE = 137
+#: The least grace the kubelet gives a pod's containers, even on a delete with none
+#: (``minimumGracePeriodInSeconds``, ``pkg/kubelet/kuberuntime/kuberuntime_container.go``).
+KUBELET_MINIMUM_GRACE_SECONDS = 2.0
 #: The kubelet names containers that used more than their request (``containerMessageFmt``).
 OVER_REQUEST = re.compile(r"Container (\S+) was using (\S+), request is (\S+)")
 PRESSURE_MESSAGE = re.compile(r"The node (was low on resource|had condition)")
@@ -484,14 +487,19 @@ def _koordlet_eviction(f: Facts) -> str | None:
 
 def _koordlet_kill(f: Facts) -> str | None:
     """koordlet killed the containers of a Koordinator BestEffort pod (``KillContainers``: CRI ``StopContainer``
-    with timeout 0, so SIGKILL with no SIGTERM; no event, no condition, no delete). A SIGKILL that came with the
-    pod's own graceful delete (a JobSet restart, a drain) is that delete's, not koordlet's."""
+    with timeout 0, so SIGKILL with no SIGTERM; no event, no condition, no delete). The pod's own delete (the
+    JobSet restarting the group, a drain) sends its SIGKILL at ``deletionTimestamp``, or 2 s after a delete with
+    no grace (the kubelet's minimum; the API server gives a terminal pod's delete none): a kill from then on is the
+    delete's, one before it (the pod had already failed when the JobSet deleted it) koordlet's."""
     marker = _koord_best_effort(f)
     kill = next((e for e in f.exits if e.code == SIGKILL_EXIT_CODE and e.reason != "OOMKilled"), None)
     if marker is None or kill is None or not f.killed:
         return None
-    if f.terminating and (kill.finished_at is None or kill.finished_at >= f.terminating[0].since):
-        return None
+    meta = f.pod.get("metadata") or {}
+    if deleted := _time(meta.get("deletionTimestamp")):
+        minimum = KUBELET_MINIMUM_GRACE_SECONDS if meta.get("deletionGracePeriodSeconds") == 0 else 0.0
+        if kill.finished_at is None or kill.finished_at >= deleted + timedelta(seconds=minimum):
+            return None
     return (
         f"Koordinator BestEffort pod ({marker}): container {kill.container} was SIGKILLed (exit {kill.code}) "
         "without a delete, as koordlet kills BE pods for memory or BE CPU satisfaction (it records no event)"

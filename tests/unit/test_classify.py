@@ -68,6 +68,12 @@ def event(reason: str, message: str = "", kind: str = "Pod", name: str = "g-work
     return {"reason": reason, "message": message, "involvedObject": {"kind": kind, "name": name}}
 
 
+def failed_then_deleted(failed: dict[str, Any]) -> dict[str, Any]:
+    """``failed`` deleted in the second it failed (finished at T0+5): a terminal pod's delete gets no grace."""
+    failed["metadata"].update(deletionTimestamp=T0_PLUS_5, deletionGracePeriodSeconds=0)
+    return failed
+
+
 HEALTHY = node()
 P, T, F, N = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE, Budget.NONE
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
@@ -383,6 +389,32 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
         P,
         "koordlet-kill",
     ),
+    # Killed by koordlet, then deleted by the JobSet restarting the group (the wait may first see the deleted copy).
+    (
+        "koordlet-kill-then-jobset-restart",
+        {
+            "pod": pod(
+                exit_code=137, exit_reason="Error", finished_at=T0, deleted=True, labels={**KOORD_BE, **ATTEMPT_0}
+            ),
+            "node": HEALTHY,
+            "jobset": RESTARTED,
+        },
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "koordlet-kill",
+    ),
+    # The same, as the local cluster shows it: killed, then deleted within the same second with no grace (terminal).
+    (
+        "koordlet-kill-then-terminal-delete",
+        {
+            "pod": failed_then_deleted(pod(exit_code=137, exit_reason="Error", labels={**KOORD_BE, **ATTEMPT_0})),
+            "node": HEALTHY,
+            "jobset": RESTARTED,
+        },
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "koordlet-kill",
+    ),
     # A Koordinator BE pod that fails on its own is the program's failure.
     (
         "koordinator-be-user-exit",
@@ -391,7 +423,8 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
         F,
         "user-error",
     ),
-    # A BE pod SIGKILLed by its own graceful delete (the JobSet restarting the group for another pod) is not koordlet's.
+    # A BE pod SIGKILLed by its own delete (the JobSet restarting the group for another pod: SIGKILL due at its
+    # deletionTimestamp) is not koordlet's.
     (
         "koordinator-be-deleted-by-jobset-restart",
         {
