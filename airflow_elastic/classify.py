@@ -16,6 +16,8 @@ Decisions that upstream leaves open (documented in ``docs/preemption.md`` §1.6)
 * Exit 137/143 with no infrastructure evidence at all is ``unknown`` and counts as a failure: something
   outside the program killed it, but nothing proves it was the platform.
 * The local cluster's ``NodeRestart`` (processes died with the node) is ``node_loss``.
+* On a Koordinator BestEffort pod (``koordinator.sh/qosClass: BE``, priority class ``koord-batch``/``koord-free``),
+  a SIGKILL (exit 137) that no delete explains is koordlet's ``KillContainers``, which leaves no other trace.
 * A ``DisruptionTarget`` older than a genuine non-zero exit by more than the pod's grace period is stale
   (KEP-3329 caveat): it is ignored and the exit code decides.
 * The exit gate, the other way round: after a reclaim taint, a node event, a graceful delete or a lost node, the
@@ -119,6 +121,24 @@ SPOT_LABELS: frozenset[tuple[str, str]] = frozenset(
     | {("cloud.google.com/gke-preemptible", "true"), ("kubernetes.azure.com/scalesetpriority", "spot")}
 )
 BEST_EFFORT_LABEL = ("alibabacloud.com/compute-qos", "best-effort")
+#: Koordinator's BestEffort pods (ACK co-location, ack-koordinator): the QoS label ``koordinator.sh/qosClass``
+#: (``apis/extension/constants.go`` ``LabelPodQoS``, ``qos.go`` ``QoSBE``), ack-slo-manager's older annotation,
+#: and the priority classes of reclaimed capacity (``apis/extension/priority.go``, by name or label).
+KOORD_BE_LABELS = frozenset({("koordinator.sh/qosClass", "BE")})
+KOORD_BE_ANNOTATIONS = frozenset({("alibabacloud.com/qosClass", "BE")})
+KOORD_BE_PRIORITY_CLASSES = frozenset({"koord-batch", "koord-free"})
+KOORD_PRIORITY_CLASS_LABEL = "koordinator.sh/priority-class"
+#: The event koordlet's evictor records on a pod it evicted through the Eviction API
+#: (``pkg/koordlet/qosmanager/plugins/util/evictor.go``, reason ``helpers.EvictPodSuccess``), and the reasons its
+#: message carries: "trigger by koordlet feature <gate>" (``plugins/util/evict.go`` ``EvictReasonPrefix``, v1.6+)
+#: or, before v1.6, ``EvictPodByNodeMemoryUsage``/``EvictPodByBECPUSatisfaction`` (``helpers/reason.go``).
+KOORDLET_EVICTED_EVENT = "evictPodSuccess"
+KOORDLET_REASON = re.compile(r"trigger by koordlet feature (\w+)|(EvictPodBy(?:NodeMemoryUsage|BECPUSatisfaction))")
+#: Exit code of a container stopped with SIGKILL (what CRI ``StopContainer`` with timeout 0 sends).
+SIGKILL_EXIT_CODE = 137
+#: The least grace the kubelet gives a pod's containers, even on a delete with none
+#: (``minimumGracePeriodInSeconds``, ``pkg/kubelet/kuberuntime/kuberuntime_container.go``).
+KUBELET_MINIMUM_GRACE_SECONDS = 2.0
 #: The kubelet names containers that used more than their request (``containerMessageFmt``).
 OVER_REQUEST = re.compile(r"Container (\S+) was using (\S+), request is (\S+)")
 PRESSURE_MESSAGE = re.compile(r"The node (was low on resource|had condition)")
@@ -441,6 +461,51 @@ def _best_effort(f: Facts) -> str | None:
     return f"BestEffort pod ({key}={value}) stopped without a user exit code" + (f": {f.reason}" if f.reason else "")
 
 
+def _koord_best_effort(f: Facts) -> str | None:
+    """The Koordinator marker that makes the pod BestEffort (reclaimed capacity koordlet takes back), or None."""
+    annotations = (f.pod.get("metadata") or {}).get("annotations") or {}
+    for key, value in f.labels.items():
+        if (key, value) in KOORD_BE_LABELS:
+            return f"{key}={value}"
+    for key, value in annotations.items():
+        if (key, value) in KOORD_BE_ANNOTATIONS:
+            return f"{key}={value}"
+    priority = (f.pod.get("spec") or {}).get("priorityClassName") or f.labels.get(KOORD_PRIORITY_CLASS_LABEL, "")
+    return f"priority class {priority}" if priority in KOORD_BE_PRIORITY_CLASSES else None
+
+
+def _koordlet_eviction(f: Facts) -> str | None:
+    """koordlet evicted the pod through the Eviction API (memory or BE-CPU-satisfaction eviction) and recorded it,
+    and the pod stopped because of it (killed, or its own exit within the grace period after)."""
+    event = f.event(KOORDLET_EVICTED_EVENT)
+    message = (event or {}).get("message", "")
+    found = KOORDLET_REASON.search(message)
+    if event is None or found is None or not f.stopped_by(*_at(_seen(event))):
+        return None
+    return f"koordlet evicted the pod ({found.group(1) or found.group(2)}): event {KOORDLET_EVICTED_EVENT}: {message}"
+
+
+def _koordlet_kill(f: Facts) -> str | None:
+    """koordlet killed the containers of a Koordinator BestEffort pod (``KillContainers``: CRI ``StopContainer``
+    with timeout 0, so SIGKILL with no SIGTERM; no event, no condition, no delete). The pod's own delete (the
+    JobSet restarting the group, a drain) sends its SIGKILL at ``deletionTimestamp``, or 2 s after a delete with
+    no grace (the kubelet's minimum; the API server gives a terminal pod's delete none): a kill from then on is the
+    delete's, one before it (the pod had already failed when the JobSet deleted it) koordlet's."""
+    marker = _koord_best_effort(f)
+    kill = next((e for e in f.exits if e.code == SIGKILL_EXIT_CODE and e.reason != "OOMKilled"), None)
+    if marker is None or kill is None or not f.killed:
+        return None
+    meta = f.pod.get("metadata") or {}
+    if deleted := _time(meta.get("deletionTimestamp")):
+        minimum = KUBELET_MINIMUM_GRACE_SECONDS if meta.get("deletionGracePeriodSeconds") == 0 else 0.0
+        if kill.finished_at is None or kill.finished_at >= deleted + timedelta(seconds=minimum):
+            return None
+    return (
+        f"Koordinator BestEffort pod ({marker}): container {kill.container} was SIGKILLed (exit {kill.code}) "
+        "without a delete, as koordlet kills BE pods for memory or BE CPU satisfaction (it records no event)"
+    )
+
+
 def _transient(f: Facts) -> str | None:
     code = next((e for e in f.exits if e.code in f.transient), None)
     return f"container {code.container} exited {code.code}, declared transient" if code else None
@@ -530,6 +595,7 @@ RULES: tuple[Rule, ...] = (
     Rule("reclaim-taint", Cause.SPOT_RECLAIM, P, _taint(Cause.SPOT_RECLAIM), "§1.5 taints, §1.6 blind spots"),
     Rule("spot-node-gone", Cause.SPOT_RECLAIM, P, _spot_node_gone, "§1.5 spot labels, §1.6"),
     Rule("scale-down-taint", Cause.EVICTION, P, _taint(Cause.EVICTION), "§1.1 EvictionByEvictionAPI (autoscaler)"),
+    Rule("koordlet-eviction", Cause.BEST_EFFORT_REVOKED, P, _koordlet_eviction, "§1.5 Koordinator BestEffort"),
     Rule("eviction-api", Cause.EVICTION, P, _disruption("EvictionByEvictionAPI"), "§1.1 EvictionByEvictionAPI"),
     Rule("taint-manager", Cause.NODE_LOSS, P, _disruption("DeletionByTaintManager"), "§1.1 DeletionByTaintManager"),
     Rule("pod-gc", Cause.NODE_LOSS, P, _disruption("DeletionByPodGC"), "§1.1 DeletionByPodGC"),
@@ -539,6 +605,7 @@ RULES: tuple[Rule, ...] = (
     Rule("disruption-target", Cause.UNKNOWN, P, _any_disruption, "§1.6 any reason"),
     Rule("oom", Cause.OOM, F, _oom, "§1.1 OOM gets no DisruptionTarget"),
     Rule("best-effort-revoked", Cause.BEST_EFFORT_REVOKED, P, _best_effort, "§1.5 ACS BestEffort"),
+    Rule("koordlet-kill", Cause.BEST_EFFORT_REVOKED, P, _koordlet_kill, "§1.5 Koordinator BestEffort"),
     Rule("jobset-restart", Cause.GROUP_RESTART, N, _jobset_restart, "§1.4 the JobSet's own restart"),
     Rule("jobset-finished", Cause.GROUP_FINISHED, N, _jobset_finished, "§1.4 the JobSet's own completion"),
     Rule("transient-exit-code", Cause.TRANSIENT, T, _transient, "§1.6 user-declared retriable codes"),

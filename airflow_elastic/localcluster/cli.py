@@ -147,6 +147,14 @@ def evict(args: argparse.Namespace) -> int:
     return 0
 
 
+def koordlet(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.state_dir)
+    result = cluster.koordlet_evict(args.namespace, args.pod, args.feature, by_api=args.by_api)
+    how = "evicted through the Eviction API" if args.by_api else f"killed ({', '.join(result['killed']) or 'none'})"
+    print(f"pod {args.namespace}/{args.pod} {how} by koordlet for {args.feature}")
+    return 0
+
+
 def fault(args: argparse.Namespace) -> int:
     cluster = LocalCluster.attach(args.state_dir)
     if args.kind == "clear":
@@ -213,7 +221,7 @@ STYLES = ("gke", "eks", "karpenter", "vanish")
 
 
 def _add_disruption_commands(command) -> None:
-    """``cluster preempt|evict|fault|chaos``: failure injection (see :mod:`airflow_elastic.localcluster.faults`)."""
+    """``cluster preempt|evict|koordlet|fault|chaos``: failure injection (see ``localcluster.faults``)."""
     pre = command("preempt", preempt, "reclaim a node like a cloud would (gke|eks|karpenter|vanish)")
     pre.add_argument("node")
     pre.add_argument("--style", choices=STYLES, default="gke")
@@ -223,6 +231,11 @@ def _add_disruption_commands(command) -> None:
     ev.add_argument("pod")
     ev.add_argument("-n", "--namespace", default="default")
     ev.add_argument("--grace-seconds", type=int)
+    ko = command("koordlet", koordlet, "take a BestEffort pod back as Koordinator's koordlet does (kill, or --by-api)")
+    ko.add_argument("pod")
+    ko.add_argument("-n", "--namespace", default="default")
+    ko.add_argument("--feature", default="BEMemoryEvict", help="BEMemoryEvict, BECPUEvict, MemoryEvict, CPUEvict...")
+    ko.add_argument("--by-api", action="store_true", help="evict through the Eviction API instead of killing")
     ft = command("fault", fault, "inject API faults (error|latency|gone), drop watches, expire the token, clear")
     ft.add_argument("kind", choices=("error", "latency", "gone", "drop-watches", "expire-token", "clear"))
     ft.add_argument("--code", type=int, help="error: 401, 429, 500, 503 or 504")
@@ -242,7 +255,7 @@ def _add_disruption_commands(command) -> None:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Register ``cluster up|down|status|logs|requests|clock|preempt|evict|fault|chaos`` on the main CLI."""
+    """Register ``cluster up|down|status|logs|requests|clock|preempt|evict|koordlet|fault|chaos`` on the main CLI."""
     cluster = commands.add_parser("cluster", help="run a local cluster (Kubernetes API, pods as local processes)")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from airflow_elastic.classify import classify
 from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS
 from airflow_elastic.localcluster.errors import ApiError
@@ -336,6 +337,65 @@ def test_best_effort_revocation(cluster: LocalCluster, core, ns: str, tmp_path: 
     assert "BestEffortRevoked" in [r for r, _ in events_of(core, ns, "cheap")]
 
 
+KOORD_BE = {"koordinator.sh/qosClass": "BE"}
+
+
+def test_koordlet_kills_a_best_effort_pod_in_place(cluster: LocalCluster, core, ns: str, tmp_path: Path):
+    """koordlet's default path (helpers.KillContainers, koordinator-sh/koordinator pkg/koordlet/qosmanager/helpers/
+    operation.go): the runtime SIGKILLs the containers, no SIGTERM, no event, no condition, the pod stays."""
+    start(core, ns, training_pod("batch", "ondemand-1", tmp_path, labels={"app": "batch", **KOORD_BE}), tmp_path)
+    result = cluster.koordlet_evict(ns, "batch", "BECPUEvict")
+    assert result["killed"] == ["train"]
+    pod = wait_for(lambda: (p := core.read_namespaced_pod("batch", ns)).status.phase == "Failed" and p)
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason, terminated.signal) == (137, "Error", 9)
+    assert pod.status.reason is None and disruption(pod) is None and pod.metadata.deletion_timestamp is None
+    assert not (tmp_path / "sigterm").exists()
+    assert all(reason not in ("evictPodSuccess", "Killing") for reason, _ in events_of(core, ns, "batch"))
+    verdict = classify(
+        core.api_client.sanitize_for_serialization(pod),
+        core.api_client.sanitize_for_serialization(core.read_node("ondemand-1")),
+    )
+    assert (verdict.rule, verdict.cause, verdict.is_preemption) == ("koordlet-kill", "best_effort_revoked", True)
+
+
+def test_koordlet_evicts_a_best_effort_pod_through_the_eviction_api(
+    cluster: LocalCluster, core, ns: str, tmp_path: Path
+):
+    """koordlet with --only-evict-by-api (plugins/util/evictor.go): Eviction API with the pod's UID, then a Warning
+    evictPodSuccess from koordlet-qosManager naming the feature; the pod gets SIGTERM and is deleted."""
+    recorder = PodRecorder(core, ns)
+    start(
+        core, ns, training_pod("batch", "ondemand-0", tmp_path, labels={"app": "batch", **KOORD_BE}, grace=2), tmp_path
+    )
+    # A budget that forbids it: koordlet's evictor records evictPodFail with the API's error and tries again later.
+    from kubernetes import client
+
+    policy = client.PolicyV1Api(core.api_client)
+    budget = {"metadata": {"name": "all"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "batch"}}}}
+    policy.create_namespaced_pod_disruption_budget(ns, budget)
+    with pytest.raises(ApiError) as refused:
+        cluster.koordlet_evict(ns, "batch", by_api=True)
+    assert refused.value.code == 429 and disruption(core.read_namespaced_pod("batch", ns)) is None
+    assert [r for r, _ in events_of(core, ns, "batch") if r.startswith("evictPod")] == ["evictPodFail"]
+    policy.delete_namespaced_pod_disruption_budget("all", ns)
+    cluster.koordlet_evict(ns, "batch", by_api=True)
+    wait_for(lambda: any(kind == "DELETED" for kind, _ in recorder.of("batch")), what="the evicted pod deleted")
+    recorder.stop()
+    last = recorder.of("batch")[-1][1]
+    assert (disruption(last).reason, disruption(last).message) == ("EvictionByEvictionAPI", "Eviction API: evicting")
+    assert (tmp_path / "sigterm").exists()
+    message = (
+        f"evict Pod:{ns}/batch, reason: evicted, message: trigger by koordlet feature BEMemoryEvict, kill pod: batch"
+    )
+    assert ("evictPodSuccess", message) in events_of(core, ns, "batch")
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=batch").items
+    assert {e.source.component for e in events if e.reason == "evictPodSuccess"} == {"koordlet-qosManager"}
+    serialize = core.api_client.sanitize_for_serialization
+    verdict = classify(serialize(last), None, events=[serialize(e) for e in events], node_gone=False, pod_gone=True)
+    assert (verdict.rule, verdict.cause, verdict.is_preemption) == ("koordlet-eviction", "best_effort_revoked", True)
+
+
 # ---------------------------------------------------------------------------------------------------- JobSets
 
 
@@ -462,3 +522,10 @@ def test_cli_preempt_evict_and_fault(cluster: LocalCluster, core, ns: str, tmp_p
     with pytest.raises(ApiException):
         core.list_node()
     assert cli("fault", "clear").returncode == 0
+    be = tmp_path / "be"
+    start(core, ns, training_pod("be", "ondemand-1", be, labels={"app": "be", **KOORD_BE}), be)
+    unknown = cli("koordlet", "be", "-n", ns, "--feature", "DiskEvict")
+    assert unknown.returncode == 1 and "unknown koordlet feature 'DiskEvict'" in unknown.stderr
+    killed = cli("koordlet", "be", "-n", ns, "--feature", "BECPUEvict")
+    assert killed.returncode == 0 and f"pod {ns}/be killed (train) by koordlet for BECPUEvict" in killed.stdout
+    wait_for(lambda: core.read_namespaced_pod("be", ns).status.phase == "Failed", what="the killed BE pod failed")

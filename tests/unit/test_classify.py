@@ -68,11 +68,26 @@ def event(reason: str, message: str = "", kind: str = "Pod", name: str = "g-work
     return {"reason": reason, "message": message, "involvedObject": {"kind": kind, "name": name}}
 
 
+def failed_then_deleted(failed: dict[str, Any]) -> dict[str, Any]:
+    """``failed`` deleted in the second it failed (finished at T0+5): a terminal pod's delete gets no grace."""
+    failed["metadata"].update(deletionTimestamp=T0_PLUS_5, deletionGracePeriodSeconds=0)
+    return failed
+
+
 HEALTHY = node()
 P, T, F, N = Budget.PREEMPTION, Budget.TRANSIENT, Budget.FAILURE, Budget.NONE
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
 ATTEMPT_0 = {RESTART: "0"}
 RESTARTED = {"status": {"restarts": 1}}
+KOORD_BE = {"koordinator.sh/qosClass": "BE"}
+KOORDLET_MESSAGE = (
+    "evict Pod:ns/g-worker-0-0-abcde, reason: evicted, message: trigger by koordlet feature BEMemoryEvict, "
+    "kill pod: g-worker-0-0-abcde"
+)
+KOORDLET_V15_MESSAGE = (
+    "evict Pod:ns/g-worker-0-0-abcde, reason: EvictPodByBECPUSatisfaction, message: killAndEvictBEPodsRelease for "
+    "node(n1), need release milli CPU: 1200"
+)
 COMPLETED = {"status": {"terminalState": "Completed", "conditions": [{"type": "Completed", "status": "True"}]}}
 
 # (id, kwargs for classify, expected cause, expected budget, expected rule)
@@ -348,6 +363,79 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
         F,
         "user-error",
     ),
+    # §1.5 Koordinator: koordlet evicts a BE pod through the Eviction API (OnlyEvictByAPI) and records
+    # evictPodSuccess with its reason (pkg/koordlet/qosmanager/plugins/util/evictor.go); the message format of v1.6+
+    # ("trigger by koordlet feature ...") and of earlier versions (helpers/reason.go).
+    *[
+        (
+            f"koordlet-eviction-api-{version}",
+            {
+                "pod": pod(disruption=("EvictionByEvictionAPI", "Eviction API: evicting"), exit_code=143, deleted=True),
+                "node": HEALTHY,
+                "events": [event("evictPodSuccess", message)],
+            },
+            Cause.BEST_EFFORT_REVOKED,
+            P,
+            "koordlet-eviction",
+        )
+        for version, message in (("v1.6", KOORDLET_MESSAGE), ("v1.5", KOORDLET_V15_MESSAGE))
+    ],
+    # koordlet's default path kills the containers (helpers.KillContainers: CRI StopContainer, timeout 0): exit 137,
+    # reason Error, no event, no condition, no delete; only the pod's BE label says who.
+    (
+        "koordlet-kill",
+        {"pod": pod(exit_code=137, exit_reason="Error", labels=KOORD_BE), "node": HEALTHY},
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "koordlet-kill",
+    ),
+    # Killed by koordlet, then deleted by the JobSet restarting the group (the wait may first see the deleted copy).
+    (
+        "koordlet-kill-then-jobset-restart",
+        {
+            "pod": pod(
+                exit_code=137, exit_reason="Error", finished_at=T0, deleted=True, labels={**KOORD_BE, **ATTEMPT_0}
+            ),
+            "node": HEALTHY,
+            "jobset": RESTARTED,
+        },
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "koordlet-kill",
+    ),
+    # The same, as the local cluster shows it: killed, then deleted within the same second with no grace (terminal).
+    (
+        "koordlet-kill-then-terminal-delete",
+        {
+            "pod": failed_then_deleted(pod(exit_code=137, exit_reason="Error", labels={**KOORD_BE, **ATTEMPT_0})),
+            "node": HEALTHY,
+            "jobset": RESTARTED,
+        },
+        Cause.BEST_EFFORT_REVOKED,
+        P,
+        "koordlet-kill",
+    ),
+    # A Koordinator BE pod that fails on its own is the program's failure.
+    (
+        "koordinator-be-user-exit",
+        {"pod": pod(exit_code=1, exit_reason="Error", labels=KOORD_BE), "node": HEALTHY},
+        Cause.USER_ERROR,
+        F,
+        "user-error",
+    ),
+    # A BE pod SIGKILLed by its own delete (the JobSet restarting the group for another pod: SIGKILL due at its
+    # deletionTimestamp) is not koordlet's.
+    (
+        "koordinator-be-deleted-by-jobset-restart",
+        {
+            "pod": pod(exit_code=137, exit_reason="Error", deleted=True, labels={**KOORD_BE, **ATTEMPT_0}),
+            "node": HEALTHY,
+            "jobset": RESTARTED,
+        },
+        Cause.GROUP_RESTART,
+        N,
+        "jobset-restart",
+    ),
     # §1.4 blind spot: Kueue suspends the JobSet, the Job controller deletes the pods, no condition.
     (
         "kueue-suspension",
@@ -612,3 +700,32 @@ def test_an_own_exit_during_the_grace_period_of_a_disruption_is_the_disruption(
 ) -> None:
     verdict = classify(**kwargs)
     assert (verdict.rule, verdict.budget) == (rule, budget), verdict.describe()
+
+
+@pytest.mark.parametrize(
+    ("where", "marker"),
+    [
+        ("labels", {"koordinator.sh/qosClass": "BE"}),
+        ("annotations", {"alibabacloud.com/qosClass": "BE"}),  # ack-slo-manager <= 0.8
+        ("labels", {"koordinator.sh/priority-class": "koord-free"}),
+        ("spec", {"priorityClassName": "koord-batch"}),
+    ],
+)
+def test_koordlet_kill_is_recognised_by_every_koordinator_be_marker(where: str, marker: dict[str, str]) -> None:
+    killed = pod(exit_code=137, exit_reason="Error")
+    (killed["spec"] if where == "spec" else killed["metadata"].setdefault(where, {})).update(marker)
+    verdict = classify(killed, HEALTHY)
+    assert (verdict.rule, verdict.budget) == ("koordlet-kill", P), verdict.describe()
+    # The same kill of a latency-sensitive pod (koordlet's eviction targets BE pods) proves nothing.
+    latency_sensitive = pod(exit_code=137, exit_reason="Error", labels={"koordinator.sh/qosClass": "LS"})
+    assert classify(latency_sensitive, HEALTHY).rule == "killed-without-evidence"
+
+
+def test_a_koordlet_eviction_the_pod_outlived_does_not_explain_its_later_failure() -> None:
+    """The event is recorded when the eviction is accepted; a program that then exits 1 ten minutes later (well
+    past its grace period) failed on its own."""
+    late = pod(exit_code=1, exit_reason="Error", finished_at=T0_PLUS_600)
+    evicted = {**event("evictPodSuccess", KOORDLET_MESSAGE), "firstTimestamp": T0}
+    assert classify(late, HEALTHY, events=[evicted]).rule == "user-error"
+    other = {**event("evictPodSuccess", "evict Pod:ns/x, reason: drain, message: maintenance"), "firstTimestamp": T0}
+    assert classify(pod(exit_code=137), HEALTHY, events=[other]).rule == "killed-without-evidence"

@@ -70,6 +70,15 @@ class FaultInjection:
         """Revoke an ACS BestEffort pod (labelled ``alibabacloud.com/compute-qos: best-effort``)."""
         return self._debug("POST", f"/debug/disruptions/pods/{namespace}/{name}", {"action": "best-effort"})
 
+    def koordlet_evict(
+        self, namespace: str, name: str, feature: str = "BEMemoryEvict", by_api: bool = False
+    ) -> dict[str, Any]:
+        """Koordinator's koordlet takes the pod back for ``feature`` (``BEMemoryEvict``, ``BECPUEvict``...): its
+        containers SIGKILLed in place (koordlet's default), or with ``by_api`` through the Eviction API with an
+        ``evictPodSuccess`` event."""
+        body = {"action": "koordlet", "feature": feature, "by_api": by_api}
+        return self._debug("POST", f"/debug/disruptions/pods/{namespace}/{name}", body)
+
     def suspend_jobset(self, namespace: str, name: str) -> dict[str, Any]:
         """Kueue-style preemption: ``spec.suspend=true`` on the JobSet."""
         return self._debug("POST", f"/debug/disruptions/jobsets/{namespace}/{name}", {"action": "suspend"})

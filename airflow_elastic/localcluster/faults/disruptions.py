@@ -55,6 +55,22 @@ SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 BEST_EFFORT_LABEL = "alibabacloud.com/compute-qos"
 BEST_EFFORT_MESSAGE = "The BestEffort instance of the pod was revoked by the platform"
 STYLES = ("gke", "eks", "karpenter", "vanish")
+#: koordlet's eviction features (``pkg/koordlet/qosmanager/plugins/memoryevict`` and ``cpuevict``, koordinator-sh/
+#: koordinator), the reason prefix of its tasks (``plugins/util/evict.go`` ``EvictReasonPrefix``), the event its
+#: evictor records on success (``plugins/util/evictor.go``, ``helpers.EvictPodSuccess``) and its recorder's name
+#: (``qosmanager.go``).
+KOORDLET_FEATURES = (
+    "BEMemoryEvict",
+    "MemoryEvict",
+    "MemoryAllocatableEvict",
+    "BECPUEvict",
+    "CPUEvict",
+    "CPUAllocatableEvict",
+)
+KOORDLET_REASON_PREFIX = "trigger by koordlet feature "
+KOORDLET_EVICTED = "evictPodSuccess"
+KOORDLET_EVICT_FAILED = "evictPodFail"
+KOORDLET_COMPONENT = "koordlet-qosManager"
 
 
 def _taint(key: str, effect: str, value: str = "") -> Obj:
@@ -401,6 +417,33 @@ class Disruptions:
             self.kubelet.terminate_pod(namespace, name, 0.0, reason="BestEffortRevoked", message=BEST_EFFORT_MESSAGE)
         )
         return {"pod": f"{namespace}/{name}"}
+
+    def koordlet_evict(
+        self, namespace: str, name: str, feature: str = "BEMemoryEvict", by_api: bool = False
+    ) -> dict[str, Any]:
+        """Koordinator's koordlet takes a pod back for ``feature`` (``KillAndEvictPods``, ``plugins/util/evict.go``).
+        As koordlet does by default, it SIGKILLs the running containers through the runtime
+        (``helpers.KillContainers``) and records nothing: they end 137 and the pod follows its restart policy. With
+        ``by_api`` (koordlet's ``--only-evict-by-api``) it evicts through the Eviction API instead (UID precondition,
+        the pod's grace, PDBs respected) and records a Warning ``evictPodSuccess`` from ``koordlet-qosManager``
+        (``evictPodFail`` and the 429 when a budget forbids it)."""
+        pod = self._running_pod(namespace, name)
+        if feature not in KOORDLET_FEATURES:
+            raise errors.BadRequest(f"unknown koordlet feature {feature!r}: use one of {', '.join(KOORDLET_FEATURES)}")
+        if not by_api:
+            return {"pod": f"{namespace}/{name}", "killed": self.kubelet.kill_containers(namespace, name)}
+        node = pod["spec"]["nodeName"]
+        message = f"evict Pod:{namespace}/{name}, reason: evicted, message: {KOORDLET_REASON_PREFIX}{feature}, "
+        message += f"kill pod: {name}"
+        try:
+            eviction.evict(self.store, namespace, name, {"preconditions": {"uid": pod["metadata"]["uid"]}})
+        except errors.ApiError as err:
+            self.recorder.record(
+                pod, "Warning", KOORDLET_EVICT_FAILED, f"{message}, error {err}", KOORDLET_COMPONENT, node
+            )
+            raise
+        self.recorder.record(pod, "Warning", KOORDLET_EVICTED, message, KOORDLET_COMPONENT, node)
+        return {"pod": f"{namespace}/{name}", "message": message}
 
     def suspend_jobset(self, namespace: str, name: str) -> dict[str, Any]:
         """Kueue-style preemption of a JobSet: ``spec.suspend=true`` and a ``Stopped`` event; no pod condition."""

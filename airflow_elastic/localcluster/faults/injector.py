@@ -4,7 +4,7 @@ Endpoints (JSON bodies; all answer JSON, errors as ``metav1.Status``):
 
 * ``POST /debug/disruptions/nodes/{node}`` ``{"style": "gke|eks|karpenter|vanish", ...options}``
 * ``POST /debug/disruptions/pools/{pool}`` — register a new node in the pool
-* ``POST /debug/disruptions/pods/{namespace}/{name}`` ``{"action": "preempt|pressure|best-effort", ...}``
+* ``POST /debug/disruptions/pods/{namespace}/{name}`` ``{"action": "preempt|pressure|best-effort|koordlet", ...}``
 * ``POST /debug/disruptions/jobsets/{namespace}/{name}`` ``{"action": "suspend"}``
 * ``GET|POST|DELETE /debug/disruptions/schedule`` — the random preemption schedule
 * ``GET|POST|DELETE /debug/faults`` — API fault rules; ``POST /debug/faults/drop-watches``,
@@ -105,6 +105,7 @@ class Faults:
                 ("pods", "preempt"): self.disruptions.preempt_pod,
                 ("pods", "pressure"): self.disruptions.pressure_evict,
                 ("pods", "best-effort"): self.disruptions.revoke_best_effort,
+                ("pods", "koordlet"): self.disruptions.koordlet_evict,
                 ("jobsets", "suspend"): self.disruptions.suspend_jobset,
             }
             if (target, action) not in handlers:

@@ -224,6 +224,19 @@ class Kubelet(Controller):
             return
         await worker.terminate(grace, reason=reason, message=message)
 
+    def kill_containers(self, namespace: str, name: str) -> list[str]:
+        """The container runtime stops the pod's running containers at once, for a node agent acting behind the
+        kubelet's back (CRI ``StopContainer`` with timeout 0: SIGKILL, no SIGTERM). The kubelet only sees them exit
+        137 and applies the pod's restart policy; the pod is not deleted. Returns the containers killed (none when
+        nothing of the pod runs here)."""
+        pod = self.store.find(PODS, namespace, name)
+        if pod is None:
+            raise errors.NotFound.of("pods", name)
+        worker = self.workers.get((namespace, name))
+        if worker is None or worker.uid != pod["metadata"]["uid"]:
+            return []
+        return [c for c, running in list(worker.running.items()) if running.signal(signal.SIGKILL)]
+
     def lose_node(self, node: str) -> None:
         """The node vanished (power loss): its processes die at once (SIGKILL, no SIGTERM) and nothing more is
         reported for its pods, no status and no events; what happens to them is up to the control plane (taint
