@@ -137,10 +137,11 @@ class MetricsApi:
             items = [m for n in sorted(nodes, key=lambda n: n["metadata"]["name"]) if (m := self._node_metrics(n))]
         if name is not None:
             found = [i for i in items if i["metadata"]["name"] == name]
-            if not found:
+            if not found:  # metrics-server names a pod "namespace/name" here
+                shown = f"{namespace}/{name}" if namespace else name
                 raise errors.NotFound(
-                    f'{res.plural}.{res.group} "{name}" not found',
-                    details={"name": name, "group": res.group, "kind": res.plural},
+                    f'{res.plural}.{res.group} "{shown}" not found',
+                    details={"name": shown, "group": res.group, "kind": res.plural},
                 )
             return respond(found[0])
         for item in items:  # list items of a built-in-like API carry no apiVersion/kind

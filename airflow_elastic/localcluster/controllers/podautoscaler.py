@@ -126,7 +126,6 @@ class HorizontalPodAutoscalerController(Controller):
         condition("AbleToScale", True, "SucceededGetScale", GOT_SCALE)
         low, high = int(spec.get("minReplicas") or 1), int(spec["maxReplicas"])
         behavior = spec.get("behavior")
-        memory.downscale_window = calc.DOWNSCALE_STABILIZATION
         metric_statuses: list[Obj] = list(status.get("currentMetrics") or [])
         desired, reason, rescale = 0, "", True
         if current == 0 and low != 0:
@@ -138,11 +137,11 @@ class HorizontalPodAutoscalerController(Controller):
             desired, reason = low, "Current number of replicas below Spec.MinReplicas"
         else:
             proposal, metric_name, metric_statuses, failures = self._compute(hpa, scale, current, now)
+            for kind, message in failures:  # each failing metric, even when another one gives a size
+                condition("ScalingActive", False, kind, NO_COUNT + message)
+                self.recorder.record(hpa, "Warning", kind, message, COMPONENT)
             if proposal < 0:
                 status.update(currentReplicas=current, currentMetrics=metric_statuses or None, conditions=conditions)
-                for kind, message in failures:
-                    condition("ScalingActive", False, kind, NO_COUNT + message)
-                    self.recorder.record(hpa, "Warning", kind, message, COMPONENT)
                 self._write(hpa, {k: v for k, v in {**status, "conditions": conditions}.items() if v is not None})
                 return
             condition("ScalingActive", True, "ValidMetricFound", VALID + metric_name)
