@@ -49,20 +49,30 @@ class PodUsage:
     containers: tuple[ContainerUsage, ...]
 
 
-def measure(pid: int) -> tuple[float, int] | None:
+def process_tree() -> dict[int, list[int]]:
+    """Children of every process (one pass over the process table per scrape)."""
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"] or 0, []).append(proc.pid)
+    return children
+
+
+def measure(pid: int, children: dict[int, list[int]]) -> tuple[float, int] | None:
     """CPU seconds and resident bytes of ``pid`` and its descendants (None once the main process is gone)."""
-    try:
-        root = psutil.Process(pid)
-        members = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    cpu, memory = 0.0, 0
-    for proc in members:
-        with contextlib.suppress(psutil.Error):
+    pids, cpu, memory = [pid], 0.0, 0
+    for current in pids:
+        pids.extend(children.get(current, ()))
+    for member in pids:
+        try:
+            proc = psutil.Process(member)
             times = proc.cpu_times()
-            reaped = getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)  # Linux only
-            cpu += times.user + times.system + reaped
             memory += proc.memory_info().rss
+        except psutil.Error:
+            if member == pid:
+                return None
+            continue
+        reaped = getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)  # Linux only
+        cpu += times.user + times.system + reaped
     return cpu, memory
 
 
@@ -111,12 +121,12 @@ class Scraper:
 
     def scrape(self) -> None:
         """One round over the running containers of every pod worker."""
-        now = datetime.now(UTC)
+        now, tree = datetime.now(UTC), process_tree()
         fresh: dict[str, tuple[dict[str, Sample], dict[str, Sample]]] = {}
         for worker in list(self.kubelet.workers.values()):
             latest = {}
             for name, running in list(worker.running.items()):
-                measured = measure(running.proc.pid)
+                measured = measure(running.proc.pid, tree)
                 if measured is not None:
                     latest[name] = Sample(measured[0], measured[1], now)
             if latest:
