@@ -133,6 +133,7 @@ def test_failures_are_conditions_and_events():
     active = next(c for c in hpa["status"]["conditions"] if c["type"] == "ScalingActive")
     assert (active["status"], active["reason"]) == ("False", "FailedGetResourceMetric")
     assert "no pods returned by selector" in active["message"] and replicas(store) == 2
+    assert hpa["status"]["desiredReplicas"] == 0  # never omitted: the Go field has no omitempty, clients require it
     store.delete(DEPLOYMENTS, NS, "web")
     hpa = sync(store, controller, Recommender())
     able = next(c for c in hpa["status"]["conditions"] if c["type"] == "AbleToScale")

@@ -283,6 +283,7 @@ class HorizontalPodAutoscalerController(Controller):
         )
 
     def _write(self, hpa: Obj, status: Obj) -> None:
+        status.setdefault("desiredReplicas", 0)  # not omitempty in the Go type: clients require it
         if status == (hpa.get("status") or {}):
             return
         meta = hpa["metadata"]
