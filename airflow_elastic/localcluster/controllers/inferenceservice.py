@@ -189,7 +189,8 @@ class InferenceServiceController(Controller):
             status["clusterServingRuntimeName"] = runtime
         meta = deployment["metadata"]
         if objects.wants_hpa(isvc) and (current := self.store.find(DEPLOYMENTS, meta["namespace"], meta["name"])):
-            # upstream writes no replicas with an HPA, so an update keeps the size the HPA chose
+            # KServe's checkDeploymentExist ignores replicas and Reconcile patches them out (deployment_reconciler.go,
+            # "to avoid the conflict between HPA and Deployment"): an update keeps the size the HPA chose
             deployment["spec"]["replicas"] = current["spec"].get("replicas", deployment["spec"]["replicas"])
         deployment = self._apply(DEPLOYMENTS, deployment)
         self._apply(SERVICES, objects.service(isvc, deployment["spec"]["template"]["spec"]))
