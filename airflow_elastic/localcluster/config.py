@@ -45,11 +45,16 @@ class ClusterConfig:
             for containers that rely on their image's entrypoint.
         strict_images: an image that is neither mapped nor runnable without an entrypoint fails with
             ``ErrImagePull`` (default: the container's own command runs whatever the image).
+        metric_resolution_seconds: how often the kubelet samples its pods' CPU and memory for ``metrics.k8s.io``
+            (metrics-server's ``--metric-resolution``, 15 s); the CPU rate is over this window.
+        hpa_sync_seconds: the HPA controller's sync period (``--horizontal-pod-autoscaler-sync-period``, 15 s).
     """
 
     pools: tuple[NodePool, ...] = DEFAULT_POOLS
     image_map: dict[str, list[str]] = field(default_factory=dict)
     strict_images: bool = False
+    metric_resolution_seconds: float = 15.0
+    hpa_sync_seconds: float = 15.0
 
 
 def pod_dir(state_dir: Path, namespace: str, name: str, uid: str) -> Path:

@@ -248,6 +248,12 @@ ALL: tuple[Resource, ...] = (
 )
 BY_KEY = {r.key: r for r in ALL}
 
+#: The resource metrics API (``api/metrics.py``): computed from the kubelet's measurements, never stored, so not in
+#: :data:`ALL`; discovery lists them (``kubectl top`` looks for the group there).
+PODMETRICS = Resource("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", verbs=("get", "list"))
+NODEMETRICS = Resource("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", namespaced=False, verbs=("get", "list"))
+COMPUTED: tuple[Resource, ...] = (PODMETRICS, NODEMETRICS)
+
 
 def lookup(group: str, version: str, plural: str) -> Resource | None:
     for r in ALL:

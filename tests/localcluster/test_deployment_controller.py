@@ -344,7 +344,7 @@ def test_hpa_is_recorded_with_defaults_and_printed(api_client, kubectl, namespac
         },
     }
     created = autoscaling.create_namespaced_horizontal_pod_autoscaler(namespace, body)
-    assert created.spec.min_replicas == 1 and created.status is None  # recorded, not actuated
+    assert created.spec.min_replicas == 1 and created.status is None  # the controller writes it when it syncs
     table = kubectl("get", "hpa", "-n", namespace).stdout.splitlines()
     assert table[0].split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
     assert table[1].split()[:7] == ["echo", "Deployment/echo", "cpu:", "<unknown>/70%", "1", "4", "0"]

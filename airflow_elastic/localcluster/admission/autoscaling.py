@@ -1,7 +1,7 @@
 """autoscaling/v2 HorizontalPodAutoscaler defaulting (``pkg/apis/autoscaling/v2/defaults.go``) and validation
 (``pkg/apis/autoscaling/validation/validation.go``: ``ValidateHorizontalPodAutoscalerSpec``,
-``ValidateCrossVersionObjectReference``, ``validateMetricSpec``). HPAs are recorded, not actuated: no
-controller computes replicas from metrics here."""
+``ValidateCrossVersionObjectReference``, ``validateMetricSpec``). The HPA controller (``controllers/podautoscaler.py``)
+acts on them."""
 
 from __future__ import annotations
 

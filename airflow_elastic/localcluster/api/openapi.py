@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_elastic import schemas
 from airflow_elastic.localcluster.api import apitypes
-from airflow_elastic.localcluster.resources import ALL, Resource
+from airflow_elastic.localcluster.resources import ALL, COMPUTED, Resource
 
 KUBERNETES_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-airflow-elastic-local", "platform": "local"}
 
@@ -32,7 +32,7 @@ _SUBRESOURCE_KINDS = {"eviction": ("policy", "v1", "Eviction"), "scale": ("autos
 def groups() -> dict[str, list[str]]:
     """API groups (``""`` is the core group) and their versions."""
     found: dict[str, list[str]] = {}
-    for res in ALL:
+    for res in ALL + COMPUTED:
         versions = found.setdefault(res.group, [])
         if res.version not in versions:
             versions.append(res.version)
@@ -65,7 +65,7 @@ def api_group(name: str) -> dict[str, Any] | None:
 
 
 def resource_list(group: str, version: str) -> dict[str, Any] | None:
-    served = [r for r in ALL if (r.group, r.version) == (group, version)]
+    served = [r for r in ALL + COMPUTED if (r.group, r.version) == (group, version)]
     if not served:
         return None
     entries: list[dict[str, Any]] = []
@@ -193,7 +193,9 @@ def root_document() -> dict[str, Any]:
     paths = {}
     for group, versions in groups().items():
         for version in versions:
-            body = document(group, version) or b""
+            body = document(group, version)
+            if body is None:
+                continue  # the metrics API publishes no OpenAPI document here
             path = _doc_path(group, version)
             digest = hashlib.sha512(body).hexdigest()[:32].upper()
             paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}

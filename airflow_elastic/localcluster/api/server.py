@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import handlers, openapi, proxy, scale, streams
+from airflow_elastic.localcluster.api import handlers, metrics, openapi, proxy, scale, streams
 from airflow_elastic.localcluster.api.handlers import Target, respond
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.components import install
@@ -26,6 +26,7 @@ from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
 from airflow_elastic.localcluster.faults.injector import PREFIXES as FAULT_PATHS
 from airflow_elastic.localcluster.faults.injector import Faults
+from airflow_elastic.localcluster.kubelet import Kubelet
 from airflow_elastic.localcluster.resources import PODS, lookup
 from airflow_elastic.localcluster.store import Store
 
@@ -129,6 +130,9 @@ class ApiServer:
             clock=self.clock,
         )
         self.faults = Faults(self)
+        kubelet = next(c for c in self.manager.controllers if isinstance(c, Kubelet))
+        assert kubelet.stats is not None
+        self.metrics = metrics.MetricsApi(self.store, kubelet.stats)
         self.service_proxy = proxy.ServiceProxy(self.store)
         self.requests = RequestLog()
         self.address = "127.0.0.1:0"
@@ -137,6 +141,7 @@ class ApiServer:
 
     async def start(self) -> None:
         self.manager.start()
+        self.metrics.scraper.start()
 
     async def stop(self) -> None:
         """Stop controllers (their shutdown hooks first), end watches and close the store."""
@@ -207,6 +212,17 @@ class ApiServer:
             return respond(self.clock.handle(request.method, body if isinstance(body, dict) else {}))
         if (proxied := proxy.parse(path)) is not None:
             return await self._proxy(request, proxied)
+        if (measured := metrics.parse(path)) is not None:
+            plural, namespace, name = measured
+            audit = request["audit"]
+            resource = f"{plural}.metrics.k8s.io"
+            audit |= {
+                "verb": "get" if name else "list",
+                "resource": resource,
+                "namespace": namespace or "",
+                "name": name or "",
+            }
+            return await self.faults.api.serve(request, audit, lambda: self._metrics(request, measured))
         target = parse_target(path)
         if target is None:
             return self._non_resource(request, path.rstrip("/") or "/")
@@ -231,6 +247,9 @@ class ApiServer:
             "name": target.service_id,
         }
         return await self.faults.api.serve(request, audit, lambda: self.service_proxy.serve(request, target))
+
+    async def _metrics(self, request: web.Request, measured: tuple[str, str | None, str | None]) -> web.StreamResponse:
+        return self.metrics.serve(request, *measured)
 
     async def _resource(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
         store, sub = self.store, target.subresource

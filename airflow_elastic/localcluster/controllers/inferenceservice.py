@@ -7,8 +7,8 @@ the finalizer ``inferenceservice.finalizers``, refuse Knative (no Knative Servin
 (``components/predictor.go``), then the status (:mod:`.isvcstatus`) and ``updateStatus``'s Ready/NotReady events.
 No Ingress is written (``disableIngressCreation``): ``IngressReady`` is True as upstream sets it then. Canaries:
 :mod:`.isvccanary`; ``serving.kserve.io/stop: "true"`` deletes the predictor's objects until it is removed. Not
-implemented: transformers, explainers, ModelMesh. The HPA is recorded, not actuated. Children are garbage-collected
-through their owner reference.
+implemented: transformers, explainers, ModelMesh. The HPA controller (:mod:`.podautoscaler`) sizes the predictor.
+Children are garbage-collected through their owner reference.
 """
 
 from __future__ import annotations
@@ -187,6 +187,11 @@ class InferenceServiceController(Controller):
         self._reconcile_canaries(isvc, status)  # first, as upstream: canary status is fresh for the stable one
         if runtime := objects.runtime_name(isvc):
             status["clusterServingRuntimeName"] = runtime
+        meta = deployment["metadata"]
+        if objects.wants_hpa(isvc) and (current := self.store.find(DEPLOYMENTS, meta["namespace"], meta["name"])):
+            # KServe's checkDeploymentExist ignores replicas and Reconcile patches them out (deployment_reconciler.go,
+            # "to avoid the conflict between HPA and Deployment"): an update keeps the size the HPA chose
+            deployment["spec"]["replicas"] = current["spec"].get("replicas", deployment["spec"]["replicas"])
         deployment = self._apply(DEPLOYMENTS, deployment)
         self._apply(SERVICES, objects.service(isvc, deployment["spec"]["template"]["spec"]))
         name, namespace = deployment["metadata"]["name"], deployment["metadata"]["namespace"]

@@ -8,8 +8,8 @@ Upstream (kserve/kserve): ``pkg/controller/v1beta1/inferenceservice/components/p
 
 Two local choices: a ``model`` predictor of format ``pytorch`` runs on a built-in serving runtime (:data:`RUNTIMES`,
 the stand-in for KServe's ClusterServingRuntime selection; other formats find no runtime), and the Deployment's
-``replicas`` is written as ``max(minReplicas, 1)``, since the HPA is recorded but not actuated (upstream leaves
-``replicas`` to the HPA, which raises it to ``minReplicas``).
+``replicas`` is written as ``max(minReplicas, 1)`` at creation (upstream leaves ``replicas`` to the HPA, which raises
+it to ``minReplicas``); afterwards the controller keeps the size the HPA set.
 """
 
 from __future__ import annotations

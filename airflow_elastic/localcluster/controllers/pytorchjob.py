@@ -12,7 +12,7 @@ the job anyway), and a Master's success ends the job whatever its workers do (wi
 keep running). Differing on purpose: upstream's ``AddAfter`` for the active deadline is a no-op on that fake
 queue (the deadline is seen at the next event); here the job is looked at again when the deadline is due.
 Not implemented: gang scheduling (``schedulingPolicy``). The HPA of ``elasticPolicy.metrics`` is written as upstream
-writes it; the local cluster records HPAs without acting on metrics.
+writes it; the HPA controller scales the job's Workers through its scale subresource.
 """
 
 from __future__ import annotations

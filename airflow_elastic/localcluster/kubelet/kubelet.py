@@ -16,6 +16,7 @@ from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Controller, Key
 from airflow_elastic.localcluster.controllers.nodes import HOST_IP, node_names
 from airflow_elastic.localcluster.events import Recorder
+from airflow_elastic.localcluster.kubelet.stats import Scraper
 from airflow_elastic.localcluster.kubelet.status import TERMINAL, ContainerRecord, build_status
 from airflow_elastic.localcluster.kubelet.worker import PodWorker
 from airflow_elastic.localcluster.network import Network
@@ -59,6 +60,7 @@ class Kubelet(Controller):
         self.api_address = api_address
         self.nodes = set(node_names(config))
         self.workers: dict[Key, PodWorker] = {}
+        self.stats: Scraper | None = None  # the metrics scraper, set by components.install
         self._tasks: set[asyncio.Task[Any]] = set()
         self.watches = {PODS.key: self._our_pod}
         store.add_listener(self._on_change)
@@ -254,6 +256,8 @@ class Kubelet(Controller):
     async def shutdown(self) -> None:
         """Stop every process (SIGTERM, SIGKILL after ``shutdown_grace``) without touching pod statuses: the
         next run of the cluster reports still-running pods as failed by the restart, as after a crash."""
+        if self.stats is not None:
+            await self.stats.stop()
         workers = list(self.workers.values())
         for worker in workers:
             worker.silent = True
