@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.jobset import JobSetHook
-    from airflow_elastic.operators.identity import TaskIdentity
+    from airflow_elastic.operators.identity import StateStore, TaskIdentity
     from airflow_elastic.stages import StageEvent
 
 #: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``, plus ``result``
@@ -148,7 +148,7 @@ class BatchStageOperator(BaseOperator):
         hook = self.hook()
         namespace = self.namespace or hook.get_namespace() or "default"
         identity = TaskIdentity.from_ti(context["ti"])
-        store = context["task_state_store"]
+        store: StateStore = context["task_state_store"]
         record = store.get(STATE_KEY)
         done = reruns.kept_result(record, context)
         if done is not None:
@@ -156,7 +156,7 @@ class BatchStageOperator(BaseOperator):
                 "Job %s/%s of this task instance already succeeded in try %s: returning its result (no new Job)",
                 done["namespace"],
                 done["name"],
-                record["finished_by"]["try_number"],  # type: ignore[index]
+                record["finished_by"]["try_number"],
             )
             context["ti"].xcom_push(key="job_name", value=done["name"])
             context["ti"].xcom_push(key="job_namespace", value=done["namespace"])
@@ -297,7 +297,7 @@ class BatchStageOperator(BaseOperator):
         self._current = (verdict.namespace, verdict.name)
         hook = self.hook()
         if verdict.status == "error":
-            store = context["task_state_store"]
+            store: StateStore = context["task_state_store"]
             redefers = int(store.get(_REDEFER_KEY) or 0)
             if redefers < MAX_REDEFERS and self._active(hook, verdict.namespace, verdict.name):
                 store.set(_REDEFER_KEY, redefers + 1)

@@ -266,7 +266,7 @@ class Attempts:
         from airflow_elastic.operators import attempts
         from airflow_elastic.operators.reruns import kept_result
 
-        store = context["task_state_store"]
+        store: ident.StateStore = context["task_state_store"]
         kept = store.get(RESULT_KEY)
         if not attempts.History.load(store).finished or kept_result(kept, context) is None:
             return None
@@ -382,7 +382,7 @@ class Attempts:
         self.delete(hook, submission, why)
         self._log_attempts(history)
         self._advise(history)
-        info = {"reason": why, "name": submission.name, "namespace": submission.namespace}
+        info: dict[str, Any] = {"reason": why, "name": submission.name, "namespace": submission.namespace}
         info |= {**attempts.summary(history), "attempts": history.attempts}
         if self.on_budget_exhausted is not None:
             self.on_budget_exhausted(context, info)

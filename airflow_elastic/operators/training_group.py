@@ -14,6 +14,7 @@ kubectl at). Give the connection an explicit kubeconfig (``AIRFLOW_CONN_LOCAL_CL
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -362,14 +363,20 @@ class TrainingGroupOperator(BaseOperator):
         if self._run_group is not None:
             from airflow_elastic import render
 
-            run = {"name": name, "namespace": namespace, "labels": labels}
+            run_group = group or self._run_group
             if self.backend == "trainjob":
                 kind = self._runtime_kind or "ClusterTrainingRuntime"  # found before the create; a guess for the UI
-                return render.render_trainjob(group or self._run_group, **run, runtime=self.runtime, runtime_kind=kind)
-            ttl = {"ttl_seconds_after_finished": self.ttl_seconds_after_finished}
+                return render.render_trainjob(
+                    run_group, name=name, namespace=namespace, labels=labels, runtime=self.runtime, runtime_kind=kind
+                )
+            ttl = self.ttl_seconds_after_finished
             if self.backend == "pytorchjob":
-                return render.render_pytorchjob(group or self._run_group, **run, **ttl)
-            return render.render_jobset(group or self._run_group, **run, **ttl)
+                return render.render_pytorchjob(
+                    run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
+                )
+            return render.render_jobset(
+                run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
+            )
         from airflow_elastic.render import manifest as user_manifest
 
         return user_manifest.for_run(
@@ -452,7 +459,9 @@ class TrainingGroupOperator(BaseOperator):
                 identity,
                 base=self._base_name,
                 namespace=namespace,
-                build=lambda name, i=identity, h=history: self._attempts.attempt_manifest(name, namespace, i, h),
+                build=functools.partial(
+                    self._attempts.attempt_manifest, namespace=namespace, identity=identity, history=history
+                ),
                 log=self.log,
                 kind=self._kind,
             )
@@ -552,7 +561,7 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         self._prepare(context)
-        store = context["task_state_store"]
+        store: ident.StateStore = context["task_state_store"]
         submission = ident.recorded(store)
         verdict = GroupEvent.from_payload(event)
         replay(self.log, event.get(OUTPUT_KEY), f"{self._kind} {verdict.namespace}/{verdict.name}")

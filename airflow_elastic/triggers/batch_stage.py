@@ -166,7 +166,9 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                 if stages.finished(job):
                     pods = await self._pods()
                     await self._logs.follow(_failed(job), final=True)
-                    return stages.verdict(job, pods or [], stage=self.stage)
+                    verdict = stages.verdict(job, pods or [], stage=self.stage)
+                    if verdict is not None:  # always: the Job finished
+                        return verdict
                 await self._logs.follow(_failed(job))
                 if self.deadline is not None and time.time() > self.deadline:
                     return self._event("timeout", "execution_timeout reached")

@@ -87,7 +87,8 @@ async def first_snapshot(subscriptions: list[Subscription], timeout: float | Non
         for wait in waits:
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
-    found = [w.result() for w in waits if not w.cancelled() and w.exception() is None and w.result() is not None]
+    delivered = [w.result() for w in waits if not w.cancelled() and w.exception() is None]
+    found = [snapshot for snapshot in delivered if snapshot is not None]
     return max(found, key=lambda snapshot: snapshot.started, default=None)
 
 
