@@ -294,7 +294,8 @@ def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[st
     by_attempt: dict[int, list[Mapping[str, Any]]] = {}
     for record in records:
         by_attempt.setdefault(int(record.get("attempt", 0)), []).append(record)
-    return {attempt: decisive(found) for attempt, found in sorted(by_attempt.items())}  # type: ignore[misc]
+    # Every attempt listed has records, so each has a decisive one.
+    return {attempt: chosen for attempt, found in sorted(by_attempt.items()) if (chosen := decisive(found)) is not None}
 
 
 def describe(record: Mapping[str, Any]) -> str:

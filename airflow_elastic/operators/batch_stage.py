@@ -190,8 +190,8 @@ class BatchStageOperator(BaseOperator):
         for _ in range(MAX_EPOCH_STEPS):
             name = identity.name(stage.name, epoch)
             job = _get(hook, namespace, name)
-            recorded = bool(record) and record["name"] == name  # type: ignore[index]
-            closed = recorded and bool(record.get("closed"))  # type: ignore[union-attr]
+            recorded = record is not None and record["name"] == name  # a kept record always has a name
+            closed = record is not None and recorded and bool(record.get("closed"))
             decision = stages.adoption(
                 job, owned=job is not None and identity.owns(job), recorded=recorded, closed=closed
             )

@@ -192,8 +192,10 @@ class InferenceServiceOperator(_ServingOperator):
             return None
         from airflow_elastic.rollout_knative import Knative, latest_created
 
-        recorded = retried is not None and "revision_before" in retried
-        before = str(retried["revision_before"] or "") if recorded else latest_created(current)  # type: ignore[index]
+        if retried is not None and "revision_before" in retried:
+            before = str(retried["revision_before"] or "")
+        else:
+            before = latest_created(current)
         return Knative(before, 100 if predictor.canary_percent is None else predictor.canary_percent)
 
     def _write(

@@ -204,8 +204,8 @@ class TrainingGroupOperator(BaseOperator):
             )
         roles = [r.name for r in group.roles] if group is not None else None
         for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
-            if role is not None and roles is not None and role not in roles:
-                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))  # type: ignore[union-attr]
+            if role is not None and group is not None and roles is not None and role not in roles:
+                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))
         if problems:
             raise SpecError(problems)
         if backend != "jobset" and group is not None:  # what the backend cannot express, refused while parsing
