@@ -157,9 +157,10 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         self._fired = False
         self._views = {int(t["number"]): self._view(t) for t in self.trials}
         # The trials are judged on the same looks: one outage for all (logged once, ending them together).
-        shared = next(iter(self._views.values()))._watch.outage if self._views else None
-        for view in self._views.values():
-            view._watch.outage = shared  # type: ignore[assignment]
+        if self._views:
+            shared = next(iter(self._views.values()))._watch.outage
+            for view in self._views.values():
+                view._watch.outage = shared
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""

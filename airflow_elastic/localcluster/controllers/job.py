@@ -281,9 +281,9 @@ class JobController(Controller):
             success = ("CompletionsReached", COMPLETIONS_MESSAGE)
 
         # 3. Act: finish, suspend, or keep the wanted number of pods running.
-        if failure or success:
+        if outcome := failure or success:
             kind = "FailureTarget" if failure else "SuccessCriteriaMet"
-            reason, message = failure or success  # type: ignore[misc]
+            reason, message = outcome
             _set_condition(status, kind, "True", reason, message)
             for pod in active:
                 self._delete_pod(job, pod)
