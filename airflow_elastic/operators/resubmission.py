@@ -140,11 +140,12 @@ class Attempts:
         A storage without a backend raises; a listing that fails (network, permissions) is logged and gives
         ``None``, as for a group that has not checkpointed yet."""
         storage = self.checkpoint_storage()
-        if storage is None:
+        checkpoint = self.group.checkpoint if self.group is not None else None
+        if storage is None or checkpoint is None:  # both None together: a group without checkpoints
             return None
         from airflow_elastic import checkpoints
 
-        uri = self.group.checkpoint.uri  # type: ignore[union-attr]
+        uri = checkpoint.uri
         try:
             return checkpoints.latest_complete(storage, uri)
         except (OSError, ValueError) as error:

@@ -285,19 +285,19 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.templating import render_group
 
         if self.group is not None:
-            group = self._trial_group(context) if self.trial_params is not None else self.group
+            group = self._trial_group(context, self.group) if self.trial_params is not None else self.group
             self._run_group = render_group(group, lambda value: self.render_template(value, context))
         else:
             self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
 
-    def _trial_group(self, context: Context) -> TrainingGroup:
-        """The group as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
+    def _trial_group(self, context: Context, group: TrainingGroup) -> TrainingGroup:
+        """``group`` as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
         from airflow_elastic.render.trial import trial_group
 
         if not isinstance(self.trial_params, Mapping):
             raise SpecError([("trial_params", f"must be a dict of parameters, got {self.trial_params!r:.200}")])
         number = max(getattr(context["ti"], "map_index", -1), 0) + 1
-        return trial_group(self.group, self.trial_params, number=number, sweep=self.task_id)  # type: ignore[arg-type]
+        return trial_group(group, self.trial_params, number=number, sweep=self.task_id)
 
     @property
     def _attempts(self) -> Attempts:
