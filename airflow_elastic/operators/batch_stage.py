@@ -198,6 +198,7 @@ class BatchStageOperator(BaseOperator):
             if decision == "adopt":
                 self.log.info("Adopted Job %s/%s of this task instance", namespace, name)
                 store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(job)})
+                # "adopt" and "next" are only decided for a Job that exists (stages.adoption).
                 return job  # type: ignore[return-value]
             if decision == "next":
                 why = stages.passed_over(job, owned=identity.owns(job))  # type: ignore[arg-type]

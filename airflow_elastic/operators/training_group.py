@@ -235,6 +235,7 @@ class TrainingGroupOperator(BaseOperator):
         self.max_gpu_hours = max_gpu_hours
         self.checkpoint_seconds = checkpoint_seconds
         self.settle_seconds = settle
+        # tolerance was checked above (a number or a timedelta, made seconds).
         self.api_outage_tolerance = float(tolerance)  # type: ignore[arg-type]
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
@@ -288,6 +289,7 @@ class TrainingGroupOperator(BaseOperator):
             group = self._trial_group(context, self.group) if self.trial_params is not None else self.group
             self._run_group = render_group(group, lambda value: self.render_template(value, context))
         else:
+            # __init__ requires jobset when group is None.
             self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
 
     def _trial_group(self, context: Context, group: TrainingGroup) -> TrainingGroup:
@@ -399,6 +401,7 @@ class TrainingGroupOperator(BaseOperator):
             return hook
         from airflow_elastic.operators.backend_io import BackendHook
 
+        # BackendHook answers every JobSetHook call (its own or the wrapped hook's, via __getattr__).
         return BackendHook(hook, self.backend, self._roles)  # type: ignore[return-value]
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -452,6 +455,7 @@ class TrainingGroupOperator(BaseOperator):
             history = attempts.History.load(context["task_state_store"])
             identity = ident.TaskIdentity.from_ti(context["ti"])
             if self.backend != "jobset":  # before anything is created: the CRD's version, the runtime
+                # For another backend, hook() returned a BackendHook, which has preflight.
                 self._runtime_kind = hook.preflight(namespace, self.runtime)  # type: ignore[attr-defined]
             submission = ident.submit(
                 hook,

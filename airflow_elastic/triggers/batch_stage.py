@@ -84,6 +84,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self._observer: JobSetObserver | None = None
         self._version = ""  # the resourceVersion of the Job being judged
         self._looked_at = float("inf")  # when the Job list being judged began (time.monotonic())
+        # LogFollower reads what both triggers have (namespace, log_role, log, hook), typed as the group trigger.
         self._logs = LogFollower(self, self._pods)  # type: ignore[arg-type]
         self._logs.logs = stages.StageLogFollow(self.stage)
 

@@ -198,6 +198,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
             **trial.get("watch", {}),
         )
         number = int(trial["number"])
+        # TrialLog is a logger's stand-in (the calls the view makes), prefixing the trial.
         view._log = TrialLog(self.log, number)  # type: ignore[assignment]
         view._logs.on_line = lambda line: self._line(number, line)
         for uid, (second, nanos, lines) in (trial.get("logs") or {}).items():  # shown by an earlier wait
