@@ -39,6 +39,7 @@ demo: $(STAMP) $(SERVING_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_elastic tests tools dags bench
 	$(BIN)/ruff format --check airflow_elastic tests tools dags bench
+	$(BIN)/mypy  # the package, as [tool.mypy] in pyproject.toml says (strict for the pure modules)
 
 # Two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one worker),
 # in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the machine
@@ -72,4 +73,4 @@ schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
-	rm -rf $(VENV) $(SERVING_VENV) dist build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SERVING_VENV) dist build .pytest_cache .ruff_cache .mypy_cache

@@ -225,7 +225,7 @@ def pytorchjob_pods(pods: Iterable[Obj], roles: Mapping[str, str]) -> list[Obj]:
     by_type = {kind.lower(): role for kind, role in _replica_roles(roles).items()}
     # The Master has exactly 1 replica (release-1.9 pytorchjob_webhook.go, validatePyTorchReplicaSpecs).
     offset = {"master": 0, "worker": int(by_type.get("worker") == by_type.get("master"))}
-    out = []
+    out: list[Obj] = []
     for pod in pods:
         labels = _meta(pod).get("labels") or {}
         kind = str(labels.get(PTJ_REPLICA_TYPE_LABEL, "")).lower()

@@ -225,17 +225,20 @@ class Facts:
         return False
 
     def disruption_reason(self) -> str:
-        return (self.disruption or {}).get("reason", "")
+        reason: str = (self.disruption or {}).get("reason", "")
+        return reason
 
     def disruption_message(self) -> str:
-        return (self.disruption or {}).get("message", "")
+        message: str = (self.disruption or {}).get("message", "")
+        return message
 
     def event(self, reason: str, kind: str = "Pod") -> Obj | None:
         return next((e for e in self.events if e.get("reason") == reason and _kind(e) == kind), None)
 
 
 def _kind(event: Obj) -> str:
-    return (event.get("involvedObject") or {}).get("kind", "")
+    kind: str = (event.get("involvedObject") or {}).get("kind", "")
+    return kind
 
 
 def _time(stamp: str | None) -> datetime | None:

@@ -248,7 +248,7 @@ class Evidence:
             where = slot(pod)
             if where not in self._waiting or _uid(pod) in self.done or _phase(pod) not in RUNS:
                 continue
-            for record in self._waiting.pop(where):  # type: ignore[arg-type]
+            for record in self._waiting.pop(where):
                 record |= {"absorbed": True, "replaced_by": (pod.get("metadata") or {}).get("name", "")}
                 found.append(record)
         kept = [{k: r.get(k) for k in ABSORBED_KEYS} for r in found]
@@ -285,7 +285,8 @@ def _ranked(records: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     collateral = [r for r in records if r.get("cause") in COLLATERAL_CAUSES]
     vague = [r for r in records if r.get("cause") in VAGUE_CAUSES]
     specific = [r for r in records if r.get("cause") not in VAGUE_CAUSES | COLLATERAL_CAUSES]
-    return (specific or vague or collateral or [None])[0]
+    ranked = specific or vague or collateral
+    return ranked[0] if ranked else None
 
 
 def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
@@ -293,7 +294,8 @@ def attempt_causes(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[st
     by_attempt: dict[int, list[Mapping[str, Any]]] = {}
     for record in records:
         by_attempt.setdefault(int(record.get("attempt", 0)), []).append(record)
-    return {attempt: decisive(found) for attempt, found in sorted(by_attempt.items())}  # type: ignore[misc]
+    # Every attempt listed has records, so each has a decisive one.
+    return {attempt: chosen for attempt, found in sorted(by_attempt.items()) if (chosen := decisive(found)) is not None}
 
 
 def describe(record: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ progress deadline passed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
@@ -121,6 +121,7 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[str, int, str] | None:
 
 def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]:
     """The status condition of type ``kind`` (``{}`` when absent)."""
+    c: Mapping[str, Any]
     for c in ((obj or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == kind:
             return c
@@ -185,7 +186,9 @@ def judge(
     return _progress(isvc, deployment, event)
 
 
-def _progress(isvc: Mapping[str, Any], deployment: Mapping[str, Any], event: Any) -> RolloutEvent:
+def _progress(
+    isvc: Mapping[str, Any], deployment: Mapping[str, Any], event: Callable[..., RolloutEvent]
+) -> RolloutEvent:
     """``serving`` when every freshness rule holds, else ``waiting`` naming the first that does not."""
     meta, status = deployment.get("metadata") or {}, deployment.get("status") or {}
     generation, observed = int(meta.get("generation") or 0), int(status.get("observedGeneration") or 0)
@@ -212,14 +215,14 @@ def _progress(isvc: Mapping[str, Any], deployment: Mapping[str, Any], event: Any
     return event("serving", replicas=available, url=str(url))
 
 
-def _blocked(isvc: Mapping[str, Any]) -> Any:
+def _blocked(isvc: Mapping[str, Any]) -> Callable[[Callable[..., RolloutEvent]], RolloutEvent] | None:
     """KServe's own verdict ``BlockedByFailedLoad`` (``lastFailureInfo``), as an event maker, or ``None``."""
     model = (isvc.get("status") or {}).get("modelStatus") or {}
     if model.get("transitionStatus") != "BlockedByFailedLoad":
         return None
     info = model.get("lastFailureInfo") or {}
 
-    def make(event: Any) -> RolloutEvent:
+    def make(event: Callable[..., RolloutEvent]) -> RolloutEvent:
         code = info.get("exitCode")
         return event(
             "failed",

@@ -68,7 +68,7 @@ def judge_knative(
         return event("failed", str(ready.get("reason") or "RevisionFailed"), str(ready.get("message") or ""))
     predictor = predictor_status(isvc)
     created, latest_ready = latest_created(isvc), str(predictor.get("latestReadyRevision") or "")
-    traffic = next((t for t in predictor.get("traffic") or [] if t.get("latestRevision")), {})
+    traffic: Mapping[str, Any] = next((t for t in predictor.get("traffic") or [] if t.get("latestRevision")), {})
     first = not revision_before
     waits = (
         (created in ("", revision_before), f"Knative has not created a revision after {revision_before or 'none'}"),

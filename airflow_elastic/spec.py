@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 __all__ = [
     "Checkpointing",
@@ -46,8 +46,8 @@ def _copy(value: Any) -> Any:
 class _Spec:
     """Shared freezing of list/dict fields for the spec dataclasses."""
 
-    _tuples: tuple[str, ...] = ()
-    _dicts: tuple[str, ...] = ()
+    _tuples: ClassVar[tuple[str, ...]] = ()
+    _dicts: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         for name in self._tuples:
@@ -248,7 +248,7 @@ class TrainingGroup(_Spec):
     coordinator_port: int = 29500
 
     _tuples = ("roles",)
-    _dicts = ("env", "pod_overrides")
+    _dicts: ClassVar[tuple[str, ...]] = ("env", "pod_overrides")  # TrialGroup adds one
 
     def __post_init__(self) -> None:
         super().__post_init__()

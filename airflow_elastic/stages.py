@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat, SupportsIndex
 
 from airflow_elastic.logfollow import LogFollow, LogTarget
 from airflow_elastic.render.job import COMPLETION_INDEX
@@ -73,10 +73,12 @@ def deadline_seconds(value: object) -> float | None:
     """
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    try:
-        seconds = float(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        seconds = None
+    seconds: float | None = None
+    if not isinstance(value, bool) and isinstance(value, str | bytes | SupportsFloat | SupportsIndex):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = None
     if seconds is None or seconds < 0 or seconds != seconds:
         raise ValueError(f"starting_deadline must be seconds >= 0, got {value!r}")
     return seconds

@@ -272,21 +272,25 @@ class BelowMin:
         )
 
 
+#: What a wait ended with (:attr:`GroupEvent.status`).
+EventStatus = Literal[
+    "succeeded",
+    "failed",
+    "missing",
+    "timeout",
+    "startup_timeout",
+    "suspend_timeout",
+    "preemption_budget_exhausted",
+    "elastic_below_min",
+    "error",
+]
+
+
 @dataclass(frozen=True)
 class GroupEvent:
     """The one event a trigger yields: primitives only, serialised in one place (:meth:`to_payload`)."""
 
-    status: Literal[
-        "succeeded",
-        "failed",
-        "missing",
-        "timeout",
-        "startup_timeout",
-        "suspend_timeout",
-        "preemption_budget_exhausted",
-        "elastic_below_min",
-        "error",
-    ]
+    status: EventStatus
     name: str
     namespace: str
     message: str = ""

@@ -118,7 +118,7 @@ def event_payload(payload: Mapping[str, Any], output: Mapping[str, Any] | None, 
     return Summarized(full, summary(str(payload.get("status")), what, str(payload.get("message") or ""), output))
 
 
-class Summarized(dict):  # type: ignore[type-arg]
+class Summarized(dict[str, Any]):
     """An event payload, a plain ``dict`` to every serializer, whose repr is the one line ``summary``."""
 
     def __init__(self, payload: Mapping[str, Any], summary: str) -> None:

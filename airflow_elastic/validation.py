@@ -591,7 +591,7 @@ def _coordinator_port(group: TrainingGroup) -> Iterator[Problem]:
         yield "coordinator_port", f"must be a TCP port (1-65535), got {port!r}"
 
 
-def _unknown(path: str, given: Mapping, kind: str) -> Iterator[Problem]:
+def _unknown(path: str, given: Mapping[str, Any], kind: str) -> Iterator[Problem]:
     known = schemas.core_v1_fields(kind)
     for key in given:
         if key not in known:

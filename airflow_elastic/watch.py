@@ -28,6 +28,7 @@ from airflow_elastic.evidence import Evidence, Stop, attempt_causes, decisive, n
 from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 from airflow_elastic.state import (
     BelowMin,
+    EventStatus,
     GroupEvent,
     GroupStatus,
     group_status,
@@ -229,7 +230,7 @@ class Watch:
 
     def error(self, message: str) -> GroupEvent:
         """The verdict when the loop itself failed (an unexpected exception): ``error``, with the evidence so far."""
-        return self._end(Observation.tick(0.0), "error", message=message).verdict  # type: ignore[return-value]
+        return self._final_event("error", message=message)
 
     # ------------------------------------------------------------------------------------------ observe
 
@@ -430,12 +431,18 @@ class Watch:
     def _end(
         self,
         obs: Observation,
-        verdict: str,
+        verdict: EventStatus,
         jobset: Obj | None = None,
         status: GroupStatus | None = None,
         **fields: Any,
     ) -> Step:
         """The final :class:`Step`: a :class:`GroupEvent` with the group's counts and the evidence so far."""
+        event = self._final_event(verdict, jobset, status, **fields)
+        return Step(verdict=event, observation=obs, status=status)
+
+    def _final_event(
+        self, verdict: EventStatus, jobset: Obj | None = None, status: GroupStatus | None = None, **fields: Any
+    ) -> GroupEvent:
         uid = ((jobset or {}).get("metadata") or {}).get("uid") or self.uid
         if status is not None:
             fields = {
@@ -453,5 +460,4 @@ class Watch:
                 "spot_share": self.evidence.spot_share,
                 **fields,
             }
-        event = GroupEvent(verdict, self.name, self.namespace, uid=uid, **fields)  # type: ignore[arg-type]
-        return Step(verdict=event, observation=obs, status=status)
+        return GroupEvent(verdict, self.name, self.namespace, uid=uid, **fields)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from aiohttp import ClientError, ClientTimeout
+from aiohttp import ClientError, ClientResponse, ClientTimeout
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.providers.common.compat.connection import get_async_connection
 from airflow.sdk import BaseHook
@@ -68,6 +68,13 @@ def _translated(description: str) -> Iterator[None]:
         raise from_api_exception(exc, description) from exc
     except TRANSPORT_ERRORS as exc:
         raise unreachable(exc, description) from exc
+
+
+def _refused(response: ClientResponse, data: bytes) -> k8s.ApiException:
+    """The client's exception for a refused reply it did not read itself (``_preload_content=False``)."""
+    # kubernetes_asyncio's stub types ``http_resp`` as aiohttp's ClientResponse, but ApiException reads ``.data`` and
+    # ``.getheaders()``, which only its own RESTResponse wrapper has (the client passes that one too).
+    return k8s.ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
 
 
 class AsyncJobSetHook(BaseHook):
@@ -301,7 +308,7 @@ class AsyncJobSetHook(BaseHook):
                 )
                 try:
                     if not 200 <= response.status <= 299:
-                        refused = k8s.ApiException(http_resp=RESTResponse(response, await response.read()))
+                        refused = _refused(response, await response.read())
                         raise from_api_exception(refused, op.description)
                     while line := await response.content.readline():
                         if not line.strip():
@@ -354,7 +361,7 @@ class AsyncJobSetHook(BaseHook):
                 response = await api_client.call_api(**op.raw_request(), _request_timeout=timeout)
             try:
                 if not 200 <= response.status <= 299:
-                    refused = k8s.ApiException(http_resp=RESTResponse(response, await response.read()))
+                    refused = _refused(response, await response.read())
                     raise from_api_exception(refused, op.description)
                 with _translated(op.description):
                     while data := await response.content.read(LOG_STREAM_READ_BYTES):
@@ -403,7 +410,7 @@ class AsyncJobSetHook(BaseHook):
                 raise unreachable(exc, op.description) from exc
         if not 200 <= response.status <= 299:
             # Unlike the sync client, kubernetes_asyncio only checks the status when it preloads the reply.
-            raise from_api_exception(k8s.ApiException(http_resp=RESTResponse(response, data)), op.description)
+            raise from_api_exception(_refused(response, data), op.description)
         return data
 
     async def _run(self, op: ops.Operation) -> Any:

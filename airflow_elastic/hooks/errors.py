@@ -158,7 +158,7 @@ _BY_STATUS: dict[int, type[KubernetesApiError]] = {
 }
 
 
-def from_api_exception(exc: BaseException, operation: str = "") -> KubernetesApiError:
+def from_api_exception(exc: object, operation: str = "") -> KubernetesApiError:
     """Translate a Kubernetes client's ``ApiException`` into the narrow error for its status.
 
     Args:

@@ -19,10 +19,10 @@
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from airflow_elastic.hooks.errors import ApiUnreachable, KubernetesApiError, ServerError, Throttled, Unauthorized
 
@@ -102,6 +102,12 @@ class RetryPolicy:
         return ceiling / 2 + ceiling / 2 * rng()
 
 
+class WarningLog(Protocol):
+    """Where retries are told: a ``logging.Logger`` or a task's or hook's structured logger."""
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
+
 class Attempts:
     """The attempts of one request: counts them, and after each failure says what to do next (or re-raises).
 
@@ -111,7 +117,7 @@ class Attempts:
         log: where to say that a request is retried.
     """
 
-    def __init__(self, policy: RetryPolicy, *, repeatable: bool, log: logging.Logger) -> None:
+    def __init__(self, policy: RetryPolicy, *, repeatable: bool, log: WarningLog) -> None:
         self.policy = policy
         self.repeatable = repeatable
         self.log = log

@@ -105,7 +105,7 @@ def status(args: argparse.Namespace) -> int:
     nodes = cluster.get("/api/v1/nodes")["items"]
     pods = cluster.get("/api/v1/pods")["items"]
     jobsets = cluster.get("/apis/jobset.x-k8s.io/v1alpha2/jobsets")["items"]
-    print(f"url: {cluster.url}\nkubeconfig: {cluster.kubeconfig}\npid: {cluster.ready_info()['pid']}")
+    print(f"url: {cluster.url}\nkubeconfig: {cluster.kubeconfig}\npid: {(cluster.ready_info() or {}).get('pid')}")
     print(f"nodes: {len(nodes)} ({', '.join(n['metadata']['name'] for n in nodes)})")
     phases = Counter(p.get("status", {}).get("phase", "Unknown") for p in pods)
     print(f"pods: {len(pods)}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(phases.items()))})" if pods else ""))

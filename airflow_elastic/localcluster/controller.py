@@ -27,7 +27,7 @@ def own_key(obj: Obj) -> list[Key]:
     return [(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])]
 
 
-def owner_key(kind: str) -> Mapper:
+def owner_key(kind: str) -> Callable[[Obj], list[Key]]:
     """Map an object to the key of its controlling owner of ``kind``."""
 
     def mapper(obj: Obj) -> list[Key]:

@@ -43,7 +43,7 @@ def target_port(pod: Obj, service_port: Obj) -> int | None:
     """``podutil.FindPort``: a numeric targetPort as is, a named one from the pod's container ports (sidecars'
     too: init containers with ``restartPolicy: Always``)."""
     wanted = service_port.get("targetPort", service_port.get("port"))
-    if isinstance(wanted, int) or str(wanted).isdigit():
+    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.isdigit()):
         return int(wanted)
     spec = pod.get("spec") or {}
     sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]

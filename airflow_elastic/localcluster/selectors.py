@@ -33,6 +33,18 @@ def _split(selector: str) -> list[str]:
     return parts
 
 
+def _label_in(key: str, values: set[str], *, inside: bool) -> Matcher:
+    return lambda labels: (labels.get(key) in values) == inside
+
+
+def _label_equals(key: str, value: str, *, equal: bool) -> Matcher:
+    return lambda labels: (labels.get(key) == value) == equal
+
+
+def _label_exists(key: str, *, present: bool) -> Matcher:
+    return lambda labels: (key in labels) == present
+
+
 def parse_label_selector(selector: str | None) -> Matcher:
     """A matcher for a label selector string (``a=b,c!=d,e in (x,y),!f``)."""
     if not selector or not selector.strip():
@@ -41,19 +53,13 @@ def parse_label_selector(selector: str | None) -> Matcher:
     for part in _split(selector):
         if m := _SET.match(part):
             key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",") if v.strip()}
-            if op == "in":
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            tests.append(_label_in(key, values, inside=op == "in"))
         elif m := _EQ.match(part):
             key, op, value = m.groups()
-            if op == "!=":
-                tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            tests.append(_label_equals(key, value, equal=op != "!="))
         elif m := _EXISTS.match(part):
             negate, key = m.groups()
-            tests.append((lambda labels, k=key: k not in labels) if negate else (lambda labels, k=key: k in labels))
+            tests.append(_label_exists(key, present=not negate))
         else:
             raise BadRequest(f"unable to parse requirement: {part.strip()!r}")
     return lambda labels: all(t(labels) for t in tests)
@@ -107,6 +113,10 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
     return str(node)
 
 
+def _field_equals(path: str, value: str, *, equal: bool) -> Matcher:
+    return lambda obj: (field_value(obj, path) == value) == equal
+
+
 def parse_field_selector(selector: str | None, allowed: frozenset[str], kind: str) -> Matcher:
     """A matcher for a field selector; fields the real server does not support for ``kind`` give 400."""
     if not selector or not selector.strip():
@@ -119,8 +129,5 @@ def parse_field_selector(selector: str | None, allowed: frozenset[str], kind: st
         path, op, value = m.groups()
         if path not in allowed:
             raise BadRequest(f'"{path}" is not a known field selector: only "{", ".join(sorted(allowed))}"')
-        if op == "!=":
-            tests.append(lambda obj, p=path, v=value: field_value(obj, p) != v)
-        else:
-            tests.append(lambda obj, p=path, v=value: field_value(obj, p) == v)
+        tests.append(_field_equals(path, value, equal=op != "!="))
     return lambda obj: all(t(obj) for t in tests)

@@ -156,8 +156,9 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     kept = min(causes, default=0) if len(event.evidence) >= MAX_RECORDS else 0
     restarts = {str(k): (causes[k].get("cause") if k in causes else UNOBSERVED) for k in range(kept, event.restarts)}
     steps = [r["step"] for r in last if r.get("step") is not None]
-    if isinstance((event.metrics or {}).get("step"), int):  # the metrics role's last report, when it was read
-        steps.append(int(event.metrics["step"]))  # type: ignore[index]
+    reported = (event.metrics or {}).get("step")
+    if isinstance(reported, int):  # the metrics role's last report, when it was read
+        steps.append(int(reported))
     record = {
         "name": event.name,
         "uid": event.uid,

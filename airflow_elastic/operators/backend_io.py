@@ -97,6 +97,7 @@ class BackendHook:
             except NotFound:
                 jobset = None
         events = self.hook.list_events(namespace) if bw.wants_events(self.backend, obj, jobset) else ()
+        # view is None only for a missing object; get_training_job raised NotFound for one.
         return bw.view(self.backend, obj, jobset=jobset, events=events, roles=self.roles)  # type: ignore[return-value]
 
     def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:

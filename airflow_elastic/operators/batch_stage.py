@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.jobset import JobSetHook
-    from airflow_elastic.operators.identity import TaskIdentity
+    from airflow_elastic.operators.identity import StateStore, TaskIdentity
     from airflow_elastic.stages import StageEvent
 
 #: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``, plus ``result``
@@ -148,7 +148,7 @@ class BatchStageOperator(BaseOperator):
         hook = self.hook()
         namespace = self.namespace or hook.get_namespace() or "default"
         identity = TaskIdentity.from_ti(context["ti"])
-        store = context["task_state_store"]
+        store: StateStore = context["task_state_store"]
         record = store.get(STATE_KEY)
         done = reruns.kept_result(record, context)
         if done is not None:
@@ -156,7 +156,7 @@ class BatchStageOperator(BaseOperator):
                 "Job %s/%s of this task instance already succeeded in try %s: returning its result (no new Job)",
                 done["namespace"],
                 done["name"],
-                record["finished_by"]["try_number"],  # type: ignore[index]
+                record["finished_by"]["try_number"],
             )
             context["ti"].xcom_push(key="job_name", value=done["name"])
             context["ti"].xcom_push(key="job_namespace", value=done["namespace"])
@@ -190,14 +190,15 @@ class BatchStageOperator(BaseOperator):
         for _ in range(MAX_EPOCH_STEPS):
             name = identity.name(stage.name, epoch)
             job = _get(hook, namespace, name)
-            recorded = bool(record) and record["name"] == name  # type: ignore[index]
-            closed = recorded and bool(record.get("closed"))  # type: ignore[union-attr]
+            recorded = record is not None and record["name"] == name  # a kept record always has a name
+            closed = record is not None and recorded and bool(record.get("closed"))
             decision = stages.adoption(
                 job, owned=job is not None and identity.owns(job), recorded=recorded, closed=closed
             )
             if decision == "adopt":
                 self.log.info("Adopted Job %s/%s of this task instance", namespace, name)
                 store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(job)})
+                # "adopt" and "next" are only decided for a Job that exists (stages.adoption).
                 return job  # type: ignore[return-value]
             if decision == "next":
                 why = stages.passed_over(job, owned=identity.owns(job))  # type: ignore[arg-type]
@@ -297,7 +298,7 @@ class BatchStageOperator(BaseOperator):
         self._current = (verdict.namespace, verdict.name)
         hook = self.hook()
         if verdict.status == "error":
-            store = context["task_state_store"]
+            store: StateStore = context["task_state_store"]
             redefers = int(store.get(_REDEFER_KEY) or 0)
             if redefers < MAX_REDEFERS and self._active(hook, verdict.namespace, verdict.name):
                 store.set(_REDEFER_KEY, redefers + 1)

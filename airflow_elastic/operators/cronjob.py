@@ -74,7 +74,7 @@ class CronJobOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.stage = stage
-        self.cronjob = {
+        self.cronjob: dict[str, Any] = {
             "schedule": schedule,
             "name": name,
             "time_zone": time_zone,

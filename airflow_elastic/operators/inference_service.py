@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.inference_service import InferenceServiceHook
+    from airflow_elastic.operators.identity import StateStore
     from airflow_elastic.rollout import RolloutEvent
     from airflow_elastic.rollout_knative import Knative
 
@@ -191,8 +192,10 @@ class InferenceServiceOperator(_ServingOperator):
             return None
         from airflow_elastic.rollout_knative import Knative, latest_created
 
-        recorded = retried is not None and "revision_before" in retried
-        before = str(retried["revision_before"] or "") if recorded else latest_created(current)  # type: ignore[index]
+        if retried is not None and "revision_before" in retried:
+            before = str(retried["revision_before"] or "")
+        else:
+            before = latest_created(current)
         return Knative(before, 100 if predictor.canary_percent is None else predictor.canary_percent)
 
     def _write(
@@ -286,7 +289,8 @@ class InferenceServiceOperator(_ServingOperator):
             else:
                 return self._result(context, verdict, response)
         self.log.error("The new model %s of %s did not go live: %s", verdict.storage_uri, self.name, failure)
-        previous = (context["task_state_store"].get(STATE_KEY) or {}).get("previous_storage_uri")
+        store: StateStore = context["task_state_store"]
+        previous = (store.get(STATE_KEY) or {}).get("previous_storage_uri")
         if verdict.status == "missing":
             raise AirflowException(f"{where}: {failure} (not rolled back: it is gone)")
         if not self.rollback_on_failure:
@@ -335,7 +339,8 @@ class InferenceServiceOperator(_ServingOperator):
         return response
 
     def _result(self, context: Context, verdict: RolloutEvent, response: Any) -> dict[str, Any]:
-        record = context["task_state_store"].get(STATE_KEY) or {}
+        store: StateStore = context["task_state_store"]
+        record = store.get(STATE_KEY) or {}
         self.log.info(
             "InferenceService %s/%s serves %s (%d replicas) at %s",
             verdict.namespace,

@@ -140,11 +140,12 @@ class Attempts:
         A storage without a backend raises; a listing that fails (network, permissions) is logged and gives
         ``None``, as for a group that has not checkpointed yet."""
         storage = self.checkpoint_storage()
-        if storage is None:
+        checkpoint = self.group.checkpoint if self.group is not None else None
+        if storage is None or checkpoint is None:  # both None together: a group without checkpoints
             return None
         from airflow_elastic import checkpoints
 
-        uri = self.group.checkpoint.uri  # type: ignore[union-attr]
+        uri = checkpoint.uri
         try:
             return checkpoints.latest_complete(storage, uri)
         except (OSError, ValueError) as error:
@@ -266,7 +267,7 @@ class Attempts:
         from airflow_elastic.operators import attempts
         from airflow_elastic.operators.reruns import kept_result
 
-        store = context["task_state_store"]
+        store: ident.StateStore = context["task_state_store"]
         kept = store.get(RESULT_KEY)
         if not attempts.History.load(store).finished or kept_result(kept, context) is None:
             return None
@@ -382,7 +383,7 @@ class Attempts:
         self.delete(hook, submission, why)
         self._log_attempts(history)
         self._advise(history)
-        info = {"reason": why, "name": submission.name, "namespace": submission.namespace}
+        info: dict[str, Any] = {"reason": why, "name": submission.name, "namespace": submission.namespace}
         info |= {**attempts.summary(history), "attempts": history.attempts}
         if self.on_budget_exhausted is not None:
             self.on_budget_exhausted(context, info)

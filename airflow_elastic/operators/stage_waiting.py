@@ -8,11 +8,11 @@ per poll (:class:`~airflow_elastic.operators.waiting.LogReader` on :class:`~airf
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_elastic import stages
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.hooks.protocol import JobSetHookProtocol
+from airflow_elastic.hooks.protocol import JobHookProtocol, JobSetHookProtocol
 from airflow_elastic.operators.waiting import LogReader
 from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 
@@ -21,13 +21,17 @@ from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 MAX_FAILED_LOOKS = 5
 
 
+class StageHook(JobSetHookProtocol, JobHookProtocol, Protocol):
+    """What waiting on a Job uses: the Job itself, its pods and their logs (``JobSetHook`` has all of them)."""
+
+
 def job_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
     """The pods of Job ``name`` (every retry still present)."""
     return hook.list_pods(namespace, f"{stages.JOB_NAME_LABEL}={name}")
 
 
 def wait_for_job(
-    hook: JobSetHookProtocol,
+    hook: StageHook,
     namespace: str,
     name: str,
     *,

@@ -14,6 +14,7 @@ kubectl at). Give the connection an explicit kubeconfig (``AIRFLOW_CONN_LOCAL_CL
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -203,8 +204,8 @@ class TrainingGroupOperator(BaseOperator):
             )
         roles = [r.name for r in group.roles] if group is not None else None
         for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
-            if role is not None and roles is not None and role not in roles:
-                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))  # type: ignore[union-attr]
+            if role is not None and group is not None and roles is not None and role not in roles:
+                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))
         if problems:
             raise SpecError(problems)
         if backend != "jobset" and group is not None:  # what the backend cannot express, refused while parsing
@@ -234,6 +235,7 @@ class TrainingGroupOperator(BaseOperator):
         self.max_gpu_hours = max_gpu_hours
         self.checkpoint_seconds = checkpoint_seconds
         self.settle_seconds = settle
+        # tolerance was checked above (a number or a timedelta, made seconds).
         self.api_outage_tolerance = float(tolerance)  # type: ignore[arg-type]
         self.on_preemption = on_preemption
         self.on_budget_exhausted = on_budget_exhausted
@@ -284,19 +286,20 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.templating import render_group
 
         if self.group is not None:
-            group = self._trial_group(context) if self.trial_params is not None else self.group
+            group = self._trial_group(context, self.group) if self.trial_params is not None else self.group
             self._run_group = render_group(group, lambda value: self.render_template(value, context))
         else:
+            # __init__ requires jobset when group is None.
             self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
 
-    def _trial_group(self, context: Context) -> TrainingGroup:
-        """The group as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
+    def _trial_group(self, context: Context, group: TrainingGroup) -> TrainingGroup:
+        """``group`` as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
         from airflow_elastic.render.trial import trial_group
 
         if not isinstance(self.trial_params, Mapping):
             raise SpecError([("trial_params", f"must be a dict of parameters, got {self.trial_params!r:.200}")])
         number = max(getattr(context["ti"], "map_index", -1), 0) + 1
-        return trial_group(self.group, self.trial_params, number=number, sweep=self.task_id)  # type: ignore[arg-type]
+        return trial_group(group, self.trial_params, number=number, sweep=self.task_id)
 
     @property
     def _attempts(self) -> Attempts:
@@ -362,14 +365,20 @@ class TrainingGroupOperator(BaseOperator):
         if self._run_group is not None:
             from airflow_elastic import render
 
-            run = {"name": name, "namespace": namespace, "labels": labels}
+            run_group = group or self._run_group
             if self.backend == "trainjob":
                 kind = self._runtime_kind or "ClusterTrainingRuntime"  # found before the create; a guess for the UI
-                return render.render_trainjob(group or self._run_group, **run, runtime=self.runtime, runtime_kind=kind)
-            ttl = {"ttl_seconds_after_finished": self.ttl_seconds_after_finished}
+                return render.render_trainjob(
+                    run_group, name=name, namespace=namespace, labels=labels, runtime=self.runtime, runtime_kind=kind
+                )
+            ttl = self.ttl_seconds_after_finished
             if self.backend == "pytorchjob":
-                return render.render_pytorchjob(group or self._run_group, **run, **ttl)
-            return render.render_jobset(group or self._run_group, **run, **ttl)
+                return render.render_pytorchjob(
+                    run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
+                )
+            return render.render_jobset(
+                run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
+            )
         from airflow_elastic.render import manifest as user_manifest
 
         return user_manifest.for_run(
@@ -392,6 +401,7 @@ class TrainingGroupOperator(BaseOperator):
             return hook
         from airflow_elastic.operators.backend_io import BackendHook
 
+        # BackendHook answers every JobSetHook call (its own or the wrapped hook's, via __getattr__).
         return BackendHook(hook, self.backend, self._roles)  # type: ignore[return-value]
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -445,6 +455,7 @@ class TrainingGroupOperator(BaseOperator):
             history = attempts.History.load(context["task_state_store"])
             identity = ident.TaskIdentity.from_ti(context["ti"])
             if self.backend != "jobset":  # before anything is created: the CRD's version, the runtime
+                # For another backend, hook() returned a BackendHook, which has preflight.
                 self._runtime_kind = hook.preflight(namespace, self.runtime)  # type: ignore[attr-defined]
             submission = ident.submit(
                 hook,
@@ -452,7 +463,9 @@ class TrainingGroupOperator(BaseOperator):
                 identity,
                 base=self._base_name,
                 namespace=namespace,
-                build=lambda name, i=identity, h=history: self._attempts.attempt_manifest(name, namespace, i, h),
+                build=functools.partial(
+                    self._attempts.attempt_manifest, namespace=namespace, identity=identity, history=history
+                ),
                 log=self.log,
                 kind=self._kind,
             )
@@ -552,7 +565,7 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.trigger_output import OUTPUT_KEY, replay
 
         self._prepare(context)
-        store = context["task_state_store"]
+        store: ident.StateStore = context["task_state_store"]
         submission = ident.recorded(store)
         verdict = GroupEvent.from_payload(event)
         replay(self.log, event.get(OUTPUT_KEY), f"{self._kind} {verdict.namespace}/{verdict.name}")

@@ -77,6 +77,7 @@ def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -
     evidence on the JobSet when it asks to (``Step.save``)."""
     step = watch.observe(obs)
     while step.need is not None:
+        # A step that needs more data always carries the observation it needs it for.
         step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
     if step.notice:
         log.warning("%s: %s", watch.where, step.notice)

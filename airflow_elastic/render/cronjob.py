@@ -186,7 +186,7 @@ def apply_patch(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[st
     desired = json.loads(applied(manifest)["metadata"]["annotations"][LAST_APPLIED])
     if recorded and before == desired:
         return None
-    patch = merge_patch(before, desired)
+    patch: dict[str, Any] = merge_patch(before, desired)
     if not recorded:
         patch = desired
     meta = patch.setdefault("metadata", {})

@@ -10,6 +10,7 @@ reports the stage's metrics through its termination message, as a group's leader
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,9 +67,9 @@ def render_job(
         },
     }
     if stage.active_deadline is not None:
-        spec["activeDeadlineSeconds"] = int(stage.active_deadline)
+        spec["activeDeadlineSeconds"] = _whole_seconds(stage.active_deadline)
     if ttl is not None:
-        spec["ttlSecondsAfterFinished"] = int(ttl)
+        spec["ttlSecondsAfterFinished"] = _whole_seconds(ttl)
     spec["template"] = pod_template(stage, labels=common)
     return {
         "apiVersion": API_VERSION,
@@ -76,6 +77,11 @@ def render_job(
         "metadata": {"name": job, "namespace": namespace, "labels": dict(common)},
         "spec": spec,
     }
+
+
+def _whole_seconds(value: float | datetime.timedelta) -> int:
+    """Whole seconds of a duration (a spec holds seconds once built; the type also admits a ``timedelta``)."""
+    return int(value.total_seconds() if isinstance(value, datetime.timedelta) else value)
 
 
 def stage_env(stage: BatchStage) -> list[dict[str, Any]]:

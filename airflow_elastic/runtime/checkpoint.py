@@ -68,6 +68,7 @@ def _write_remote(fs: Storage, dest: str, produce: Callable[[str], None]) -> Non
         for directory, _dirs, names in os.walk(temp):
             for name in names:
                 local = os.path.join(directory, name)
+                # A remote URI's storage is an fsspec filesystem, which has put_file (LocalStorage has not).
                 fs.put_file(local, f"{dest}/{os.path.relpath(local, temp)}")  # type: ignore[attr-defined]
 
 

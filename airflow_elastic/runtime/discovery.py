@@ -93,7 +93,8 @@ class ApiAccess:
         context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file.is_file() else None)
         try:
             with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-                return json.loads(response.read())
+                reply: dict[str, Any] = json.loads(response.read())
+                return reply
         except urllib.error.HTTPError as err:
             detail = err.read().decode("utf-8", "replace")[:500]
             raise DiscoveryError(f"GET {path} failed: HTTP {err.code}: {detail}") from None

@@ -139,7 +139,7 @@ class SweepHistory:
         for t in self.trials:
             if t.state != "complete" or t.value is None or not math.isfinite(t.value):
                 continue
-            if best is None or better(t.value, best.value, mode):  # type: ignore[arg-type]
+            if best is None or (best.value is not None and better(t.value, best.value, mode)):
                 best = t
         return best
 

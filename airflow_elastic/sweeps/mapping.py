@@ -65,10 +65,10 @@ def sweep_params(
         problems.append(("n", "random search needs the number of trials, e.g. n=16"))
     if seed is None:
         problems.append(("seed", "random search needs a seed: the DAG file is parsed again and again"))
-    if problems:
+    if n is None or seed is None:
         raise SpecError(problems)
     rng = stdlib_random.Random(seed)
-    return [{name: _draw(dim, rng) for name, dim in space.items()} for _ in range(n)]  # type: ignore[arg-type]
+    return [{name: _draw(dim, rng) for name, dim in space.items()} for _ in range(n)]
 
 
 def select_best(results: Sequence[Mapping[str, Any] | None], objective: str, mode: str) -> dict[str, Any]:
@@ -92,11 +92,11 @@ def select_best(results: Sequence[Mapping[str, Any] | None], objective: str, mod
     for index, result in enumerate(results):
         metrics = (result or {}).get("metrics") or {}
         value = metrics.get(objective) if isinstance(metrics, Mapping) else None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if result is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             seen.append(f"[{index}]: {sorted(metrics) if isinstance(metrics, Mapping) else metrics!r}")
             continue
         if best is None or better(float(value), best[1], mode):
-            best = (index, float(value), result)  # type: ignore[assignment]
+            best = (index, float(value), result)
     if best is None:
         raise ValueError(
             f"no result reported a number as {objective!r} in its metrics ({len(seen)} results; metric names: "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
@@ -33,6 +33,8 @@ from airflow_elastic.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, Tria
 from airflow_elastic.templating import render_group
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
+
     from airflow_elastic.spec import TrainingGroup
     from airflow_elastic.sweeps.operator import HyperparameterSweepOperator
     from airflow_elastic.triggers.sweep import SweepTrigger
@@ -127,10 +129,20 @@ class SweepRun:
         """When the first sweep budget runs out (``None``: none binds)."""
         return self.budgets.deadline(self.history, now)
 
+    @property
+    def max_trials(self) -> int:
+        """The operator's ``max_trials``, an ``int`` once rendered (``execute`` renders it before any run)."""
+        return int(self.op.max_trials)
+
+    @property
+    def max_parallel(self) -> int:
+        """The operator's ``max_parallel``, an ``int`` once rendered."""
+        return int(self.op.max_parallel)
+
     def over(self) -> bool:
         """No more trials may start: the trial budget, the grid or a sweep budget is spent."""
         return (
-            len(self.history.trials) >= self.op.max_trials
+            len(self.history.trials) >= self.max_trials
             or bool(self.state.get("exhausted"))
             or bool(self.budget_spent(time.time()))
         )
@@ -143,7 +155,7 @@ class SweepRun:
 
         warm = load_warm_start(self.op.warm_start)
         warm_history = SweepHistory.from_json({"trials": warm.get("trials") or []}) if warm else None
-        while len(self.history.running()) < self.op.max_parallel and not self.over():
+        while len(self.history.running()) < self.max_parallel and not self.over():
             try:
                 params = sampler.suggest(
                     self.op.space,
@@ -152,7 +164,7 @@ class SweepRun:
                     mode=self.op.mode,
                     history=self.history,
                     warm_start=warm_history,
-                    max_trials=self.op.max_trials,
+                    max_trials=self.max_trials,
                 )
             except sampler.SweepExhausted as done:
                 self.log.info("%s: no more trials to start", done)
@@ -165,7 +177,7 @@ class SweepRun:
             self.save()
             self.log.info(
                 "%s as JobSet %s/%s",
-                self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.op.max_trials),
+                self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.max_trials),
                 self.namespace,
                 trial.jobset,
             )
@@ -334,7 +346,11 @@ class SweepRun:
             submission = ident.Submission(event.name, event.namespace, 0, event.uid)
         try:
             result = self.attempts(trial).settle(
-                {**self.context, "task_state_store": store}, self.hook, submission, event
+                # The trial's store stands in for the task's (the same get/set, under the trial's prefix).
+                cast("Context", {**self.context, "task_state_store": store}),
+                self.hook,
+                submission,
+                event,
             )
         except AirflowException as error:  # the group's own budgets or guardrails: the trial failed
             message = str(error)
@@ -394,7 +410,7 @@ class SweepRun:
                 max(trial.finished_at - (trial.started_at or trial.finished_at), 0.0) * self._gpus() / 3600, 6
             )
         self.save()
-        line = self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.op.max_trials)
+        line = self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.max_trials)
         (self.log.warning if state == "failed" else self.log.info)("%s", line)
 
     def stop_all(self, why: str, state: str = "stopped") -> None:

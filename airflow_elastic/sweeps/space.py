@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_elastic.spec import SpecError
 
@@ -112,7 +112,10 @@ def _dimension_problems(dim: Any) -> list[str]:
     ]
 
 
-def _checked(dim: Dimension, where: str) -> Dimension:
+_D = TypeVar("_D", bound=Dimension)
+
+
+def _checked(dim: _D, where: str) -> _D:
     problems = _dimension_problems(dim)
     if problems:
         raise SpecError([(where, p) for p in problems])
@@ -121,24 +124,24 @@ def _checked(dim: Dimension, where: str) -> Dimension:
 
 def uniform(low: float, high: float) -> Uniform:
     """A float uniform in ``[low, high]``. Raises ``SpecError`` unless ``low < high`` are finite numbers."""
-    return _checked(Uniform(low, high), "uniform")  # type: ignore[return-value]
+    return _checked(Uniform(low, high), "uniform")
 
 
 def loguniform(low: float, high: float) -> LogUniform:
     """A float log-uniform in ``[low, high]``. Raises ``SpecError`` unless ``0 < low < high`` are finite."""
-    return _checked(LogUniform(low, high), "loguniform")  # type: ignore[return-value]
+    return _checked(LogUniform(low, high), "loguniform")
 
 
 def randint(low: int, high: int) -> RandInt:
     """An integer in ``[low, high]``, both ends inclusive. Raises ``SpecError`` unless ``low <= high`` are ints."""
-    return _checked(RandInt(low, high), "randint")  # type: ignore[return-value]
+    return _checked(RandInt(low, high), "randint")
 
 
 def choice(values: Sequence[Any]) -> Choice:
     """One of ``values`` (a non-empty list of distinct JSON values). Raises ``SpecError`` otherwise."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
         raise SpecError([("choice", f"needs a list of values, got {type(values).__name__} {values!r}")])
-    return _checked(Choice(tuple(values)), "choice")  # type: ignore[return-value]
+    return _checked(Choice(tuple(values)), "choice")
 
 
 def validate_space(space: Mapping[str, Dimension], *, algorithm: str, where: str = "space") -> None:

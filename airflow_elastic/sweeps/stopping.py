@@ -185,7 +185,8 @@ def _asha(
         min_resource = max(max(completed) // 100, 1)
 
     def promotion(rung: int) -> int:
-        return int(min_resource) * reduction_factor ** (min_early_stopping_rate + rung)
+        steps: int = int(min_resource) * reduction_factor ** (min_early_stopping_rate + rung)
+        return steps
 
     """Successive halving for ``trial``'s report at step ``latest``: the rungs that report crossed."""
     value = trial.intermediate[latest]

@@ -84,6 +84,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self._observer: JobSetObserver | None = None
         self._version = ""  # the resourceVersion of the Job being judged
         self._looked_at = float("inf")  # when the Job list being judged began (time.monotonic())
+        # LogFollower reads what both triggers have (namespace, log_role, log, hook), typed as the group trigger.
         self._logs = LogFollower(self, self._pods)  # type: ignore[arg-type]
         self._logs.logs = stages.StageLogFollow(self.stage)
 
@@ -166,7 +167,9 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                 if stages.finished(job):
                     pods = await self._pods()
                     await self._logs.follow(_failed(job), final=True)
-                    return stages.verdict(job, pods or [], stage=self.stage)
+                    verdict = stages.verdict(job, pods or [], stage=self.stage)
+                    if verdict is not None:  # always: the Job finished
+                        return verdict
                 await self._logs.follow(_failed(job))
                 if self.deadline is not None and time.time() > self.deadline:
                     return self._event("timeout", "execution_timeout reached")

@@ -88,6 +88,7 @@ class AsyncHookOwner:
         wait = (self.not_before or 0.0) - time.time()
         if wait <= 0:
             return
+        # A mixin of BaseTrigger, whose log this is.
         self.log.info(  # type: ignore[attr-defined]
             "Verdict reached soon after the deferral: holding it %.1f s, until the worker's report of the deferral "
             "has reached the scheduler (apache/airflow#71580; [airflow_elastic] defer_exit_hold)",

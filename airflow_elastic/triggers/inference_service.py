@@ -141,8 +141,10 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
     async def _look(self) -> rollout.RolloutEvent:
         isvc = await self.hook.get_inference_service(self.namespace, self.name)
         if self.knative is not None:
-            where = {"name": self.name, "namespace": self.namespace, "storage_uri": self.storage_uri}
-            return judge_knative(isvc, **where, **Knative(**self.knative).as_kwargs())
+            knative = Knative(**self.knative).as_kwargs()
+            return judge_knative(
+                isvc, name=self.name, namespace=self.namespace, storage_uri=self.storage_uri, **knative
+            )
         deployment = None
         pods: list[dict[str, Any]] = []
         if isvc is not None:

@@ -154,11 +154,12 @@ class LogFollower:
         if stream is not None:
             self.stream = None
             same = target is not None and stream.target.uid == target.uid
-            if final and same and not target.running:  # type: ignore[union-attr]
+            stopped = same and target is not None and not target.running
+            if final and stopped:
                 await stream.stop(drain=STREAM_DRAIN_SECONDS)  # the container stopped: its stream ends by itself
             await stream.stop()
             await self._write()
-            if same and stream.ended and not target.running:  # type: ignore[union-attr]
+            if stopped and stream.ended:
                 return  # the stream saw the container's end: nothing is left to read
             if same:
                 self._after(stream)

@@ -87,7 +87,8 @@ async def first_snapshot(subscriptions: list[Subscription], timeout: float | Non
         for wait in waits:
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
-    found = [w.result() for w in waits if not w.cancelled() and w.exception() is None and w.result() is not None]
+    delivered = [w.result() for w in waits if not w.cancelled() and w.exception() is None]
+    found = [snapshot for snapshot in delivered if snapshot is not None]
     return max(found, key=lambda snapshot: snapshot.started, default=None)
 
 
@@ -156,9 +157,10 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         self._fired = False
         self._views = {int(t["number"]): self._view(t) for t in self.trials}
         # The trials are judged on the same looks: one outage for all (logged once, ending them together).
-        shared = next(iter(self._views.values()))._watch.outage if self._views else None
-        for view in self._views.values():
-            view._watch.outage = shared  # type: ignore[assignment]
+        if self._views:
+            shared = next(iter(self._views.values()))._watch.outage
+            for view in self._views.values():
+                view._watch.outage = shared
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
@@ -196,6 +198,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
             **trial.get("watch", {}),
         )
         number = int(trial["number"])
+        # TrialLog is a logger's stand-in (the calls the view makes), prefixing the trial.
         view._log = TrialLog(self.log, number)  # type: ignore[assignment]
         view._logs.on_line = lambda line: self._line(number, line)
         for uid, (second, nanos, lines) in (trial.get("logs") or {}).items():  # shown by an earlier wait

@@ -284,6 +284,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         evidence on the JobSet when it asks to (``Step.save``)."""
         step = self._watch.observe(obs)
         while step.need is not None:
+            # A step that needs more data always carries the observation it needs it for.
             step = self._watch.observe(await self._fetch(step.observation, step.need))  # type: ignore[arg-type]
         if step.notice:
             self.log.warning("JobSet %s/%s: %s", self.namespace, self.name, step.notice)

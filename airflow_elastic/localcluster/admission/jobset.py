@@ -104,34 +104,33 @@ def _shown(value: Any) -> str:
 
 
 def _schema_cause(err: jsonschema.ValidationError) -> list[dict[str, str]]:
-    path, value, kind = _path(err.absolute_path), err.instance, err.validator
+    # A validator's own errors always carry the instance and the rule's value (the stubs also admit "unset").
+    value: Any = err.instance
+    expected: Any = err.validator_value
+    path, kind = _path(err.absolute_path), err.validator
     if kind == "required":
-        missing = [p for p in err.validator_value if p not in (value or {})]
+        missing = [p for p in expected if p not in (value or {})]
         return [errors.cause(_path([*err.absolute_path, p]), "Required value", "FieldValueRequired") for p in missing]
     if kind == "enum":
-        supported = ", ".join(f'"{v}"' for v in err.validator_value)
+        supported = ", ".join(f'"{v}"' for v in expected)
         return [
             errors.cause(
                 path, f"Unsupported value: {_shown(value)}: supported values: {supported}", "FieldValueNotSupported"
             )
         ]
     if kind == "type":
-        message = f"{path} in body must be of type {err.validator_value}: {_shown(value)}"
+        message = f"{path} in body must be of type {expected}: {_shown(value)}"
         return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}", "FieldValueTypeInvalid")]
     if kind in ("minimum", "maximum"):
         relation = "greater" if kind == "minimum" else "less"
-        message = f"{path} in body should be {relation} than or equal to {err.validator_value}"
+        message = f"{path} in body should be {relation} than or equal to {expected}"
         return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}")]
     if kind == "maxItems":
-        return [
-            errors.cause(
-                path, f"Too many: {len(value)}: must have at most {err.validator_value} items", "FieldValueTooMany"
-            )
-        ]
+        return [errors.cause(path, f"Too many: {len(value)}: must have at most {expected} items", "FieldValueTooMany")]
     if kind == "maxLength":
-        return [errors.cause(path, f"Too long: may not be more than {err.validator_value} bytes", "FieldValueTooLong")]
+        return [errors.cause(path, f"Too long: may not be more than {expected} bytes", "FieldValueTooLong")]
     if kind == "pattern":
-        message = f"{path} in body should match '{err.validator_value}'"
+        message = f"{path} in body should match '{expected}'"
         return [errors.cause(path, f"Invalid value: {_shown(value)}: {message}")]
     return [errors.cause(path, f"Invalid value: {_shown(value)}: {err.message}")]
 

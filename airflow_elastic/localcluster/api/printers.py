@@ -367,8 +367,8 @@ def isvc_cells(obj: Obj) -> list[Any]:
     status = obj.get("status") or {}
     ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     traffic = ((status.get("components") or {}).get("predictor") or {}).get("traffic") or []
-    prev = next((t for t in traffic if t.get("tag") == "prev"), {})
-    latest = next((t for t in traffic if t.get("latestRevision") is True), {})
+    prev: Obj = next((t for t in traffic if t.get("tag") == "prev"), {})
+    latest: Obj = next((t for t in traffic if t.get("latestRevision") is True), {})
     return [
         obj["metadata"]["name"],
         _printed(status.get("url")),

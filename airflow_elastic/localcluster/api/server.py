@@ -93,8 +93,9 @@ def _verb(request: web.Request, target: Target) -> str:
 
 
 def _body_bytes(response: web.StreamResponse) -> int:
-    if isinstance(getattr(response, "body", None), bytes):
-        return len(response.body)  # type: ignore[attr-defined]
+    body = getattr(response, "body", None)  # a web.Response's; a StreamResponse has none
+    if isinstance(body, bytes):
+        return len(body)
     return response.sent if isinstance(response, streams.Stream) else response.body_length
 
 

@@ -216,8 +216,11 @@ async def logs(request: web.Request, store: Store, target: Target, state_dir: Pa
     offset = len(raw)
     while True:
         current = store.find(PODS, meta["namespace"], meta["name"])
-        running = current is not None and current["metadata"]["uid"] == meta["uid"]
-        running = running and current.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        running = (
+            current is not None
+            and current["metadata"]["uid"] == meta["uid"]
+            and current.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        )
         size = path.stat().st_size if path.exists() else 0
         if size > offset:
             with path.open("rb") as f:

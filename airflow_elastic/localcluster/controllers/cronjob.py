@@ -317,7 +317,7 @@ class CronJobController(Controller):
             created = self.store.create(JOBS, cj["metadata"]["namespace"], body)
         except errors.AlreadyExists:
             job = self.store.get(JOBS, cj["metadata"]["namespace"], body["metadata"]["name"])
-            owner = next((r for r in job["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+            owner: Obj = next((r for r in job["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
             listed = any(r.get("uid") == job["metadata"]["uid"] for r in cj["status"].get("active") or [])
             if owner.get("uid") != cj["metadata"]["uid"] or listed:
                 return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any
+from typing import Any, overload
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.clock import Clock
@@ -60,7 +60,7 @@ class DeploymentController(Controller):
     def _pod_keys(self, pod: Obj) -> list[Key]:
         """``deletePod``: Recreate waits for old pods to go; only those pods' Deployments are looked at."""
         ns = pod["metadata"].get("namespace", "")
-        keys = []
+        keys: list[Key] = []
         for rs_key in owner_key("ReplicaSet")(pod):
             rs = self.store.find(REPLICASETS, *rs_key)
             if rs is not None:
@@ -400,6 +400,14 @@ class DeploymentController(Controller):
 
 def _recreate(d: Obj | None) -> bool:
     return d is not None and (d["spec"].get("strategy") or {}).get("type") == "Recreate"
+
+
+@overload
+def _refresh(store: Store, rs: Obj) -> Obj: ...
+
+
+@overload
+def _refresh(store: Store, rs: None) -> None: ...
 
 
 def _refresh(store: Store, rs: Obj | None) -> Obj | None:

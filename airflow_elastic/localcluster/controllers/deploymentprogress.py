@@ -62,8 +62,9 @@ def rollout_status(d: Obj, old_rss: list[Obj], new_rs: Obj | None, now: datetime
             kept = cond.get("lastTransitionTime") if cond and cond.get("status") == "True" else None
             du.remove_condition(status, "Progressing")
             du.set_condition(status, "Progressing", "True", du.RS_UPDATED, f"{subject} is progressing.", now)
-            if kept:
-                du.condition(status, "Progressing")["lastTransitionTime"] = kept
+            progressing = du.condition(status, "Progressing")  # just set
+            if kept and progressing is not None:
+                progressing["lastTransitionTime"] = kept
         elif du.timed_out(d, status, now):
             du.set_condition(status, "Progressing", "False", du.TIMED_OUT, f"{subject} has timed out progressing.", now)
     failure = next(

@@ -73,7 +73,7 @@ class GarbageCollector(Controller):
         ref = self._by_uid.get(uid)
         owner = self.store.find(BY_KEY[ref[0]], ref[1], ref[2]) if ref else None
         dependents = self._dependents_of(uid)
-        if owner is None:
+        if ref is None or owner is None:
             # The owner is gone: dependents whose every owner is gone are deleted (in the background).
             for res, obj in dependents:
                 remaining = [r for r in obj["metadata"]["ownerReferences"] if r["uid"] in self._by_uid]

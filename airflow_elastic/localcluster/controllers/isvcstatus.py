@@ -34,7 +34,8 @@ def _set(status: Obj, kind: str, state: str, reason: str = "", message: str = ""
         new["message"] = message
     old = _find(conditions, kind)
     unchanged = old is not None and {k: v for k, v in old.items() if k != "lastTransitionTime"} == new
-    new["lastTransitionTime"] = old["lastTransitionTime"] if unchanged and old.get("lastTransitionTime") else now()
+    kept = old.get("lastTransitionTime") if unchanged and old is not None else None
+    new["lastTransitionTime"] = kept or now()
     status["conditions"] = sorted([c for c in conditions if c.get("type") != kind] + [new], key=lambda c: c["type"])
 
 

@@ -281,9 +281,9 @@ class JobController(Controller):
             success = ("CompletionsReached", COMPLETIONS_MESSAGE)
 
         # 3. Act: finish, suspend, or keep the wanted number of pods running.
-        if failure or success:
+        if outcome := failure or success:
             kind = "FailureTarget" if failure else "SuccessCriteriaMet"
-            reason, message = failure or success  # type: ignore[misc]
+            reason, message = outcome
             _set_condition(status, kind, "True", reason, message)
             for pod in active:
                 self._delete_pod(job, pod)
@@ -352,12 +352,12 @@ class JobController(Controller):
         held = {i for p in blocking if (i := completion_index(p)) is not None}
         for pod in sorted(active, key=lambda p: completion_index(p) or 0):
             index = completion_index(pod)
-            taken = {completion_index(p) for p in kept}
+            taken: set[int | None] = {completion_index(p) for p in kept}
             if index is None or index in completed or index in taken or len(kept) >= want:
                 self._delete_pod(job, pod)  # a duplicate, an index already done, or excess parallelism
             else:
                 kept.append(pod)
-        taken = held | {completion_index(p) for p in kept}
+        taken = {completion_index(p) for p in kept} | held
         slots = want - len(kept) - len(blocking)
         for index in range(completions or 0):
             if slots <= 0:

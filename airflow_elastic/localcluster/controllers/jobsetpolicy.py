@@ -142,7 +142,7 @@ def dns_hostnames(js: Obj) -> bool:
 
 
 def _failure_time(job: Obj) -> str:
-    cond = next((c for c in job["status"]["conditions"] if c["type"] == "Failed" and c["status"] == "True"), {})
+    cond: Obj = next((c for c in job["status"]["conditions"] if c["type"] == "Failed" and c["status"] == "True"), {})
     return cond.get("lastTransitionTime", "")
 
 

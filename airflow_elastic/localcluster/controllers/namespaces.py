@@ -61,7 +61,7 @@ class NamespaceController(Controller):
 
     def __init__(self, store: Store):
         super().__init__(store)
-        self.watches = {NAMESPACES.key: self._own} | {r.key: self._content for r in ALL if r.namespaced}
+        self.watches = {NAMESPACES.key: self._own, **{r.key: self._content for r in ALL if r.namespaced}}
 
     @staticmethod
     def _own(obj: Obj) -> list[Key]:

@@ -200,7 +200,7 @@ def build_service(job: Obj, role: str, index: int) -> Obj:
     """``CreateNewService``: headless, selecting the replica's pod, with the named ports of container pytorch."""
     labels = replica_labels(job, role, index)
     containers = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"].get("containers") or []
-    container = next((c for c in containers if c.get("name") == CONTAINER), {})
+    container: Obj = next((c for c in containers if c.get("name") == CONTAINER), {})
     ports = sorted({p.get("name", ""): p["containerPort"] for p in container.get("ports") or []}.items())
     return {
         "apiVersion": "v1",

@@ -186,14 +186,14 @@ def repack(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if port:
             ports.append(port)
     packed = []
-    for readiness, ports in ports_of.items():
-        subset: dict[str, Any] = {}
+    for shared_readiness, ports in ports_of.items():
+        repacked: dict[str, Any] = {}
         for field, wanted in (("addresses", True), ("notReadyAddresses", False)):
-            if chosen := [addresses[key] for key, ready in readiness if ready is wanted]:
-                subset[field] = chosen
+            if chosen := [addresses[key] for key, ready in shared_readiness if ready is wanted]:
+                repacked[field] = chosen
         if ports:
-            subset["ports"] = [json.loads(p) for p in sorted(ports)]
-        packed.append(subset)
+            repacked["ports"] = [json.loads(p) for p in sorted(ports)]
+        packed.append(repacked)
     return sorted(packed, key=_canonical)
 
 
@@ -232,12 +232,12 @@ class EndpointsController(_ServiceEndpoints):
         trigger = self.tracker.compute(key, service, endpoints.selected(self.store, service))
         wanted = subsets(self.store, service)
         current = self.store.find(ENDPOINTS, *key)
-        same = current is not None and (current.get("subsets") or []) == wanted
-        if same and (current["metadata"].get("labels") or {}) == _labels(service):
+        labelled = current is not None and (current["metadata"].get("labels") or {}) == _labels(service)
+        if labelled and current is not None and (current.get("subsets") or []) == wanted:
             return None
         if current is None and not self._accepting(key[0]):
             return None
-        updated = copy.deepcopy(current) if current else {"metadata": {"name": key[1], "namespace": key[0]}}
+        updated: Obj = copy.deepcopy(current) if current else {"metadata": {"name": key[1], "namespace": key[0]}}
         updated["metadata"]["labels"] = _labels(service)
         _set_trigger_time(updated, trigger)
         updated.pop("subsets", None)
@@ -358,7 +358,7 @@ class EndpointSliceController(_ServiceEndpoints):
         ns = service["metadata"]["namespace"]
         if base is None and (service["metadata"].get("deletionTimestamp") or not self._accepting(ns)):
             return  # no new slice for a Service being deleted (a race with the garbage collector)
-        body = (
+        body: Obj = (
             copy.deepcopy(base)
             if base
             else {

@@ -89,7 +89,7 @@ class ApiFaults:
         self.rules: list[Rule] = []
         self._ids = itertools.count(1)
         self._random = random.Random(seed)
-        self._watches: set[tuple[str, str, asyncio.BaseTransport]] = set()
+        self._watches: set[tuple[str, str, asyncio.Transport]] = set()
 
     def add(self, spec: dict[str, Any]) -> Rule:
         known = {"kind", "code", "verb", "resource", "namespace", "count", "seconds", "retry_after", "latency"}

@@ -14,6 +14,7 @@ Endpoints (JSON bodies; all answer JSON, errors as ``metav1.Status``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -101,7 +102,7 @@ class Faults:
             return {"node": self.disruptions.add_node(rest[1])}
         if target in ("pods", "jobsets") and len(rest) == 3:
             action = body.pop("action", "preempt" if target == "pods" else "suspend")
-            handlers = {
+            handlers: dict[tuple[str, str], Callable[..., Any]] = {
                 ("pods", "preempt"): self.disruptions.preempt_pod,
                 ("pods", "pressure"): self.disruptions.pressure_evict,
                 ("pods", "best-effort"): self.disruptions.revoke_best_effort,

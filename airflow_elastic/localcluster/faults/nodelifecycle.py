@@ -162,8 +162,8 @@ class TaintManager(Controller):
         node = self.store.find(NODES, None, pod["spec"].get("nodeName", ""))
         if node is None:
             return None
-        waits = [self._wait(pod, t) for t in node.get("spec", {}).get("taints") or [] if t.get("effect") == "NoExecute"]
-        waits = [w for w in waits if w is not None]
+        taints = [t for t in node.get("spec", {}).get("taints") or [] if t.get("effect") == "NoExecute"]
+        waits = [w for t in taints if (w := self._wait(pod, t)) is not None]
         if not waits:
             return None
         if min(waits) > 0:

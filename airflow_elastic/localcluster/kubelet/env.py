@@ -180,17 +180,17 @@ def container_env(pod: Obj, container: Obj, store: Store) -> dict[str, str]:
             env[name] = expand(str(var.get("value", "")), env)
             continue
         source = var["valueFrom"]
-        value: str | None
+        resolved: str | None
         if "fieldRef" in source:
-            value = field_ref(pod, source["fieldRef"].get("fieldPath", ""))
+            resolved = field_ref(pod, source["fieldRef"].get("fieldPath", ""))
         elif "resourceFieldRef" in source:
-            value = resource_field_ref(pod, container, source["resourceFieldRef"], store)
+            resolved = resource_field_ref(pod, container, source["resourceFieldRef"], store)
         elif "configMapKeyRef" in source:
-            value = _key_ref(store, namespace, "configmap", source["configMapKeyRef"])
+            resolved = _key_ref(store, namespace, "configmap", source["configMapKeyRef"])
         elif "secretKeyRef" in source:
-            value = _key_ref(store, namespace, "secret", source["secretKeyRef"])
+            resolved = _key_ref(store, namespace, "secret", source["secretKeyRef"])
         else:
             raise ContainerError("CreateContainerConfigError", f"unsupported valueFrom for env var {name}")
-        if value is not None:
-            env[name] = value
+        if resolved is not None:
+            env[name] = resolved
     return env
