@@ -112,8 +112,9 @@ class HorizontalPodAutoscalerController(Controller):
 
         ref = spec.get("scaleTargetRef") or {}
         res = by_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
-        target_obj = self.store.find(res, ns, ref.get("name", "")) if res is not None and res.scale else None
-        if res is None or target_obj is None:
+        scale_paths = res.scale if res is not None else None
+        target_obj = self.store.find(res, ns, ref.get("name", "")) if res is not None and scale_paths else None
+        if res is None or scale_paths is None or target_obj is None:
             what = f"{res.plural}.{res.group}" if res is not None else f"{ref.get('kind')} ({ref.get('apiVersion')})"
             message = f'{what} "{ref.get("name")}" not found' if res is not None else f"no scale for {what}"
             condition("AbleToScale", False, "FailedGetScale", NO_SCALE + message)
@@ -157,7 +158,7 @@ class HorizontalPodAutoscalerController(Controller):
             rescale = desired != current
         if rescale:
             updated = copy.deepcopy(target_obj)
-            _set(updated, res.scale[0], desired)
+            _set(updated, scale_paths[0], desired)
             try:
                 self.store.update(res, updated, namespace=ns)
             except errors.ApiError as err:
