@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from airflow_elastic.localcluster import admission
 from airflow_elastic.localcluster.components import bootstrap
-from airflow_elastic.localcluster.controller import Manager
+from airflow_elastic.localcluster.controller import Controller, Manager
 from airflow_elastic.localcluster.controllers.gc import GarbageCollector
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
@@ -110,8 +110,11 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running() -> AsyncIterator[Cluster]:
+async def running(*controllers: Callable[[Store], Controller]) -> AsyncIterator[Cluster]:
+    """A :class:`Cluster` whose manager runs, with ``controllers`` (each made from the store) added first."""
     cluster = Cluster()
+    for make in controllers:
+        cluster.manager.add(make(cluster.store))
     cluster.manager.start()
     try:
         yield cluster

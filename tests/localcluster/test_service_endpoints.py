@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from airflow_elastic.localcluster.api.printers import endpoints_cells, endpoints
 from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsController, EndpointSliceController
 from airflow_elastic.localcluster.resources import ENDPOINTS, ENDPOINTSLICES, PODS, SERVICES
 from airflow_elastic.localcluster.store import Obj
+from tests.localcluster import inprocess
 from tests.localcluster.inprocess import NS, Cluster
 from tests.localcluster.test_e2e_jobsets import wait_for
 
@@ -35,17 +35,8 @@ MANAGED = {
 }
 
 
-@asynccontextmanager
-async def running() -> AsyncIterator[Cluster]:
-    cluster = Cluster()
-    cluster.manager.add(EndpointsController(cluster.store))
-    cluster.manager.add(EndpointSliceController(cluster.store))
-    cluster.manager.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.manager.stop()
-        cluster.store.close()
+def running() -> AbstractAsyncContextManager[Cluster]:
+    return inprocess.running(EndpointsController, EndpointSliceController)
 
 
 def _pod(cluster: Cluster, name: str, ip: str | None, *, ready: bool = True, port: str = "http", **spec: Any) -> Obj:
