@@ -12,7 +12,7 @@ SERVING_STAMP := $(SERVING_VENV)/.installed-stamp
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`; empty: torch comes from the default index.
 TORCH_INDEX ?=
 
-.PHONY: demo test lint venv serving-venv lock lock-serving schemas clean
+.PHONY: demo test lint docs venv serving-venv lock lock-serving schemas clean
 
 venv: $(STAMP)
 
@@ -41,10 +41,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check airflow_elastic tests tools dags bench
 	$(BIN)/mypy  # the package, as [tool.mypy] in pyproject.toml says (strict for the pure modules)
 
+# The docs site (docs/, Sphinx + MyST) with warnings as errors: a broken include, reference or docstring fails.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
 # Two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one worker),
 # in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the machine
 # to themselves (tests/conftest.py SERIAL), alone.
-test: $(STAMP) $(SERVING_STAMP) lint
+test: $(STAMP) $(SERVING_STAMP) lint docs
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
@@ -73,4 +77,4 @@ schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
-	rm -rf $(VENV) $(SERVING_VENV) dist build .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(SERVING_VENV) dist build docs/_build .pytest_cache .ruff_cache .mypy_cache
