@@ -26,6 +26,7 @@ SCRIPT = str(Path(__file__).resolve().parent / "scripts" / "count_shard.py")
 #: The CPU pool (the local cluster's on-demand nodes; on a real cluster e.g. {"pool": "cpu"}): GPU nodes stay free.
 CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-demand"})
 
+# [START howto_batch_stage]
 count_words = BatchStage(
     "count-words",
     image="python:3.12-slim",  # recorded by the local cluster, never pulled: the command runs there as is
@@ -38,6 +39,7 @@ count_words = BatchStage(
     active_deadline=timedelta(minutes=10),
     ttl_after_finished=timedelta(days=2),
 )
+# [END howto_batch_stage]
 
 with DAG("example_batch_stage", schedule="@daily", catchup=False, tags=["example", "airflow-elastic"]):
     # [START howto_batch_stage_operator]

@@ -15,6 +15,7 @@ from airflow_elastic import (
 
 # The flagship: a leader on on-demand capacity coordinates GPU workers on spot nodes. The leader decides
 # success; preemptions are absorbed (up to 20), genuine failures restart the group twice before failing.
+# [START howto_llm_finetune]
 llm_finetune = TrainingGroup(
     name="llm-finetune",
     image="ghcr.io/airflow-elastic/trainer:0.1.0",
@@ -46,9 +47,11 @@ llm_finetune = TrainingGroup(
         }
     },
 )
+# [END howto_llm_finetune]
 
 # The tiny trainer of the examples (dags/scripts/train_tiny.py): a leader coordinates two workers over TCP and
 # reports final metrics. The image's entrypoint runs the script; on the local cluster an image map stands in for it.
+# [START howto_tiny_trainer]
 TINY_TRAINER_IMAGE = "ghcr.io/airflow-elastic/tiny-trainer:0.1.0"
 tiny_trainer = TrainingGroup(
     name="tiny-trainer",
@@ -61,6 +64,7 @@ tiny_trainer = TrainingGroup(
     failure=FailurePolicy(max_failures=1, max_preemptions=5),
     env={"TRAIN_STEPS": "5"},
 )
+# [END howto_tiny_trainer]
 
 # A CPU-only group that runs anywhere (the local cluster included): two processes that rendezvous.
 cpu_smoke = TrainingGroup(

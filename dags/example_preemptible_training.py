@@ -39,6 +39,7 @@ RESOURCES = Resources(cpu="500m", memory="256Mi")
 #: which is what the local cluster's spot nodes carry; on GKE/EKS/AKS/Karpenter set ``spot_platform`` instead.
 SPOT = Placement(spot=True)
 
+# [START howto_spot_group]
 spot_regression = TrainingGroup(
     name="spot-regression",
     image=PREEMPTIBLE_TRAINER_IMAGE,
@@ -56,6 +57,7 @@ spot_regression = TrainingGroup(
         "PYTHONUNBUFFERED": "1",
     },
 )
+# [END howto_spot_group]
 
 with DAG(
     "example_preemptible_training",

@@ -33,6 +33,7 @@ for dag_id, schedule, floor, ceiling in WINDOWS:
         max_active_runs=1,
         tags=["example", "airflow-elastic", "serving"],
     ) as dag:
+        # [START howto_scale_inference_service_operator]
         ScaleInferenceServiceOperator(
             task_id="scale",
             name=SERVICE,
@@ -40,4 +41,5 @@ for dag_id, schedule, floor, ceiling in WINDOWS:
             max_replicas=ceiling,
             kubernetes_conn_id=CONN_ID,
         )
+        # [END howto_scale_inference_service_operator]
     globals()[dag_id] = dag

@@ -58,6 +58,7 @@ with DAG(
     },
     tags=["example", "airflow-elastic", "pytorch", "sweep"],
 ):
+    # [START howto_hyperparameter_sweep_operator]
     sweep = HyperparameterSweepOperator(
         task_id="sweep",
         group=trainer,
@@ -80,6 +81,7 @@ with DAG(
         poll_interval=1,
         startup_timeout=180,
     )
+    # [END howto_hyperparameter_sweep_operator]
 
     @task
     def train_best(result: dict) -> dict:

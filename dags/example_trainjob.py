@@ -66,6 +66,7 @@ with DAG(
     params=torch_params(GROUP.name),
     tags=["example", "airflow-elastic", "pytorch", "kubeflow"],
 ):
+    # [START howto_training_group_operator_trainjob]
     TrainingGroupOperator(
         task_id="train",
         group=GROUP,
@@ -75,3 +76,4 @@ with DAG(
         poll_interval=1,
         startup_timeout=180,
     )
+    # [END howto_training_group_operator_trainjob]

@@ -157,6 +157,7 @@ trial = TrainingGroup(
 )
 
 #: The final training: the leader on on-demand capacity, two elastic workers on spot.
+# [START howto_elastic_group]
 final = TrainingGroup(
     name="digits-final",
     image=DIGITS_IMAGE,
@@ -178,6 +179,7 @@ final = TrainingGroup(
     },
     coordinator_port=PORT,
 )
+# [END howto_elastic_group]
 
 
 def fallback(what: str, name: str, default: object) -> str:
@@ -265,6 +267,7 @@ with DAG(
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )
+    # [START howto_training_group_operator_elastic]
     train = TrainingGroupOperator(
         task_id="train",
         group=final,
@@ -272,6 +275,7 @@ with DAG(
         poll_interval=1,
         startup_timeout=300,
     )
+    # [END howto_training_group_operator_elastic]
     evaluate = BatchStageOperator(
         task_id="evaluate",
         stage=stage(
@@ -305,6 +309,7 @@ with DAG(
         """Roll out only a promoted version (its test accuracy did not regress); else skip ``serve``."""
         return bool(report["promotion"]["promote"])
 
+    # [START howto_inference_service_operator]
     serve = InferenceServiceOperator(
         task_id="serve",
         name=SERVICE,
@@ -319,6 +324,7 @@ with DAG(
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )
+    # [END howto_inference_service_operator]
 
     prepare >> sweep >> train >> evaluate
     report = publish(sweep.output, train.output, evaluate.output)
