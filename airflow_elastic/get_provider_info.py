@@ -19,25 +19,34 @@ def get_provider_info() -> dict[str, Any]:
             "classification, checkpoint resume, model publishing to KServe and an embedded local cluster."
         ),
         "versions": [__version__],
+        # "how-to-guide": the how-to pages of the docs site (docs/howto/), as repository paths like the cncf provider's.
         "integrations": [
             {
                 "integration-name": "Kubernetes JobSet",
                 "external-doc-url": "https://jobset.sigs.k8s.io/",
+                "how-to-guide": [
+                    "/docs/howto/training-group.md",
+                    "/docs/howto/sweep.md",
+                    "/docs/howto/sensor.md",
+                ],
                 "tags": ["software"],
             },
             {
                 "integration-name": "Kubernetes Job",
                 "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+                "how-to-guide": ["/docs/howto/batch-stage.md"],
                 "tags": ["software"],
             },
             {
                 "integration-name": "Kubernetes CronJob",
                 "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/",
+                "how-to-guide": ["/docs/howto/cronjob.md"],
                 "tags": ["software"],
             },
             {
                 "integration-name": "KServe InferenceService",
                 "external-doc-url": "https://kserve.github.io/website/",
+                "how-to-guide": ["/docs/howto/inference-service.md"],
                 "tags": ["software"],
             },
         ],

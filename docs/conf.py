@@ -8,6 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's package, not an installed copy
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # clihelp: the CLI page's help texts
 
 from airflow_elastic import __version__  # noqa: E402
 
@@ -22,13 +23,14 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # the docstrings' Google style (Args:, Returns:)
     "sphinx.ext.viewcode",
+    "clihelp",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # .rst: the generated API pages
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 templates_path = ["_templates"]
 
-# MyST: GitHub-style heading anchors (`page.md#some-heading`), so links read the same on GitHub and in the site.
+# MyST: GitHub-style heading anchors (a link to a page plus #some-heading), so links work on GitHub and in the site.
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist"]
 

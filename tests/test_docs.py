@@ -1,8 +1,10 @@
-"""The README and docs/ document what the code does (every contract variable, every spot platform, both quickstart
-commands, the classification table, the checkpoint arithmetic) and cite only documents the repository contains."""
+"""The README and the docs site (docs/) document what the code does (every contract variable, every spot platform,
+both quickstart commands, the classification table, the checkpoint arithmetic, the package tree) and cite only
+documents the repository contains."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -10,23 +12,28 @@ from airflow_elastic import checkpoints, contract, platforms
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
+#: Where the environment contract and the spot platforms are documented.
+TRAINING_GROUPS_DOC = ROOT / "docs/concepts/training-groups.md"
 
 
 def test_quickstart_commands():
-    assert "make demo" in README and "make test" in README
+    for text in (README, (ROOT / "docs" / "getting-started.md").read_text()):
+        assert "make demo" in text and "make test" in text
 
 
 def test_every_contract_variable_is_documented():
+    text = TRAINING_GROUPS_DOC.read_text()
     names = [v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str) and k != "PREFIX"]
-    missing = [n for n in names if f"`{n}`" not in README]
-    assert not missing, f"README does not document {missing}"
+    missing = [n for n in names if f"`{n}`" not in text]
+    assert not missing, f"{TRAINING_GROUPS_DOC.relative_to(ROOT)} does not document {missing}"
 
 
 def test_every_spot_platform_is_documented():
+    text = TRAINING_GROUPS_DOC.read_text()
     for name, capacity in platforms.SPOT_PLATFORMS.items():
-        assert f"`{name}`" in README
+        assert f"`{name}`" in text
         for key, value in capacity.node_selector.items():
-            assert f"`{key}={value}`" in README
+            assert f"`{key}={value}`" in text
 
 
 # ------------------------------------------------------------------------------------------------ docs/
@@ -34,7 +41,7 @@ def test_every_spot_platform_is_documented():
 PREEMPTION_DOC = ROOT / "docs" / "preemption.md"
 #: Where documents are cited from: everything the repository ships or runs, not the virtualenv or caches.
 SCANNED = ("*.py", "*.md", "*.toml", "*.yaml", "*.yml", "*.cfg", "*.txt", "Makefile", "*Dockerfile")
-SKIPPED = {".venv", ".venv-serving", ".git", "__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache"}
+SKIPPED = {".venv", ".venv-serving", ".git", "__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache", "_build"}
 URL = re.compile(r"https?://[^\s)\]>`'\"]+")
 DOC = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b(?:#([\w-]+))?")
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)?)")
@@ -161,3 +168,44 @@ def test_every_relative_link_in_the_markdown_resolves():
             if not URL.match(target) and not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+# ------------------------------------------------------------------------------------------------ the package tree
+
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
+TREE = re.compile(r"<!-- package-tree start -->\n(.*)<!-- package-tree end -->", re.S)
+
+
+def _summary(docstring: str) -> str:
+    """A docstring's first sentence (of its first paragraph), as Markdown: ``x`` and :role:`x` become `x`."""
+    paragraph = " ".join(docstring.split("\n\n", 1)[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", paragraph, maxsplit=1)[0]
+    return re.sub(r"(?::\w+:)?``?([^`]+)``?", r"`\1`", sentence).replace("|", "\\|")
+
+
+def package_tree() -> str:
+    """The listing docs/architecture.md shows: every package of ``airflow_elastic`` with its docstring's first
+    sentence, from the filesystem."""
+    rows = ["| package | what lives there |", "| --- | --- |"]
+    for init in sorted(ROOT.glob("airflow_elastic/**/__init__.py"), key=lambda p: p.parent.parts):
+        package = ".".join(init.parent.relative_to(ROOT).parts)
+        docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+        rows.append(f"| `{package}` | {_summary(docstring)} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_every_package_has_a_docstring():
+    missing = [
+        str(p.parent.relative_to(ROOT))
+        for p in ROOT.glob("airflow_elastic/**/__init__.py")
+        if not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+    assert not missing, f"packages without a docstring saying what lives there: {missing}"
+
+
+def test_the_architecture_page_lists_the_package_tree():
+    """docs/architecture.md's package listing is the code's: a package added, moved, removed or re-described shows
+    up here."""
+    shown = TREE.search(ARCHITECTURE_DOC.read_text())
+    assert shown, "docs/architecture.md has no <!-- package-tree start/end --> markers"
+    assert shown.group(1) == package_tree(), "docs/architecture.md's package tree must read:\n" + package_tree()

@@ -15,6 +15,7 @@ from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator
 from airflow.triggers.base import BaseTrigger
 
 from airflow_elastic.get_provider_info import get_provider_info
+from tests.conftest import ROOT
 
 INFO = get_provider_info()
 KINDS = {"operators": BaseOperator, "sensors": BaseSensorOperator, "triggers": BaseTrigger, "hooks": BaseHook}
@@ -67,3 +68,12 @@ def test_every_registered_extra_link_is_an_operator_link_and_every_link_is_regis
         module, _, name = path.rpartition(".")
         assert issubclass(getattr(importlib.import_module(module), name), BaseOperatorLink), path
     assert registered == [f"{link.__module__}.{link.__name__}" for link in LINKS]
+
+
+def test_every_how_to_guide_exists_and_every_how_to_page_is_advertised():
+    """The how-to pages the integrations advertise are the docs site's, all of them, each under one integration."""
+    guides = [guide for i in INFO["integrations"] for guide in i.get("how-to-guide", [])]
+    missing = [g for g in guides if not (ROOT / g.lstrip("/")).is_file()]
+    assert not missing, f"advertised how-to guides that do not exist: {missing}"
+    pages = sorted(f"/{p.relative_to(ROOT)}" for p in (ROOT / "docs" / "howto").glob("*.md"))
+    assert sorted(guides) == pages, f"advertised {sorted(guides)}, docs/howto has {pages}"

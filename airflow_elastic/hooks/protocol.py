@@ -1,4 +1,4 @@
-"""What operators and triggers need from a hook, as ``typing.Protocol``s, so their tests can use small fakes.
+"""What operators and triggers need from a hook, as ``typing.Protocol`` classes, so their tests can use small fakes.
 
 ``JobSetHook`` satisfies :class:`JobSetHookProtocol` and ``AsyncJobSetHook`` :class:`AsyncJobSetHookProtocol`.
 Results are plain JSON data; failures are :mod:`airflow_elastic.hooks.errors` exceptions. A fake should keep that

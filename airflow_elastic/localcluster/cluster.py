@@ -215,7 +215,7 @@ class LocalCluster(FaultInjection, ClockControl):
             return json.loads(response.read())
 
     def stream(self, path: str) -> Iterator[str]:
-        """GET an API path and yield its body as text while it arrives (e.g. ``follow``ed logs)."""
+        """GET an API path and yield its body as text while it arrives (e.g. logs read with ``follow``)."""
         with self._open(path, timeout=None) as response:
             while chunk := response.read1(65536):
                 yield chunk.decode(errors="replace")
