@@ -39,7 +39,8 @@ demo: $(STAMP) $(SERVING_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_elastic tests tools dags bench
 	$(BIN)/ruff format --check airflow_elastic tests tools dags bench
-	$(BIN)/mypy  # the package, as [tool.mypy] in pyproject.toml says (strict for the pure modules)
+	$(BIN)/mypy  # the package, as [tool.mypy] in pyproject.toml says (strict for the pure packages)
+	$(BIN)/lint-imports --no-cache  # the layer contract: [tool.importlinter] in pyproject.toml
 
 # The docs site (docs/, Sphinx + MyST) with warnings as errors: a broken include, reference or docstring fails.
 docs: $(STAMP)
@@ -72,7 +73,7 @@ lock-serving:
 		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/') > constraints-serving.new && mv constraints-serving.new constraints-serving.txt
 	rm -rf .lock-venv
 
-# Regenerate airflow_elastic/schemas from upstream CRD/OpenAPI files: make schemas CRDS=<folder> (see tools/gen_schemas.py).
+# Regenerate airflow_elastic/kube/schemas from upstream CRD/OpenAPI files: make schemas CRDS=<folder> (see tools/gen_schemas.py).
 schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 

@@ -6,7 +6,9 @@ cheap to parse, and ``airflow_elastic.runtime`` works in training images install
 
 from __future__ import annotations
 
-from airflow_elastic.spec import (
+from airflow_elastic import _aliases
+from airflow_elastic.stages.spec import BatchStage
+from airflow_elastic.training.spec import (
     Checkpointing,
     Elastic,
     FailurePolicy,
@@ -17,7 +19,8 @@ from airflow_elastic.spec import (
     SuccessPolicy,
     TrainingGroup,
 )
-from airflow_elastic.stage import BatchStage
+
+_aliases.install()  # the module paths of earlier releases (airflow_elastic/_aliases.py)
 
 __version__ = "0.1.0"
 

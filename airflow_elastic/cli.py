@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from airflow_elastic.backends import BACKENDS
-from airflow_elastic.spec import SpecError, TrainingGroup
-from airflow_elastic.stage import BatchStage
+from airflow_elastic.stages.spec import BatchStage
+from airflow_elastic.training.backends import BACKENDS
+from airflow_elastic.training.spec import SpecError, TrainingGroup
 
 
 class CliError(Exception):
@@ -49,7 +49,7 @@ def groups_in(path: Path) -> list[TrainingGroup]:
 def render(args: argparse.Namespace) -> None:
     import yaml
 
-    from airflow_elastic.render import render_job
+    from airflow_elastic.stages.job import render_job
 
     found = specs_in(args.file)
     if not found:
@@ -75,7 +75,7 @@ def render(args: argparse.Namespace) -> None:
 
 
 def _render_group(group: TrainingGroup, args: argparse.Namespace) -> dict:
-    from airflow_elastic.render import render_jobset, render_pytorchjob, render_trainjob
+    from airflow_elastic.training.render import render_jobset, render_pytorchjob, render_trainjob
 
     if args.backend == "trainjob":
         return render_trainjob(group, namespace=args.namespace, runtime=args.runtime or "torch-distributed")

@@ -54,19 +54,22 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Kubernetes JobSet",
-                "python-modules": ["airflow_elastic.operators.training_group", "airflow_elastic.sweeps.operator"],
+                "python-modules": [
+                    "airflow_elastic.operators.training.training_group",
+                    "airflow_elastic.operators.sweeps.operator",
+                ],
             },
             {
                 "integration-name": "Kubernetes Job",
-                "python-modules": ["airflow_elastic.operators.batch_stage"],
+                "python-modules": ["airflow_elastic.operators.stages.batch_stage"],
             },
             {
                 "integration-name": "Kubernetes CronJob",
-                "python-modules": ["airflow_elastic.operators.cronjob"],
+                "python-modules": ["airflow_elastic.operators.stages.cronjob"],
             },
             {
                 "integration-name": "KServe InferenceService",
-                "python-modules": ["airflow_elastic.operators.inference_service"],
+                "python-modules": ["airflow_elastic.operators.serving.inference_service"],
             },
         ],
         "triggers": [
@@ -91,10 +94,10 @@ def get_provider_info() -> dict[str, Any]:
         ],
         # Buttons on a task instance in the UI (Airflow 3 keeps each URL in XCom when the task ends).
         "extra-links": [
-            "airflow_elastic.links.SweepReportLink",
-            "airflow_elastic.links.SweepPlotLink",
-            "airflow_elastic.links.RunReportLink",
-            "airflow_elastic.links.ServedEndpointLink",
+            "airflow_elastic.operators.links.SweepReportLink",
+            "airflow_elastic.operators.links.SweepPlotLink",
+            "airflow_elastic.operators.links.RunReportLink",
+            "airflow_elastic.operators.links.ServedEndpointLink",
         ],
         "hooks": [
             {

@@ -146,9 +146,9 @@ def with_operator(namespace: str) -> list[dict[str, Any]]:
 def batch_synchronous(namespace: str, trials: list[dict[str, Any]]) -> set[str]:
     """The same parameters, a batch of ``--parallel`` groups at a time, each batch waited for to its last trial."""
     from airflow_elastic.hooks.jobset import JobSetHook
-    from airflow_elastic.render import render_jobset
-    from airflow_elastic.render.trial import trial_group
-    from airflow_elastic.state import group_status
+    from airflow_elastic.training.render import render_jobset
+    from airflow_elastic.training.render.trial import trial_group
+    from airflow_elastic.training.state import group_status
 
     hook, names = JobSetHook(CONN_ID), set()
     for first in range(0, len(trials), ARGS.parallel):

@@ -51,7 +51,7 @@ from kubernetes import client, config
 from airflow_elastic.hooks import AsyncJobSetHook, JobSetHook, NotFound
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
-from airflow_elastic.state import GroupEvent, group_status
+from airflow_elastic.training.state import GroupEvent, group_status
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"

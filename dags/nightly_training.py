@@ -15,7 +15,8 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
 * ``evaluate`` (batch stage, CPU pool): the final checkpoint's accuracy and loss on the held-out test split
   (``scripts/evaluate_digits.py``), and the model exported as TorchScript to ``<version>/model/model.pt``.
 * ``publish``: checkpoint, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted
-  to ``<root>/models/digits/latest/`` only if the test accuracy does not regress (:mod:`airflow_elastic.publishing`).
+  to ``<root>/models/digits/latest/`` only if the test accuracy does not regress
+  (:mod:`airflow_elastic.serving.publishing`).
 * ``promoted`` skips the rollout of a version that was not promoted; ``serve`` (``InferenceServiceOperator``) rolls
   ``<version>/model`` out to the KServe InferenceService ``digits`` (``pytorch`` format), waits until the new model
   serves, POSTs three test rows to it, and rolls back to the previous model if it does not go live.
@@ -67,10 +68,10 @@ from airflow_elastic import (
     Role,
     SuccessPolicy,
     TrainingGroup,
-    publishing,
 )
-from airflow_elastic.links import RunReportLink
 from airflow_elastic.operators import BatchStageOperator, InferenceServiceOperator, TrainingGroupOperator
+from airflow_elastic.operators.links import RunReportLink
+from airflow_elastic.serving import publishing
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
 #: The digits trainer image: torch 2.13 (CPU), scikit-learn, the scripts under /workspace/scripts; its entrypoint
@@ -370,9 +371,9 @@ def training_evidence(train: dict[str, Any]) -> list[dict[str, Any]]:
     the evidence of reclaims an elastic role absorbed, which no restart count shows."""
     import logging
 
-    from airflow_elastic import saved
     from airflow_elastic.hooks.errors import KubernetesApiError
     from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.preemption import saved
 
     try:
         jobset = JobSetHook(CONN_ID).get_jobset(train["namespace"], train["name"])
@@ -403,7 +404,7 @@ def publish_run(
 
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_elastic import checkpoints
+    from airflow_elastic.contract import checkpoints
 
     log = logging.getLogger("airflow.task")
     version = publishing.version_name(run_id)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic import rollout, serving
+from airflow_elastic.serving import inference_service as serving
+from airflow_elastic.serving import rollout
 
 
 def isvc(

@@ -8,7 +8,9 @@ import ast
 import re
 from pathlib import Path
 
-from airflow_elastic import checkpoints, contract, platforms
+from airflow_elastic import contract
+from airflow_elastic.contract import checkpoints
+from airflow_elastic.kube import platforms
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -101,7 +103,7 @@ def test_every_cited_document_is_in_the_repository():
 
 def test_the_classification_table_is_the_rule_table():
     """docs/preemption.md §1.6 lists ``classify.RULES`` in order with each rule's cause and budget."""
-    from airflow_elastic.classify import RULES
+    from airflow_elastic.preemption.classify import RULES
 
     text = PREEMPTION_DOC.read_text().split("### 1.6 ", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line[:3] == "| `"]
@@ -113,7 +115,7 @@ def test_the_classification_table_is_the_rule_table():
 
 
 def test_every_rule_cites_a_section_of_the_preemption_doc():
-    from airflow_elastic.classify import RULES
+    from airflow_elastic.preemption.classify import RULES
 
     sections = _sections(PREEMPTION_DOC)
     absent = {r.name: cited for r in RULES if (cited := set(SECTION.findall(r.source)) - sections)}
@@ -133,7 +135,7 @@ def _percent(text: str) -> float:
 
 
 def test_the_preemption_doc_numbers_are_the_functions_numbers():
-    """§4.2's worked example and §4.3's table, recomputed with ``airflow_elastic.checkpoints``."""
+    """§4.2's worked example and §4.3's table, recomputed with ``airflow_elastic.contract.checkpoints``."""
     text = PREEMPTION_DOC.read_text()
     mtbf = checkpoints.group_mtbf(3, 36 * 3600)
     assert round(checkpoints.young_interval(120, mtbf) / 60, 1) == 53.7 and "≈ 53.7 min" in text

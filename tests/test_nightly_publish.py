@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from airflow_elastic import checkpoints
+from airflow_elastic.contract import checkpoints
 from tests.conftest import ROOT
 
 

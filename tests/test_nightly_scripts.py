@@ -70,7 +70,7 @@ def trained_checkpoint(tmp_path: Path, data: Path, epochs: int) -> tuple[Path, f
 
     import torch
 
-    from airflow_elastic import checkpoints
+    from airflow_elastic.contract import checkpoints
 
     sys.path.insert(0, str(SCRIPTS))
     spec = importlib.util.spec_from_file_location("train_digits", SCRIPTS / "train_digits.py")

@@ -34,8 +34,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contents(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "airflow_elastic/py.typed" in names
-    assert "airflow_elastic/schemas/jobset.x-k8s.io_v1alpha2.json" in names
-    assert "airflow_elastic/schemas/core_v1_podtemplatespec.json" in names
+    assert "airflow_elastic/kube/schemas/jobset.x-k8s.io_v1alpha2.json" in names
+    assert "airflow_elastic/kube/schemas/core_v1_podtemplatespec.json" in names
     (entry_points,) = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[apache_airflow_provider]" in text and "airflow_elastic.get_provider_info:get_provider_info" in text

@@ -21,11 +21,11 @@ INFO = get_provider_info()
 KINDS = {"operators": BaseOperator, "sensors": BaseSensorOperator, "triggers": BaseTrigger, "hooks": BaseHook}
 #: Each comma-separated claim of the description, and an object that implements it.
 CLAIMS = {
-    "training groups": "airflow_elastic.spec:TrainingGroup",
-    "batch stages": "airflow_elastic.stage:BatchStage",
-    "preemption classification": "airflow_elastic.classify:classify",
-    "checkpoint resume": "airflow_elastic.checkpoints:latest_complete",
-    "model publishing to KServe": "airflow_elastic.operators.inference_service:InferenceServiceOperator",
+    "training groups": "airflow_elastic.training.spec:TrainingGroup",
+    "batch stages": "airflow_elastic.stages.spec:BatchStage",
+    "preemption classification": "airflow_elastic.preemption.classify:classify",
+    "checkpoint resume": "airflow_elastic.contract.checkpoints:latest_complete",
+    "model publishing to KServe": "airflow_elastic.operators.serving.inference_service:InferenceServiceOperator",
     "an embedded local cluster": "airflow_elastic.localcluster:LocalCluster",
 }
 MODULES = [(kind, module) for kind in KINDS for entry in INFO.get(kind, []) for module in entry["python-modules"]]
@@ -61,7 +61,7 @@ def test_each_claim_of_the_description_names_real_code():
 def test_every_registered_extra_link_is_an_operator_link_and_every_link_is_registered():
     from airflow.sdk import BaseOperatorLink
 
-    from airflow_elastic.links import LINKS
+    from airflow_elastic.operators.links import LINKS
 
     registered = INFO["extra-links"]
     for path in registered:

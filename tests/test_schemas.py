@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from tests.conftest import ROOT, SHARED
 
 
 def test_packaged_schemas_have_no_upstream_prose():
     for name in (schemas.JOBSET, schemas.POD_TEMPLATE, schemas.BATCH):
-        text = (ROOT / "airflow_elastic" / "schemas" / name).read_text()
+        text = (ROOT / "airflow_elastic" / "kube" / "schemas" / name).read_text()
         assert '"description"' not in text
     assert "replicatedJobs" in schemas.load(schemas.JOBSET)["properties"]["spec"]["properties"]
     assert {"containers", "volumes"} <= schemas.core_v1_fields("PodSpec")
@@ -27,7 +27,7 @@ def test_packaged_schemas_have_no_upstream_prose():
 )
 def test_regeneration_matches(tmp_path: Path):
     copy = tmp_path / "repo"
-    (copy / "airflow_elastic" / "schemas").mkdir(parents=True)
+    (copy / "airflow_elastic" / "kube" / "schemas").mkdir(parents=True)
     (copy / "tools").mkdir()
     (copy / "tools" / "gen_schemas.py").write_text((ROOT / "tools" / "gen_schemas.py").read_text())
     subprocess.run(
@@ -36,5 +36,7 @@ def test_regeneration_matches(tmp_path: Path):
         capture_output=True,
     )
     for name in (schemas.JOBSET, schemas.POD_TEMPLATE, schemas.BATCH):
-        fresh = (copy / "airflow_elastic" / "schemas" / name).read_text()
-        assert fresh == (ROOT / "airflow_elastic" / "schemas" / name).read_text(), f"{name} is stale: make schemas"
+        fresh = (copy / "airflow_elastic" / "kube" / "schemas" / name).read_text()
+        assert fresh == (ROOT / "airflow_elastic" / "kube" / "schemas" / name).read_text(), (
+            f"{name} is stale: make schemas"
+        )

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 from tests.conftest import ROOT
 
 pytest.importorskip("torch")

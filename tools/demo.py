@@ -27,9 +27,10 @@ from typing import Any
 
 from demo_progress import Progress
 
-from airflow_elastic import checkpoints, publishing
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from airflow_elastic.localcluster.imagemap import parse_image_map
+from airflow_elastic.serving import publishing
 
 ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

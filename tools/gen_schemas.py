@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "airflow_elastic" / "schemas"
+OUT = ROOT / "airflow_elastic" / "kube" / "schemas"
 REF_PREFIX = "#/components/schemas/"
 
 

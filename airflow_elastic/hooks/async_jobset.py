@@ -34,7 +34,7 @@ from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
-from airflow_elastic.logcursor import LogRequest
+from airflow_elastic.waiting.logcursor import LogRequest
 
 #: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ClientError, TimeoutError, OSError)

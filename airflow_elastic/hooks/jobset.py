@@ -25,7 +25,7 @@ from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
-from airflow_elastic.logcursor import LogRequest
+from airflow_elastic.waiting.logcursor import LogRequest
 
 #: Failures of the ``kubernetes`` client's transport (no HTTP reply): urllib3 errors and socket errors.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (HTTPError, OSError)
@@ -115,7 +115,7 @@ class JobSetHook(BaseHook):
 
         Args:
             namespace: where to create it.
-            body: the JobSet manifest (e.g. from ``airflow_elastic.render.render_jobset``).
+            body: the JobSet manifest (e.g. from ``airflow_elastic.training.render.render_jobset``).
 
         Returns:
             The JobSet as stored by the server.
@@ -180,7 +180,8 @@ class JobSetHook(BaseHook):
         return self._run(ops.list_jobs(namespace, label_selector))
 
     def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a batch/v1 Job (e.g. from ``airflow_elastic.render.render_job``), with ``fieldValidation=Strict``;
+        """Create a batch/v1 Job (e.g. from ``airflow_elastic.training.render.render_job``), with
+        ``fieldValidation=Strict``;
         never retried except on 429 and a refreshed 401.
 
         Raises:
@@ -206,7 +207,7 @@ class JobSetHook(BaseHook):
     # -------------------------------------------------------------------------------------------- CronJobs
 
     def create_cronjob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a batch/v1 CronJob (e.g. from ``airflow_elastic.render.cronjob.render_cronjob``), with
+        """Create a batch/v1 CronJob (e.g. from ``airflow_elastic.stages.cronjob.render_cronjob``), with
         ``fieldValidation=Strict``; never retried except on 429 and a refreshed 401.
 
         Raises:
@@ -298,7 +299,7 @@ class JobSetHook(BaseHook):
 
     def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
         """A container's log with its RFC 3339 timestamp and a space before every line (``timestamps=true``), for
-        following it by time (:class:`airflow_elastic.logcursor.LogCursor`).
+        following it by time (:class:`airflow_elastic.waiting.logcursor.LogCursor`).
 
         Args:
             container: the container (always named: with a sidecar the API refuses a request without it).

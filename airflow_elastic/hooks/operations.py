@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_elastic import serving
-from airflow_elastic.logcursor import LogRequest
-from airflow_elastic.render.jobset import API_VERSION
+from airflow_elastic.serving import inference_service as serving
+from airflow_elastic.training.render.jobset import API_VERSION
+from airflow_elastic.waiting.logcursor import LogRequest
 
 JOBSET_GROUP, JOBSET_VERSION = API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from airflow_elastic.logcursor import LogRequest
+from airflow_elastic.waiting.logcursor import LogRequest
 
 JSON = dict[str, Any]
 

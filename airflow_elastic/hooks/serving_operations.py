@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_elastic import serving
 from airflow_elastic.hooks.operations import Operation, create_custom, get_custom, patch_custom
+from airflow_elastic.serving import inference_service as serving
 
 #: The port KServe's predictor Service listens on (``components/predictor.go``: 80 -> the container port).
 SERVICE_PORT = 80

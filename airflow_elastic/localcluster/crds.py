@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.resources import ALL, CUSTOMRESOURCEDEFINITIONS, Resource
 from airflow_elastic.localcluster.store import Store

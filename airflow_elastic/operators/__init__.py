@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_elastic.operators.training_group import TrainingGroupOperator
+from airflow_elastic.operators.training.training_group import TrainingGroupOperator
 
 if TYPE_CHECKING:
-    from airflow_elastic.operators.batch_stage import BatchStageOperator
-    from airflow_elastic.operators.cronjob import CronJobOperator
-    from airflow_elastic.operators.inference_service import InferenceServiceOperator, ScaleInferenceServiceOperator
+    from airflow_elastic.operators.serving.inference_service import (
+        InferenceServiceOperator,
+        ScaleInferenceServiceOperator,
+    )
+    from airflow_elastic.operators.stages.batch_stage import BatchStageOperator
+    from airflow_elastic.operators.stages.cronjob import CronJobOperator
 
 __all__ = [
     "BatchStageOperator",
@@ -28,10 +31,10 @@ __all__ = [
 
 #: Operators imported on first use, so a DAG file loads only the ones it uses.
 _LAZY = {
-    "BatchStageOperator": "airflow_elastic.operators.batch_stage",
-    "CronJobOperator": "airflow_elastic.operators.cronjob",
-    "InferenceServiceOperator": "airflow_elastic.operators.inference_service",
-    "ScaleInferenceServiceOperator": "airflow_elastic.operators.inference_service",
+    "BatchStageOperator": "airflow_elastic.operators.stages.batch_stage",
+    "CronJobOperator": "airflow_elastic.operators.stages.cronjob",
+    "InferenceServiceOperator": "airflow_elastic.operators.serving.inference_service",
+    "ScaleInferenceServiceOperator": "airflow_elastic.operators.serving.inference_service",
 }
 
 

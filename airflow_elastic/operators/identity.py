@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from airflow_elastic import names, platforms
 from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, NotFound, ServerError
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
-from airflow_elastic.state import group_status
-from airflow_elastic.validation import is_label_value
+from airflow_elastic.kube import names, platforms
+from airflow_elastic.training.state import group_status
+from airflow_elastic.training.validation import is_label_value
 
 #: ``task_state_store`` key of the identity record.
 STATE_KEY = "training_group"

@@ -33,7 +33,7 @@ An elastic role's hosts (Ready pods, from the API server) come from ``runtime.re
 
 from __future__ import annotations
 
-from airflow_elastic.checkpoints import Checkpoint
+from airflow_elastic.contract.checkpoints import Checkpoint
 from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts

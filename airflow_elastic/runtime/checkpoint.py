@@ -1,6 +1,6 @@
 """Atomic checkpoint writes and "latest complete checkpoint" inside a training pod (stdlib only at import).
 
-The layout is :mod:`airflow_elastic.checkpoints`. A save writes the step's files to a temporary directory,
+The layout is :mod:`airflow_elastic.contract.checkpoints`. A save writes the step's files to a temporary directory,
 fsyncs them, renames the directory into place (local storage) or uploads it (fsspec, imported only then), and
 writes the ``COMPLETE`` marker last. A crash at any point leaves at most a partial directory, which discovery
 ignores, so the previous complete checkpoint stays the one a restart resumes from.
@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_elastic import checkpoints
-from airflow_elastic.checkpoints import Checkpoint, Storage
+from airflow_elastic.contract import checkpoints
+from airflow_elastic.contract.checkpoints import Checkpoint, Storage
 from airflow_elastic.runtime.context import Context, context
 
 WriteFn = Callable[[str], object]

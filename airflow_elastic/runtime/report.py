@@ -3,7 +3,7 @@
 
 Why stdout for intermediate values: the sweep reads them through the pod log API, which the RBAC in ``docker/``
 already grants, so they need no metrics server, sidecar or database, and the termination message holds only the
-final result. The line format lives in :mod:`airflow_elastic.sweeps.markers`.
+final result. The line format lives in :mod:`airflow_elastic.contract.markers`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import contract
-from airflow_elastic.sweeps.markers import format_line
+from airflow_elastic.contract.markers import format_line
 
 #: The kubelet keeps at most 4096 bytes of a termination message.
 MAX_BYTES = 4096

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
-from airflow_elastic.state import GroupEvent, GroupStatus, PodFailure
+from airflow_elastic.training.state import GroupEvent, GroupStatus, PodFailure
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.protocol import JobSetHookProtocol
-    from airflow_elastic.watch import Watch
+    from airflow_elastic.waiting.watch import Watch
 
 
 class TrainingGroupSensor(BaseSensorOperator):
@@ -33,7 +33,8 @@ class TrainingGroupSensor(BaseSensorOperator):
 
     By default it defers to :class:`~airflow_elastic.triggers.training_group.TrainingGroupTrigger` (no worker slot
     while waiting; ``on_kill_action="keep"``); with ``deferrable=False`` it pokes with the blocking hook, in
-    ``mode="poke"`` or ``"reschedule"``. Both judge the JobSet with the same :class:`~airflow_elastic.watch.Watch`.
+    ``mode="poke"`` or ``"reschedule"``. Both judge the JobSet with the same
+    :class:`~airflow_elastic.waiting.watch.Watch`.
     The usual sensor arguments apply: ``poke_interval`` (also the trigger's poll interval), ``timeout`` (counted
     from the start of this try; past it: ``AirflowSensorTimeout``), ``soft_fail`` (skip instead of failing, also
     when the group fails).
@@ -98,12 +99,12 @@ class TrainingGroupSensor(BaseSensorOperator):
         return False if result is None else PokeReturnValue(True, result)
 
     def _check(self, hook: JobSetHookProtocol, namespace: str) -> dict[str, Any] | None:
-        """One look through the same :class:`~airflow_elastic.watch.Watch` the trigger uses: ``None`` while the
+        """One look through the same :class:`~airflow_elastic.waiting.watch.Watch` the trigger uses: ``None`` while the
         group runs, else :meth:`_verdict` of it (the watch lives as long as this task instance: in ``poke`` mode
         transient API errors end the wait once they outlast ``api_outage_tolerance``; in ``reschedule`` mode the
         sensor ``timeout`` does)."""
-        from airflow_elastic.operators.waiting import observe, settle
-        from airflow_elastic.watch import Watch
+        from airflow_elastic.operators.training.waiting import observe, settle
+        from airflow_elastic.waiting.watch import Watch
 
         if self._watch is None or self._watch.namespace != namespace:
             tolerance = self.api_outage_tolerance

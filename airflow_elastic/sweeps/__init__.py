@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_elastic.sweeps.space import choice, loguniform, randint, uniform
 
 if TYPE_CHECKING:
+    from airflow_elastic.operators.sweeps.operator import HyperparameterSweepOperator
     from airflow_elastic.sweeps.mapping import select_best, sweep_params
-    from airflow_elastic.sweeps.operator import HyperparameterSweepOperator
 
 __all__ = ["HyperparameterSweepOperator", "choice", "loguniform", "randint", "select_best", "sweep_params", "uniform"]
 
 _LAZY = {
-    "HyperparameterSweepOperator": "airflow_elastic.sweeps.operator",
+    "HyperparameterSweepOperator": "airflow_elastic.operators.sweeps.operator",
     "sweep_params": "airflow_elastic.sweeps.mapping",
     "select_best": "airflow_elastic.sweeps.mapping",
 }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_elastic import names
-from airflow_elastic.spec import SpecError, TrainingGroup
+from airflow_elastic.kube import names
+from airflow_elastic.training.spec import SpecError, TrainingGroup
 
 Problem = tuple[str, str]
 

@@ -19,9 +19,9 @@ import random as stdlib_random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps.history import better, check_mode
 from airflow_elastic.sweeps.space import Choice, Dimension, LogUniform, RandInt, Uniform, grid, validate_space
+from airflow_elastic.training.spec import SpecError
 
 __all__ = ["select_best", "sweep_params"]
 

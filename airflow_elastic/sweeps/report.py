@@ -13,7 +13,7 @@ import io
 import json
 import math
 
-from airflow_elastic import checkpoints
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.sweeps.history import SweepHistory, better, check_mode
 
 __all__ = ["FILES", "render_csv", "render_json", "render_png", "report_paths", "write_report"]

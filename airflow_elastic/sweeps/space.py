@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow_elastic.spec import SpecError
+from airflow_elastic.training.spec import SpecError
 
 __all__ = [
     "ALGORITHMS",

@@ -38,8 +38,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps.history import SweepHistory, Trial, better, check_mode
+from airflow_elastic.training.spec import SpecError
 
 __all__ = ["OPTIONS", "RULES", "decide", "validate_rule"]
 

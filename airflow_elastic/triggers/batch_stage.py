@@ -5,8 +5,8 @@ Like the training group's trigger, it does not poll its Job: it subscribes to th
 stage on the loop; a change of its Job wakes it at once), reads the Job's pods from the observer's shared pod cache
 (or one shared list per poll with a hook that cannot watch), follows the index-0 pod's log with
 :class:`~.logs.LogFollower` (one followed stream per pod, each line prefixed with the pod), and judges the end with
-:func:`airflow_elastic.stages.verdict`, the function the sync waiter calls too. It yields exactly one
-:class:`~airflow_elastic.stages.StageEvent` payload and never raises: every problem becomes ``status="error"``.
+:func:`airflow_elastic.stages.cron.verdict`, the function the sync waiter calls too. It yields exactly one
+:class:`~airflow_elastic.stages.cron.StageEvent` payload and never raises: every problem becomes ``status="error"``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_elastic import stages
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
-from airflow_elastic.trigger_output import event_payload
+from airflow_elastic.stages import cron as stages
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
+from airflow_elastic.waiting.trigger_output import event_payload
 
 #: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``, once they also
 #: outlasted ``api_outage_tolerance``.
@@ -47,7 +47,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
-            (:mod:`airflow_elastic.outage`); other API errors fire ``error`` at once.
+            (:mod:`airflow_elastic.waiting.outage`); other API errors fire ``error`` at once.
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Wait, then yield exactly one ``TriggerEvent(StageEvent(...).to_payload())`` (plus the log lines shown, as
-        ``output``: :mod:`airflow_elastic.trigger_output`); never raises."""
+        ``output``: :mod:`airflow_elastic.waiting.trigger_output`); never raises."""
         try:
             event = await self._wait()
         except Exception as exc:  # the contract: an event, never an exception

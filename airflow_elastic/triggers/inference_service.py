@@ -1,8 +1,10 @@
 """``InferenceServiceTrigger``: wait in the triggerer until the new model of an InferenceService serves, or fails.
 
 Each poll reads the InferenceService, its ``<isvc>-predictor`` Deployment and that Deployment's pods, and asks
-:func:`airflow_elastic.rollout.judge`, the function the operator's sync wait calls too; on a failing pod it adds the
-container's log tail. It yields exactly one :class:`~airflow_elastic.rollout.RolloutEvent` payload and never raises:
+:func:`airflow_elastic.serving.rollout.judge`, the function the operator's sync wait calls too; on a failing pod it
+adds the
+container's log tail. It yields exactly one :class:`~airflow_elastic.serving.rollout.RolloutEvent` payload and never
+raises:
 every problem becomes ``status="error"``. A few InferenceServices publish per night, so it polls (no shared watch).
 """
 
@@ -16,12 +18,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_elastic import rollout
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError
-from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
-from airflow_elastic.rollout_knative import Knative, judge_knative
-from airflow_elastic.trigger_output import event_payload
+from airflow_elastic.serving import rollout
+from airflow_elastic.serving.knative import Knative, judge_knative
 from airflow_elastic.triggers.hooked import AsyncHookOwner
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
+from airflow_elastic.waiting.trigger_output import event_payload
 
 #: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``, once they also
 #: outlasted ``api_outage_tolerance``.
@@ -45,7 +47,7 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
             intended traffic percent); ``None``: Standard mode.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
-            (:mod:`airflow_elastic.outage`); other API errors fire ``error`` at once.
+            (:mod:`airflow_elastic.waiting.outage`); other API errors fire ``error`` at once.
     """
 
     def __init__(

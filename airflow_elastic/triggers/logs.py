@@ -1,11 +1,13 @@
 """The trigger's log follower: new lines of the ``log_role``'s first pod into the task log, one stream per pod.
 
-Which pod and container, and how far the task log got, is :class:`~airflow_elastic.logfollow.LogFollow`'s (shared
+Which pod and container, and how far the task log got, is :class:`~airflow_elastic.waiting.logfollow.LogFollow`'s
+(shared
 with the sync waiter): rank 0 of the newest restart attempt, the training container always named (with a sidecar
 the API refuses a log request without one), followed by timestamp so kubelet log rotation loses nothing.
 
 **One request per pod, not one per poll.** The follower opens ONE followed stream per pod (``follow=true``,
-``timestamps=true``; the last :data:`~airflow_elastic.logfollow.LOG_BACKLOG_LINES` lines on the first look), read by
+``timestamps=true``; the last :data:`~airflow_elastic.waiting.logfollow.LOG_BACKLOG_LINES` lines on the first look),
+read by
 a task of its own while the wait goes on, and closed when the wait ends. A stream that drops (or a container that
 restarts in place) is reopened on the next poll from ``sinceTime`` = the last line shown, whose repeated second
 the cursor skips: no line lost, none twice. This is what ``kubectl logs -f`` does for each pod: 1,000 waits in one
@@ -19,10 +21,10 @@ The event loop, shared with every other trigger, is never held for long: the str
 in between. A read error is a warning once per pod, then debug.
 
 A line the runtime prints for a sweep (``AE_INTERMEDIATE {...}``) is shown as a progress line
-(:func:`~airflow_elastic.sweeps.markers.progress`); :attr:`LogFollower.on_line` sees it as the pod logged it. Every
+(:func:`~airflow_elastic.contract.markers.progress`); :attr:`LogFollower.on_line` sees it as the pod logged it. Every
 line shown is also kept in :attr:`LogFollower.archive` (bounded), which the trigger returns in its event: the
 triggerer's log file of a trigger is overwritten when the task defers again, the worker's part of the task log is
-not (:mod:`airflow_elastic.trigger_output`).
+not (:mod:`airflow_elastic.waiting.trigger_output`).
 
 The cursor lives in the trigger instance: after a triggerer restart the new instance first shows the last lines
 of the pod, under a note, so some lines may repeat in the task log and none is lost from the pod itself.
@@ -35,11 +37,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from airflow_elastic.contract.markers import progress
 from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, KubernetesApiError, NotFound
-from airflow_elastic.logcursor import MAX_CHUNK_BYTES
-from airflow_elastic.logfollow import LOG_BACKLOG_LINES, LogFollow, LogTarget, shown
-from airflow_elastic.sweeps.markers import progress
-from airflow_elastic.trigger_output import OutputArchive
+from airflow_elastic.waiting.logcursor import MAX_CHUNK_BYTES
+from airflow_elastic.waiting.logfollow import LOG_BACKLOG_LINES, LogFollow, LogTarget, shown
+from airflow_elastic.waiting.trigger_output import OutputArchive
 
 if TYPE_CHECKING:
     from airflow_elastic.triggers.training_group import TrainingGroupTrigger

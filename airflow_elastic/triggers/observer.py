@@ -29,7 +29,8 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   registry entry.
 - **Errors.** A failed list is delivered as a snapshot with ``error`` set (once per interval while the cache cannot
   be rebuilt); the hook already retried 429/5xx, so the subscriber decides (the trigger rides out transient ones
-  for its ``api_outage_tolerance``, :mod:`airflow_elastic.outage`). A failed or dropped watch is not an error: the
+  for its ``api_outage_tolerance``, :mod:`airflow_elastic.waiting.outage`). A failed or dropped watch is not an error:
+  the
   cache is re-listed at once, and no snapshot is published while it is stale. The observer itself never dies on an
   API error.
 

@@ -3,12 +3,12 @@
 The shared :class:`~airflow_elastic.triggers.observer.JobSetObserver` of the namespace (one JobSet list and watch)
 serves all the sweep's trials: one trigger, not one per trial, subscribed once per trial name so that a trial's
 watched change is delivered at once. Each trial is judged by its own
-:class:`~airflow_elastic.watch.Watch` (the decision every wait makes), through a :class:`TrainingGroupTrigger`
+:class:`~airflow_elastic.waiting.watch.Watch` (the decision every wait makes), through a :class:`TrainingGroupTrigger`
 that is composed, never run: its ``_settle`` fetches what the watch asks for out of the shared caches, its log
 follower copies the trial leader's log to the task log prefixed with the trial (``[trial 3] [pod] line``).
 
 Intermediate values reach the sweep through that log: every line is also given to
-:func:`airflow_elastic.sweeps.markers.parse` (the ``AE_INTERMEDIATE {...}`` lines ``runtime.report_intermediate``
+:func:`airflow_elastic.contract.markers.parse` (the ``AE_INTERMEDIATE {...}`` lines ``runtime.report_intermediate``
 prints), like Katib's stdout metrics collector, so they need nothing beyond the pod-log RBAC; the task log shows such
 a line as progress (``[trial 3] [pod] step 4: val_loss=0.4123``), never the marker.
 
@@ -35,14 +35,14 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
-from airflow_elastic.logcursor import LogCursor
-from airflow_elastic.trigger_output import OUTPUT_KEY, Summarized, summary
+from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
-from airflow_elastic.watch import Observation
+from airflow_elastic.waiting.logcursor import LogCursor
+from airflow_elastic.waiting.trigger_output import OUTPUT_KEY, Summarized, summary
+from airflow_elastic.waiting.watch import Observation
 
 MARKER = "AE_INTERMEDIATE"
 
@@ -97,7 +97,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
 
     Args:
         trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (the
-            :class:`~airflow_elastic.watch.Watch` keyword arguments the operator computes for it: ``uid``,
+            :class:`~airflow_elastic.waiting.watch.Watch` keyword arguments the operator computes for it: ``uid``,
             ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ``api_outage_tolerance``, ...;
             the first trial's ``api_outage_tolerance`` holds for all), and ``logs``, how far
             an earlier wait showed its leader's log (the event's ``logs``), so a re-deferral repeats no line.
@@ -208,7 +208,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
     # ----------------------------------------------------------------------------------------- intermediates
 
     def _line(self, number: int, text: str) -> None:
-        from airflow_elastic.sweeps import markers
+        from airflow_elastic.contract import markers
 
         parsed = markers.parse(text)
         if parsed is None:

@@ -2,9 +2,9 @@
 
 The trigger does not poll its JobSet itself: it subscribes to the shared :class:`~.observer.JobSetObserver` of its
 namespace (one list per poll for every trigger on the loop) and hands each observation to its
-:class:`~airflow_elastic.watch.Watch` (the decision the sync waiter and the sensor make too). It fetches pods,
+:class:`~airflow_elastic.waiting.watch.Watch` (the decision the sync waiter and the sensor make too). It fetches pods,
 events and nodes only for itself, only when the watch asks (evidence, the end's failures and metrics, the startup
-diagnosis), plus the warnings and the log pod. It yields exactly one :class:`~airflow_elastic.state.GroupEvent`
+diagnosis), plus the warnings and the log pod. It yields exactly one :class:`~airflow_elastic.training.state.GroupEvent`
 payload and never raises: every problem becomes ``status="error"`` (``airflow dags test`` fails a task whose
 trigger raises, skipping its retries).
 
@@ -12,7 +12,8 @@ trigger raises, skipping its retries).
 the task log while waiting, each prefixed with the pod name, by :class:`~airflow_elastic.triggers.logs.LogFollower`:
 the training container's log through one followed stream per pod (reopened from the last timestamp shown after a
 drop; read per poll where a stream cannot be opened), never holding the event loop for long. The lines shown come
-back in the event too (``output``, bounded: :mod:`airflow_elastic.trigger_output`), for the operator to write into
+back in the event too (``output``, bounded: :mod:`airflow_elastic.waiting.trigger_output`), for the operator to write
+into
 the worker's part of the task log, since the triggerer's log file of this wait is overwritten by the next one.
 """
 
@@ -24,13 +25,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_elastic import backend_watch as bw
-from airflow_elastic.cascade import SETTLE_SECONDS
-from airflow_elastic.evidence import describe
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
-from airflow_elastic.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
-from airflow_elastic.trigger_output import event_payload
+from airflow_elastic.preemption.cascade import SETTLE_SECONDS
+from airflow_elastic.preemption.evidence import describe
+from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
 from airflow_elastic.triggers.hooked import AsyncHookOwner
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import (
@@ -42,7 +40,10 @@ from airflow_elastic.triggers.observer import (
     connection_identity,
     selects,
 )
-from airflow_elastic.watch import Need, Observation, Step, Watch
+from airflow_elastic.waiting import backend_watch as bw
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.waiting.trigger_output import event_payload
+from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
 
 #: Every JobSet's pods (the label's key alone): one list serves every group of the namespace.
 JOBSET_PODS = JOBSET_NAME_LABEL
@@ -65,7 +66,7 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             group is seen finished first: its real outcome wins). The trigger
             does not delete anything then: the operator decides.
         startup_deadline: epoch seconds; a group still ``Pending`` past it (and never seen running) fires
-            ``startup_timeout`` with :func:`~airflow_elastic.state.pending_diagnosis` as the message.
+            ``startup_timeout`` with :func:`~airflow_elastic.training.state.pending_diagnosis` as the message.
         metrics_role: the role whose termination-message JSON is the group's metrics (usually the leader).
         log_role: the role whose first pod's log is copied to the task log while waiting; ``None``: no logs.
         on_kill_action: ``"delete"`` (delete the JobSet, foreground, when a user kills the task) or ``"keep"``.
@@ -84,14 +85,14 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             them in the current restart attempt) before ``elastic_below_min`` fires (the operator then restarts
             the group from its checkpoint). The clock lives in the trigger instance: a triggerer restart resets it.
         settle_seconds: how long a failure is held while a pod has not reported its end, to see whether its node
-            was lost (a node-loss cascade, :mod:`airflow_elastic.cascade`); 0: never held.
+            was lost (a node-loss cascade, :mod:`airflow_elastic.preemption.cascade`); 0: never held.
         backend: ``jobset``, or ``trainjob`` / ``pytorchjob``: ``name`` is then a TrainJob (observed with its JobSet,
             and its build-error events while that JobSet does not exist) or a PyTorchJob, judged as the JobSet-shaped
-            view of :func:`airflow_elastic.backend_watch.view`; the evidence is saved on that object.
+            view of :func:`airflow_elastic.waiting.backend_watch.view`; the evidence is saved on that object.
         roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row the wait rides out before it
-            fires ``error`` (:mod:`airflow_elastic.outage`); the outage's start and end are logged.
+            fires ``error`` (:mod:`airflow_elastic.waiting.outage`); the outage's start and end are logged.
     """
 
     def __init__(

@@ -58,8 +58,8 @@ def group(settings: dict[str, Any]) -> TrainingGroup:
 
 def plain_jobset(settings: dict[str, Any]) -> dict[str, Any]:
     """The same JobSet as a team writes it: a counted failure policy with no rules, Jobs without podFailurePolicy."""
-    from airflow_elastic.render import render_jobset
-    from airflow_elastic.render.pod import NODE_LOSS_TAINTS
+    from airflow_elastic.training.render import render_jobset
+    from airflow_elastic.training.render.pod import NODE_LOSS_TAINTS
 
     manifest = render_jobset(group(settings), namespace=settings["namespace"])
     manifest["spec"]["failurePolicy"] = {"maxRestarts": 0}

@@ -28,7 +28,8 @@ import torch
 import train_digits
 from torch import nn
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 
 
 def checkpoint(uri: str) -> tuple[checkpoints.Storage, str]:

@@ -25,7 +25,8 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"

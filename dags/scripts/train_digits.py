@@ -45,7 +45,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 
 DEFAULTS = {"lr": 0.01, "hidden": 64, "dropout": 0.1, "layers": 2}
 INPUTS, CLASSES, MODEL_FILE = 64, 10, "model.pt"

@@ -34,7 +34,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 
 FEATURES = 8
 SAMPLES = 1024

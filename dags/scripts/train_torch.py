@@ -48,7 +48,8 @@ import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from airflow_elastic import checkpoints, runtime  # noqa: E402
+from airflow_elastic import runtime  # noqa: E402
+from airflow_elastic.contract import checkpoints  # noqa: E402
 
 FEATURES, HIDDEN, SAMPLES, GLOBAL_BATCH = 8, 32, 1024, 48
 STATE, PROGRESS = "state.pt", "progress.json"

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_elastic import BatchStage
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import BatchStageOperator
-from airflow_elastic.operators.batch_stage import STATE_KEY
+from airflow_elastic.operators.stages.batch_stage import STATE_KEY
 from tests.airflow.airflow_env import dags_test, kubernetes_connection, tail, task_states
 from tests.airflow.training_group_helpers import xcom
 from tests.conftest import ROOT
@@ -175,7 +175,7 @@ def test_a_timeout_event_deletes_the_job_and_times_the_task_out(local_cluster: L
     from airflow.sdk.exceptions import AirflowTaskTimeout
 
     from airflow_elastic.hooks.jobset import JobSetHook
-    from airflow_elastic.render import render_job
+    from airflow_elastic.stages.job import render_job
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_STAGE_CLUSTER", json.dumps(kubernetes_connection(local_cluster.kubeconfig, namespace))

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic import checkpoints
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags_test, kubernetes_connection, tail
 from tests.airflow.airflow_env import task_states as states_of

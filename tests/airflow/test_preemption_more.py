@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from airflow_elastic import checkpoints
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, pods_of, xcom

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from airflow_elastic.operators.attempts import STATE_KEY
+from airflow_elastic.preemption.attempts import STATE_KEY
 from tests.airflow.airflow_env import AIRFLOW, dag_run_states, dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, xcom
 

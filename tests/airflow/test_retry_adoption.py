@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.render.trial import SWEEP_LABEL
+from airflow_elastic.training.render.trial import SWEEP_LABEL
 from tests.airflow.airflow_env import AIRFLOW, dag_run_states, dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, xcom
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from airflow_elastic.render.trial import params_digest
-from airflow_elastic.sweeps import markers
+from airflow_elastic.contract import markers
+from airflow_elastic.training.render.trial import params_digest
 from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
 

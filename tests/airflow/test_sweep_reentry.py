@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_elastic import Checkpointing, Role, TrainingGroup
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.state import group_status
+from airflow_elastic.training.state import group_status
 from tests.airflow.airflow_env import kubernetes_connection
 from tests.airflow.training_group_helpers import JOBSET_RESOURCE, JOBSETS
 from tests.conftest import ROOT

@@ -27,19 +27,12 @@ import yaml
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from kubernetes import client
 
-from airflow_elastic import (
-    Checkpointing,
-    FailurePolicy,
-    Placement,
-    Role,
-    TrainingGroup,
-    backends,
-    checkpoints,
-    contract,
-)
+from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, contract
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
-from airflow_elastic.operators.backend_io import BackendUnavailable
+from airflow_elastic.operators.training.backend_io import BackendUnavailable
+from airflow_elastic.training import backends
 from tests.conftest import ROOT
 from tests.operators.fakes import StateStore, TaskInstance
 

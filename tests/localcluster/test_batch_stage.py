@@ -14,8 +14,8 @@ from airflow_elastic.hooks import AlreadyExists, NotFound
 from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
 from airflow_elastic.hooks.protocol import AsyncJobHookProtocol, JobHookProtocol
 from airflow_elastic.localcluster import LocalCluster, NodePool
-from airflow_elastic.operators.stage_waiting import job_pods, wait_for_job
-from airflow_elastic.render import render_job
+from airflow_elastic.operators.stages.waiting import job_pods, wait_for_job
+from airflow_elastic.stages.job import render_job
 from airflow_elastic.triggers.batch_stage import BatchStageTrigger
 from airflow_elastic.triggers.observer import JobSetObserver
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 
 
 def test_each_custom_resource_has_its_crd_with_the_packaged_schema(api_client, kubectl):

@@ -17,7 +17,7 @@ STAGE = BatchStage(
 def run(connection: str, namespace: str, stage: BatchStage = STAGE, **arguments: Any) -> dict[str, Any]:
     from airflow.sdk import DAG
 
-    from airflow_elastic.operators.cronjob import CronJobOperator
+    from airflow_elastic.operators.stages.cronjob import CronJobOperator
 
     with DAG("nightly", schedule=None, start_date=datetime(2026, 1, 1)):
         operator = CronJobOperator(

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic.classify import classify
 from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS
 from airflow_elastic.localcluster.errors import ApiError
+from airflow_elastic.preemption.classify import classify
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_sigterm.py")
 SHUTDOWN = "Pod was terminated in response to imminent node shutdown."

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from airflow_elastic.kube.names import run_name
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.localcluster.storeport import PORTS, store_port
-from airflow_elastic.names import run_name
-from airflow_elastic.render import render_jobset
-from airflow_elastic.spec import FailurePolicy, Role, TrainingGroup
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.spec import FailurePolicy, Role, TrainingGroup
 from tests.localcluster.test_e2e_jobsets import J, JobSets, assert_condition, condition, wait_for
 
 RENDEZVOUS = Path(__file__).parent / "scripts" / "rendezvous.py"

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from airflow_elastic import Elastic, FailurePolicy, Role, TrainingGroup
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.render import render_jobset
+from airflow_elastic.training.render import render_jobset
 from tests.conftest import ROOT
 from tests.localcluster.test_e2e_jobsets import J, JobSets, wait_for
 

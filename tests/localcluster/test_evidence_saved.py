@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from airflow_elastic.saved import EVIDENCE_ANNOTATION, restore
+from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION, restore
 from tests.localcluster.test_trigger import FAIL, first_event, submit, trigger
 
 

@@ -20,8 +20,8 @@ from airflow_elastic.hooks import (
     JobSetHookProtocol,
     NotFound,
 )
-from airflow_elastic.logcursor import LogRequest
-from airflow_elastic.render import render_jobset
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.waiting.logcursor import LogRequest
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

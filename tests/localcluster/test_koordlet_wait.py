@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from airflow_elastic import FailurePolicy, Role, TrainingGroup
-from airflow_elastic.evidence import attempt_causes
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.render import render_jobset
+from airflow_elastic.preemption.evidence import attempt_causes
+from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.localcluster.test_observer_watch import observer_of, until
 from tests.localcluster.test_trigger import first_event

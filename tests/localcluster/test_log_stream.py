@@ -11,8 +11,8 @@ import structlog.testing
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.operators.waiting import wait_for_group
-from airflow_elastic.render import render_jobset
+from airflow_elastic.operators.training.waiting import wait_for_group
+from airflow_elastic.training.render import render_jobset
 from tests.localcluster.test_trigger import first_event, submit, trigger
 
 STEPS = "import time\nfor i in range({n}):\n    print(f'step {{i}}', flush=True)\n    time.sleep({pause})\n"

@@ -28,7 +28,8 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client, config
 
-from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, checkpoints
+from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS
 from airflow_elastic.operators import TrainingGroupOperator

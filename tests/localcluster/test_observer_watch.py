@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_elastic import FailurePolicy, Role, TrainingGroup
-from airflow_elastic.evidence import attempt_causes
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.render import render_jobset
+from airflow_elastic.preemption.evidence import attempt_causes
+from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.localcluster.test_trigger import first_event, submit, trigger

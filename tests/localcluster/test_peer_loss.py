@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 
-from airflow_elastic.classify import Budget, Cause, classify
+from airflow_elastic.preemption.classify import Budget, Cause, classify
 from airflow_elastic.runtime import PEER_LOST_EXIT_CODE
 from tests.localcluster.test_e2e_jobsets import wait_for
 

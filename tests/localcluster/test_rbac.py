@@ -29,9 +29,10 @@ from airflow_elastic.hooks.protocol import (
     WatchingHookProtocol,
 )
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.logcursor import LogRequest
-from airflow_elastic.render import render_job, render_jobset
-from airflow_elastic.stage import BatchStage
+from airflow_elastic.stages.job import render_job
+from airflow_elastic.stages.spec import BatchStage
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.waiting.logcursor import LogRequest
 
 RBAC = Path(__file__).resolve().parents[2] / "docker" / "k8s" / "rbac.yaml"
 #: The ServiceAccounts (namespace ``airflow``) the Airflow components run as, and the hook each one uses.
@@ -74,7 +75,7 @@ def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
 
 def cronjob_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
     """``CronJobOperator``'s calls (the worker's hook only)."""
-    from airflow_elastic.render.cronjob import render_cronjob
+    from airflow_elastic.stages.cronjob import render_cronjob
 
     body = render_cronjob(BatchStage("rbac-cron", image="x", command=["true"]), "@daily", namespace=namespace)
     return {

@@ -13,10 +13,10 @@ import contextlib
 
 import yaml
 
-from airflow_elastic import serving
 from airflow_elastic.hooks.errors import KubernetesApiError
 from airflow_elastic.hooks.protocol import AsyncInferenceServiceHookProtocol, InferenceServiceHookProtocol
 from airflow_elastic.hooks.retry import RetryPolicy
+from airflow_elastic.serving import inference_service as serving
 from tests.conftest import ROOT
 from tests.localcluster.test_rbac import RBAC, SERVING_ROLE, granted, protocol_methods, requested
 

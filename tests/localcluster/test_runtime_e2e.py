@@ -16,11 +16,11 @@ from typing import Any
 from kubernetes import client, watch
 from urllib3.exceptions import ProtocolError
 
-from airflow_elastic import checkpoints
-from airflow_elastic.classify import Budget, Cause, classify
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.render import render_jobset
-from airflow_elastic.spec import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup
+from airflow_elastic.preemption.classify import Budget, Cause, classify
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.spec import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup
 from tests.conftest import ROOT
 from tests.localcluster.test_e2e_jobsets import J, JobSets, wait_for
 

@@ -12,8 +12,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, T
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.render import render_jobset
 from airflow_elastic.sensors import TrainingGroupSensor
+from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.localcluster.conftest import CONN_ID
 

@@ -10,7 +10,7 @@ import structlog.testing
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.render import render_jobset
+from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from airflow_elastic import Checkpointing, FailurePolicy, Role, SpecError, TrainingGroup, contract, schemas
+from airflow_elastic import Checkpointing, FailurePolicy, Role, SpecError, TrainingGroup, contract
 from airflow_elastic.hooks.errors import NotFound
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster.api.patch import merge_patch
 from airflow_elastic.operators import TrainingGroupOperator
-from airflow_elastic.operators.backend_io import BackendHook, BackendUnavailable
+from airflow_elastic.operators.training.backend_io import BackendHook, BackendUnavailable
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
 NODES = TrainingGroup("tj", [Role("node", replicas=2, command=["torchrun", "train.py"])], image="x")

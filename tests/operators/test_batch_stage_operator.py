@@ -41,8 +41,8 @@ def test_bad_arguments_name_the_field(kwargs, field):
 def test_a_templated_starting_deadline_is_checked_once_rendered():
     """A deployment sets the deadline (e.g. from a Variable): the operator takes a template, renders it with its
     other templated fields, and the CronJob rule reads seconds from it (an empty rendering: no deadline)."""
-    from airflow_elastic import stages
-    from airflow_elastic.operators import stage_cron
+    from airflow_elastic.operators.stages import cron as stage_cron
+    from airflow_elastic.stages import cron as stages
 
     template = "{{ var.value.get('deadline', '14400') }}"
     op = BatchStageOperator(task_id="t", stage=STAGE, starting_deadline=template)

@@ -13,8 +13,8 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_elastic import Checkpointing, Role, TrainingGroup, contract
 from airflow_elastic.operators import TrainingGroupOperator
-from airflow_elastic.operators.checkpoint_storage import CheckpointStorageUnavailable, checkpoint_storage
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.operators.training.checkpoint_storage import CheckpointStorageUnavailable, checkpoint_storage
+from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
 #: scheme → the fsspec backend package its error must name.

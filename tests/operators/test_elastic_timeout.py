@@ -10,12 +10,13 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Role, TrainingGroup, contract
-from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
-from airflow_elastic.operators.waiting import wait_for_group
+from airflow_elastic.operators.training.waiting import wait_for_group
+from airflow_elastic.preemption import attempts
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
-from airflow_elastic.state import BelowMin, GroupEvent, GroupStatus, elastic_ready
+from airflow_elastic.training.state import BelowMin, GroupEvent, GroupStatus, elastic_ready
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.operators.fakes import FakeHook, Logger, StateStore, TaskInstance
 from tests.triggers import fakes as async_fakes

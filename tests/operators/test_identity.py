@@ -7,8 +7,8 @@ import pytest
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks.errors import ServerError
 from airflow_elastic.operators.identity import STATE_KEY, TaskIdentity, label_value, recorded, submit
-from airflow_elastic.render import render_jobset
-from airflow_elastic.validation import is_label_value
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.validation import is_label_value
 from tests.operators.fakes import FakeHook, Logger, StateStore
 
 GROUP = TrainingGroup("tg", [Role("leader", command=["python"])], image="x")

@@ -12,8 +12,8 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow_elastic.hooks.errors import AlreadyExists
 from airflow_elastic.localcluster.api.patch import merge_patch
 from airflow_elastic.operators import InferenceServiceOperator, ScaleInferenceServiceOperator
-from airflow_elastic.rollout import RolloutEvent
-from airflow_elastic.spec import SpecError
+from airflow_elastic.serving.rollout import RolloutEvent
+from airflow_elastic.training.spec import SpecError
 from tests.operators.fakes import StateStore, TaskInstance
 from tests.serving_objects import isvc
 
@@ -185,7 +185,7 @@ def test_knative_mode_waits_for_a_new_revision_and_rolls_back_without_the_canary
 
 
 def test_a_retry_of_a_knative_publish_already_live_adopts_it_and_rolls_nothing_back():
-    from airflow_elastic.rollout_knative import judge_knative
+    from airflow_elastic.serving.knative import judge_knative
 
     stored = isvc(V1, mode="Knative")
     stored["status"]["components"] = {"predictor": {"latestCreatedRevision": "digits-predictor-00001"}}

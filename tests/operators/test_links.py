@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic import links
-from airflow_elastic.links import RunReportLink, ServedEndpointLink, SweepPlotLink, SweepReportLink
-from airflow_elastic.operators import InferenceServiceOperator
+from airflow_elastic.operators import InferenceServiceOperator, links
+from airflow_elastic.operators.links import RunReportLink, ServedEndpointLink, SweepPlotLink, SweepReportLink
 from airflow_elastic.sweeps import HyperparameterSweepOperator
 
 SWEEP = {

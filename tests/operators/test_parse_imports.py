@@ -17,18 +17,24 @@ from tests.conftest import ROOT
 #: any DAG), the validation a group runs when it is built, and the operator with its attempts mixin.
 ALLOWED = {
     "airflow_elastic",
+    "airflow_elastic._aliases",
+    "airflow_elastic.kube",
+    "airflow_elastic.training",
+    "airflow_elastic.stages",
+    "airflow_elastic.waiting",
+    "airflow_elastic.operators.training",
     "airflow_elastic.contract",
     "airflow_elastic.get_provider_info",
-    "airflow_elastic.names",
+    "airflow_elastic.kube.names",
     "airflow_elastic.operators",
-    "airflow_elastic.operators.resubmission",
-    "airflow_elastic.operators.training_group",
-    "airflow_elastic.outage",  # pure and import-free: the operators' api_outage_tolerance default
-    "airflow_elastic.platforms",
-    "airflow_elastic.schemas",
-    "airflow_elastic.spec",
-    "airflow_elastic.stage",
-    "airflow_elastic.validation",
+    "airflow_elastic.operators.training.resubmission",
+    "airflow_elastic.operators.training.training_group",
+    "airflow_elastic.waiting.outage",  # pure and import-free: the operators' api_outage_tolerance default
+    "airflow_elastic.kube.platforms",
+    "airflow_elastic.kube.schemas",
+    "airflow_elastic.training.spec",
+    "airflow_elastic.stages.spec",
+    "airflow_elastic.training.validation",
 }
 #: Loaded by neither the Task SDK nor a DAG using the operator (unlike yaml, jsonschema, fsspec: the SDK loads those).
 HEAVY = ("kubernetes", "kubernetes_asyncio")
@@ -60,4 +66,4 @@ def test_parsing_a_dag_loads_only_what_a_dag_needs(tmp_path: Path):
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {m for m in loaded if m.startswith("airflow_elastic")} - ALLOWED == set()
     assert {m.split(".")[0] for m in loaded} & set(HEAVY) == set()
-    assert "airflow_elastic.operators.training_group" in loaded  # the probe really built the operator
+    assert "airflow_elastic.operators.training.training_group" in loaded  # the probe really built the operator

@@ -6,13 +6,14 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_elastic import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup, contract
-from airflow_elastic.evidence import MAX_RECORDS, Evidence, attempt_causes
-from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
-from airflow_elastic.render import manifest as manifests
+from airflow_elastic.preemption import attempts
+from airflow_elastic.preemption.evidence import MAX_RECORDS, Evidence, attempt_causes
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.training.render import manifest as manifests
+from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
 SPOT = Placement(spot=True, node_selector={"pool": "a"})

@@ -9,8 +9,9 @@ import pytest
 from airflow.sdk._shared.template_rendering import TRUNCATE_PREFIX
 from airflow.sdk.execution_time.task_runner import _serialize_template_field
 
-from airflow_elastic.operators import TrainingGroupOperator, attempts
+from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
+from airflow_elastic.preemption import attempts
 from tests.conftest import ROOT
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 

@@ -9,8 +9,9 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_elastic import SpecError
-from airflow_elastic.cascade import SETTLE_SECONDS
-from airflow_elastic.operators import TrainingGroupOperator, waiting
+from airflow_elastic.operators import TrainingGroupOperator
+from airflow_elastic.operators.training import waiting
+from airflow_elastic.preemption.cascade import SETTLE_SECONDS
 from tests.operators.fakes import FakeHook
 from tests.operators.test_training_group_operator import GROUP, context, operator
 

@@ -6,10 +6,10 @@ import pytest
 
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.operators.identity import TaskIdentity
-from airflow_elastic.spec import SpecError
+from airflow_elastic.operators.sweeps.operator import load_warm_start
+from airflow_elastic.operators.sweeps.trial_groups import TrialIdentity, TrialStore, sweep_id, trial_port
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, uniform
-from airflow_elastic.sweeps.operator import load_warm_start
-from airflow_elastic.sweeps.trial_groups import TrialIdentity, TrialStore, sweep_id, trial_port
+from airflow_elastic.training.spec import SpecError
 
 GROUP = TrainingGroup(name="sw", image="img", roles=[Role("leader", command=["python", "t.py"])])
 GOOD = {"group": GROUP, "space": {"x": uniform(0, 1)}, "objective": "loss", "max_trials": 4}
@@ -119,9 +119,9 @@ class FakeTi:
 def test_a_wait_that_keeps_failing_for_every_trial_fails_the_task_instead_of_waiting_forever():
     from airflow.sdk.exceptions import AirflowException
 
-    from airflow_elastic.state import GroupEvent
+    from airflow_elastic.operators.sweeps.run import MAX_REDEFERS, SweepRun
     from airflow_elastic.sweeps.history import SweepHistory, Trial
-    from airflow_elastic.sweeps.run import MAX_REDEFERS, SweepRun
+    from airflow_elastic.training.state import GroupEvent
 
     op = HyperparameterSweepOperator(task_id="s", **GOOD)
     run = SweepRun(op, {"task_state_store": DictStore(), "ti": FakeTi()}, hook=None, namespace="ns")
@@ -155,7 +155,7 @@ def test_the_gpu_hour_budget_counts_finished_and_running_trials_and_says_when_it
 
 
 def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its_trial(monkeypatch):
-    from airflow_elastic import trigger_output
+    from airflow_elastic.waiting import trigger_output
     from tests.operators.fakes import Logger
 
     output = trigger_output.OutputArchive()
@@ -174,9 +174,9 @@ def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its
 
 def finished_sweep(tmp_path) -> tuple[HyperparameterSweepOperator, DictStore, dict]:
     """A sweep that try 1 finished (its two trials complete), as its state store keeps it; and its result."""
-    from airflow_elastic.spec import Checkpointing
+    from airflow_elastic.operators.sweeps.run import SweepRun
     from airflow_elastic.sweeps.history import SweepHistory, Trial
-    from airflow_elastic.sweeps.run import SweepRun
+    from airflow_elastic.training.spec import Checkpointing
 
     group = GROUP.with_changes(checkpoint=Checkpointing(str(tmp_path)))
     op = HyperparameterSweepOperator(
@@ -213,7 +213,7 @@ def test_a_retry_of_a_finished_sweep_returns_its_result_and_starts_no_trial(tmp_
 def test_a_cleared_finished_sweep_starts_the_next_generation_in_checkpoints_of_its_own(tmp_path):
     from airflow.sdk.exceptions import TaskDeferred
 
-    from airflow_elastic.render.trial import params_digest
+    from airflow_elastic.training.render.trial import params_digest
     from tests.operators.fakes import FakeHook, TaskInstance
 
     op, store, _ = finished_sweep(tmp_path)

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout, TaskDef
 from airflow_elastic import Checkpointing, Role, SpecError, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.identity import Submission
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
 GROUP = TrainingGroup(
@@ -228,8 +228,8 @@ def test_every_waits_output_reaches_the_workers_log_however_often_the_task_defer
     in its event and the resumed operator writes them (under a header) to the worker's log, which is appended."""
     import asyncio
 
-    from airflow_elastic import trigger_output
     from airflow_elastic.hooks.errors import Forbidden
+    from airflow_elastic.waiting import trigger_output
     from tests.operators.fakes import Logger
     from tests.triggers.fakes import FakeHook as Cluster
     from tests.triggers.fakes import condition, jobset, pod

@@ -9,8 +9,8 @@ import pytest
 from airflow_elastic import Checkpointing, Role
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
-from airflow_elastic.render.trial import params_digest
-from airflow_elastic.spec import SpecError
+from airflow_elastic.training.render.trial import params_digest
+from airflow_elastic.training.spec import SpecError
 from tests.builders import group
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 

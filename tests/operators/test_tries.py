@@ -10,9 +10,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout, TaskDeferred
 
 from airflow_elastic import Checkpointing, FailurePolicy, Role, TrainingGroup
-from airflow_elastic.operators import TrainingGroupOperator, attempts, training_group
+from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.operators.training import training_group
+from airflow_elastic.preemption import attempts
+from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
 GROUP = TrainingGroup(

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, NotFound
 from airflow_elastic.localcluster.api.patch import merge_patch
-from airflow_elastic.logcursor import LogRequest
+from airflow_elastic.waiting.logcursor import LogRequest
 
 JSON = dict[str, Any]
 LOG_START = datetime(2026, 3, 1, 10, 0, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ import contextlib
 import importlib
 from typing import Any
 
-from airflow_elastic.operators import attempts
-from airflow_elastic.saved import EVIDENCE_ANNOTATION
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.preemption import attempts
+from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION
+from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.triggers.fakes import FakeHook, condition, jobset, pod

@@ -154,7 +154,7 @@ def test_the_lines_shown_come_back_in_the_event_which_prints_as_one_line():
     (marker lines as progress) for the worker's task log, and Airflow's comms encode it as a plain dict."""
     from airflow.sdk.execution_time.comms import _new_encoder
 
-    from airflow_elastic.sweeps.markers import format_line
+    from airflow_elastic.contract.markers import format_line
 
     hook = FakeHook()
     hook.pods = [leader()]

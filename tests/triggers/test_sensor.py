@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_elastic.sensors import TrainingGroupSensor
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.training.state import GroupEvent
 
 SCRIPT = """
 import sys

@@ -7,8 +7,8 @@ import importlib
 import time
 from typing import Any
 
+from airflow_elastic.contract.markers import format_line
 from airflow_elastic.sweeps.history import SweepHistory, Trial
-from airflow_elastic.sweeps.markers import format_line
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.sweep import SweepTrigger
 from tests.triggers.fakes import FakeHook, condition, jobset, pod

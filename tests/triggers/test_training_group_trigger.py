@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from airflow_elastic.cascade import SETTLE_SECONDS
 from airflow_elastic.hooks.errors import Forbidden, ServerError
 from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.preemption.cascade import SETTLE_SECONDS
+from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.logs import LOG_BACKLOG_LINES
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger

@@ -1,6 +1,6 @@
 """The same scenarios through the sync loop (``wait_for_group``) and the async loop (``TrainingGroupTrigger``), with
 scripted observation sources and no cluster: both must give the identical verdict, because both only fetch what
-``airflow_elastic.watch.Watch`` asks for and act on its answer."""
+``airflow_elastic.waiting.watch.Watch`` asks for and act on its answer."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_elastic.hooks.errors import Forbidden, NotFound, ServerError
-from airflow_elastic.operators.waiting import wait_for_group
-from airflow_elastic.state import GroupEvent
+from airflow_elastic.operators.training.waiting import wait_for_group
+from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.operators.fakes import Logger

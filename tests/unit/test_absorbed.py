@@ -1,6 +1,7 @@
 """Preemptions the cluster absorbs: a preempted pod recreated in place while the group runs on (a Job's
 ``backoffLimit``, a JobSet elastic role's podFailurePolicy ``Ignore``, the training-operator) is counted, charged to
-the preemption budget and never counted twice (``airflow_elastic.evidence.Evidence.absorb``, the watch, ``decide``)."""
+the preemption budget and never counted twice (``airflow_elastic.preemption.evidence.Evidence.absorb``, the watch,
+``decide``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import pytest
 
 from airflow_elastic.localcluster.api.patch import merge_patch
-from airflow_elastic.operators import attempts
-from airflow_elastic.watch import Observation, Watch
+from airflow_elastic.preemption import attempts
+from airflow_elastic.waiting.watch import Observation, Watch
 from tests.unit.test_state import jobset
 
 INDEX = "batch.kubernetes.io/job-completion-index"

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 
-from airflow_elastic import saved
-from airflow_elastic.backend_views import (
+from airflow_elastic.preemption import saved
+from airflow_elastic.training.state import ROLE_LABEL, group_status, pod_failures, reported_metrics
+from airflow_elastic.waiting.backend_views import (
     pytorchjob_observed,
     pytorchjob_pods,
     trainjob_build_error,
     trainjob_observed,
 )
-from airflow_elastic.logfollow import leader_pod
-from airflow_elastic.state import ROLE_LABEL, group_status, pod_failures, reported_metrics
-from airflow_elastic.watch import Observation, Watch
+from airflow_elastic.waiting.logfollow import leader_pod
+from airflow_elastic.waiting.watch import Observation, Watch
 
 ROLES = {"Master": "leader", "Worker": "worker"}
 

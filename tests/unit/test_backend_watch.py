@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from airflow_elastic import Role, TrainingGroup, backend_watch, contract
-from airflow_elastic.render import render_pytorchjob, render_trainjob
-from airflow_elastic.state import JOBSET_NAME_LABEL, ROLE_LABEL, group_status
+from airflow_elastic import Role, TrainingGroup, contract
+from airflow_elastic.training.render import render_pytorchjob, render_trainjob
+from airflow_elastic.training.state import JOBSET_NAME_LABEL, ROLE_LABEL, group_status
+from airflow_elastic.waiting import backend_watch
 
 TRAINJOB = {
     "kind": "TrainJob",

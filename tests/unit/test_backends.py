@@ -8,8 +8,15 @@ import json
 
 import pytest
 
-from airflow_elastic import Elastic, Placement, Role, SpecError, SuccessPolicy, TrainingGroup, schemas
-from airflow_elastic.backends import BACKENDS, TRAINER_VERSION, check_backend, is_torchrun, trainjob_crd_problem
+from airflow_elastic import Elastic, Placement, Role, SpecError, SuccessPolicy, TrainingGroup
+from airflow_elastic.kube import schemas
+from airflow_elastic.training.backends import (
+    BACKENDS,
+    TRAINER_VERSION,
+    check_backend,
+    is_torchrun,
+    trainjob_crd_problem,
+)
 from tests.builders import group
 
 TORCH = ["python", "train.py"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_elastic import checkpoints as ck
+from airflow_elastic.contract import checkpoints as ck
 
 
 def write(fs: ck.Storage, root: str, step: int, *, complete: bool = True, marker_step: int | None = None) -> None:

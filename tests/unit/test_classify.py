@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic.classify import RULES, Budget, Cause, classify
+from airflow_elastic.preemption.classify import RULES, Budget, Cause, classify
 
 T0 = "2026-03-01T10:00:00Z"
 T0_PLUS_5 = "2026-03-01T10:00:05Z"

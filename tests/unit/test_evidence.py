@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic.evidence import Evidence, attempt_causes, describe, node_names
+from airflow_elastic.preemption.evidence import Evidence, attempt_causes, describe, node_names
 
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
 ROLE = "jobset.sigs.k8s.io/replicatedjob-name"

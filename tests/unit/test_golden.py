@@ -21,9 +21,10 @@ from airflow_elastic import (
     Role,
     SuccessPolicy,
     TrainingGroup,
-    names,
 )
-from airflow_elastic.render import render_jobset, schema_errors
+from airflow_elastic.kube import names
+from airflow_elastic.kube.schema import schema_errors
+from airflow_elastic.training.render import render_jobset
 from tests.conftest import ROOT
 from tests.jobset_webhook import webhook_errors
 

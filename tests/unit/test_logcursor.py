@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_elastic.logcursor import CUT_NOTE, LOG_CHUNK_BYTES, MAX_CHUNK_BYTES, LogCursor, parse_stamp
+from airflow_elastic.waiting.logcursor import CUT_NOTE, LOG_CHUNK_BYTES, MAX_CHUNK_BYTES, LogCursor, parse_stamp
 
 A, B, C = "2026-03-01T10:00:00.1Z", "2026-03-01T10:00:00.25Z", "2026-03-01T10:00:01.000000001Z"
 

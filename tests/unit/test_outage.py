@@ -1,10 +1,11 @@
-"""How long a wait rides out an API outage (``airflow_elastic.outage``): the pure accounting every wait shares."""
+"""How long a wait rides out an API outage (``airflow_elastic.waiting.outage``): the pure accounting every wait
+shares."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 
 
 def test_an_outage_is_announced_once_tolerated_and_its_end_said():

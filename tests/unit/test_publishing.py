@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from airflow_elastic import publishing
-from airflow_elastic.publishing import decide
+from airflow_elastic.serving import publishing
+from airflow_elastic.serving.publishing import decide
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,9 @@ def test_elastic_recoveries_count_as_survived_preemptions():
 
 
 def test_publishing_is_pure():
-    script = "import sys, airflow_elastic.publishing; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    script = (
+        "import sys, airflow_elastic.serving.publishing; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    )
     script += "{'airflow', 'kubernetes', 'fsspec', 'numpy'}))"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

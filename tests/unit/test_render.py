@@ -16,10 +16,10 @@ from airflow_elastic import (
     SpecError,
     SuccessPolicy,
     TrainingGroup,
-    names,
-    platforms,
 )
-from airflow_elastic.render import render_jobset, schema_errors
+from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube.schema import schema_errors
+from airflow_elastic.training.render import render_jobset
 from tests.builders import group
 from tests.jobset_expand import env_of, expand
 from tests.jobset_webhook import webhook_errors

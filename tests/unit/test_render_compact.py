@@ -5,8 +5,8 @@ from __future__ import annotations
 import yaml
 
 from airflow_elastic import Checkpointing, Placement, Resources, Role, TrainingGroup
-from airflow_elastic.render import render_jobset
-from airflow_elastic.render.compact import compact_view
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.render.compact import compact_view
 
 GROUP = TrainingGroup(
     "tg",

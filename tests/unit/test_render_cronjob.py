@@ -7,10 +7,11 @@ from datetime import timedelta
 import jsonschema
 import pytest
 
-from airflow_elastic import BatchStage, Placement, Resources, schemas
-from airflow_elastic.render.cronjob import LAST_APPLIED, applied, apply_patch, merge_patch, render_cronjob
-from airflow_elastic.render.job import render_job
-from airflow_elastic.spec import SpecError
+from airflow_elastic import BatchStage, Placement, Resources
+from airflow_elastic.kube import schemas
+from airflow_elastic.stages.cronjob import LAST_APPLIED, applied, apply_patch, merge_patch, render_cronjob
+from airflow_elastic.stages.job import render_job
+from airflow_elastic.training.spec import SpecError
 
 STAGE = BatchStage(
     "prepare-data",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from airflow_elastic import Elastic, Role, SuccessPolicy
-from airflow_elastic.render import render_jobset, schema_errors
-from airflow_elastic.render.elastic import node_range, rendered_pods
+from airflow_elastic.kube.schema import schema_errors
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.render.elastic import node_range, rendered_pods
 from tests.builders import group
 from tests.jobset_expand import env_of, expand
 from tests.jobset_webhook import webhook_errors

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from airflow_elastic import Elastic, FailurePolicy, Placement, Resources, Role, SpecError, TrainingGroup
-from airflow_elastic.logfollow import training_container
-from airflow_elastic.render import render_pytorchjob
-from airflow_elastic.render.schema import pytorchjob_schema_errors
+from airflow_elastic.kube.schema import pytorchjob_schema_errors
+from airflow_elastic.training.render import render_pytorchjob
+from airflow_elastic.waiting.logfollow import training_container
 from tests.builders import group
 
 

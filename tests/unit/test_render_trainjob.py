@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, SpecError, TrainingGroup
-from airflow_elastic.render import render_trainjob
-from airflow_elastic.render.schema import trainjob_schema_errors
+from airflow_elastic.kube.schema import trainjob_schema_errors
+from airflow_elastic.training.render import render_trainjob
 from tests.builders import group
 
 

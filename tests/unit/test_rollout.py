@@ -1,10 +1,10 @@
-"""The rollout verdict (``airflow_elastic.rollout.judge``): the new model serves, is still coming, or failed."""
+"""The rollout verdict (``airflow_elastic.serving.rollout.judge``): the new model serves, is still coming, or failed."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_elastic import rollout
+from airflow_elastic.serving import rollout
 from tests.serving_objects import deployment, isvc, pod
 
 NEW, OLD = "file:///models/v2", "file:///models/v1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic.rollout_knative import judge_knative, latest_created
+from airflow_elastic.serving.knative import judge_knative, latest_created
 from tests.serving_objects import isvc
 
 NEW = "gs://b/v2"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_elastic import checkpoints, runtime
+from airflow_elastic import runtime
+from airflow_elastic.contract import checkpoints
 from airflow_elastic.runtime import Context
 from tests.conftest import ROOT
 

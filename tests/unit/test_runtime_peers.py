@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_elastic import contract
-from airflow_elastic.classify import Budget, Cause, classify
-from airflow_elastic.evidence import decisive
+from airflow_elastic.preemption.classify import Budget, Cause, classify
+from airflow_elastic.preemption.evidence import decisive
 from airflow_elastic.runtime import PEER_LOST_EXIT_CODE, Context, is_peer_loss
 from airflow_elastic.runtime.peers import DEFAULT_WAIT, default_wait
 from tests.conftest import ROOT

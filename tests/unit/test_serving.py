@@ -1,11 +1,13 @@
-"""The InferenceService body, its merge patches and the argument rules (``airflow_elastic.serving``)."""
+"""The InferenceService body, its merge patches and the argument rules
+(``airflow_elastic.serving.inference_service``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_elastic import schemas, serving
-from airflow_elastic.spec import SpecError
+from airflow_elastic.kube import schemas
+from airflow_elastic.serving import inference_service as serving
+from airflow_elastic.training.spec import SpecError
 from tests.serving_objects import isvc
 
 PYTORCH = serving.Predictor(model_format="pytorch", min_replicas=1, max_replicas=4, scale_metric="cpu", scale_target=70)

@@ -1,5 +1,5 @@
 """The pure CronJob-style decisions of batch stages: finished, starting deadline, concurrency, history, adoption,
-the verdict and the log pod (airflow_elastic.stages)."""
+the verdict and the log pod (airflow_elastic.stages.cron)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from airflow_elastic import stages
+from airflow_elastic.stages import cron as stages
 
 RUN = "airflow-elastic.io/run-id"
 UTC = datetime.UTC

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_elastic import BatchStage, Placement, Resources, SpecError, contract
-from airflow_elastic.render import render_job
-from airflow_elastic.render.job import COMPLETION_INDEX, STAGE_LABEL
-from airflow_elastic.render.schema import batch_schema_errors
+from airflow_elastic.kube.schema import batch_schema_errors
+from airflow_elastic.stages.job import COMPLETION_INDEX, STAGE_LABEL, render_job
 
 CPU_POOL = Placement(
     node_selector={"pool": "cpu"},

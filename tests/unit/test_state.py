@@ -1,10 +1,10 @@
-"""The verdicts of airflow_elastic.state on JobSet, pod and event shapes as real clusters report them."""
+"""The verdicts of airflow_elastic.training.state on JobSet, pod and event shapes as real clusters report them."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_elastic.state import GroupEvent, group_status, pending_diagnosis, pod_failures, reported_metrics
+from airflow_elastic.training.state import GroupEvent, group_status, pending_diagnosis, pod_failures, reported_metrics
 
 
 def jobset(conditions=(), suspend=False, restarts=0, counted=0, rjobs=(("leader", 1, 0), ("worker", 2, 0))):

@@ -12,8 +12,9 @@ HEAVY = ("optuna", "numpy", "matplotlib", "airflow", "kubernetes", "sqlalchemy")
 SCRIPT = """
 import sys
 from airflow_elastic.sweeps import choice, loguniform, randint, uniform
-from airflow_elastic.sweeps import space, history, stopping, markers, mapping, sampler, report
-from airflow_elastic.render.trial import trial_group, trial_labels
+from airflow_elastic.sweeps import space, history, stopping, mapping, sampler, report
+from airflow_elastic.contract import markers
+from airflow_elastic.training.render.trial import trial_group, trial_labels
 space = {"lr": loguniform(1e-4, 1e-1), "hidden": choice([32, 64]), "dropout": uniform(0, 0.5), "layers": randint(1, 4)}
 from airflow_elastic.sweeps import sweep_params, select_best
 sweep_params({"hidden": choice([32, 64])})

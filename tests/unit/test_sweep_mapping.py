@@ -7,10 +7,10 @@ import json
 import pytest
 
 from airflow_elastic import Checkpointing, Role, TrainingGroup, runtime
-from airflow_elastic.render import render_jobset
-from airflow_elastic.render.trial import TrialGroup, params_digest, trial_group, trial_labels
-from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps import choice, loguniform, randint, select_best, sweep_params, uniform
+from airflow_elastic.training.render import render_jobset
+from airflow_elastic.training.render.trial import TrialGroup, params_digest, trial_group, trial_labels
+from airflow_elastic.training.spec import SpecError
 from tests.builders import group
 
 SPACE = {"hidden": choice([32, 64]), "layers": randint(1, 2)}

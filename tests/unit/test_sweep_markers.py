@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from airflow_elastic import runtime
-from airflow_elastic.sweeps.markers import MARKER, format_line, parse
+from airflow_elastic.contract.markers import MARKER, format_line, parse
 
 
 def test_round_trip_with_log_prefixes():

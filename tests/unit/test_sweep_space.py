@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps import choice, loguniform, randint, uniform
 from airflow_elastic.sweeps.space import (
     Choice,
@@ -17,6 +16,7 @@ from airflow_elastic.sweeps.space import (
     to_json,
     validate_space,
 )
+from airflow_elastic.training.spec import SpecError
 
 SPACE = {"lr": loguniform(1e-4, 1e-1), "hidden": choice([32, 64, 128]), "dropout": uniform(0.0, 0.5)}
 

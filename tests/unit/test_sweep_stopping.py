@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_elastic.spec import SpecError
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 from airflow_elastic.sweeps.stopping import OPTIONS, RULES, decide, validate_rule
+from airflow_elastic.training.spec import SpecError
 
 
 def curve(*values: float) -> dict[int, float]:

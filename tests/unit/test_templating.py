@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_elastic import Checkpointing, Role, SpecError, TrainingGroup
-from airflow_elastic.templating import has_template, render_group
+from airflow_elastic.training.templating import has_template, render_group
 
 VALUES = {"{{ params.steps }}": "7", "{{ ds }}": "2025-01-01", "{{ params.image }}": "trainer:2"}
 

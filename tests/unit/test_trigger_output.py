@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic import trigger_output
-from airflow_elastic.sweeps.markers import format_line, progress
-from airflow_elastic.trigger_output import OutputArchive, event_payload, replay
+from airflow_elastic.contract.markers import format_line, progress
+from airflow_elastic.waiting import trigger_output
+from airflow_elastic.waiting.trigger_output import OutputArchive, event_payload, replay
 
 
 class Lines:

@@ -17,8 +17,8 @@ from airflow_elastic import (
     SpecError,
     SuccessPolicy,
     TrainingGroup,
-    validation,
 )
+from airflow_elastic.training import validation
 from tests.builders import group
 
 

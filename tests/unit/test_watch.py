@@ -1,12 +1,13 @@
-"""The pure wait state machine (``airflow_elastic.watch``): one observation in, a verdict or "keep waiting" out."""
+"""The pure wait state machine (``airflow_elastic.waiting.watch``): one observation in, a verdict or "keep waiting"
+out."""
 
 from __future__ import annotations
 
 from airflow_elastic.localcluster.api.patch import merge_patch
-from airflow_elastic.operators import attempts
-from airflow_elastic.saved import EVIDENCE_ANNOTATION
-from airflow_elastic.state import group_status
-from airflow_elastic.watch import Need, Observation, Watch
+from airflow_elastic.preemption import attempts
+from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION
+from airflow_elastic.training.state import group_status
+from airflow_elastic.waiting.watch import Need, Observation, Watch
 from tests.unit.test_state import jobset
 
 FAILED_JOBSET = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs"}]}}
@@ -56,8 +57,8 @@ def test_transient_errors_are_ridden_out_for_the_outage_tolerance_then_error():
 
 
 def test_the_default_outage_tolerance_is_at_least_five_minutes():
-    from airflow_elastic.outage import DEFAULT_API_OUTAGE_TOLERANCE
     from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+    from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
 
     assert DEFAULT_API_OUTAGE_TOLERANCE >= 300
     watch = Watch("g", "ml")

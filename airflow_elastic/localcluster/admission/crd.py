@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.common import Causes, dns1123_subdomain
 from airflow_elastic.localcluster.admission.jobset import _schema_cause, prune_and_default

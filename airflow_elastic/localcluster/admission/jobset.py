@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.common import (
     Causes,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster.admission.common import dns1035_label
 from airflow_elastic.localcluster.admission.crd import CrdSchema, deny
 from airflow_elastic.localcluster.store import Obj

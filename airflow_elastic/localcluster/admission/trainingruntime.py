@@ -9,7 +9,7 @@ the TrainingRuntime webhook creates only, as upstream.
 
 from __future__ import annotations
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.common import Causes
 from airflow_elastic.localcluster.admission.crd import CrdSchema, deny

@@ -15,7 +15,7 @@ import copy
 import re
 from typing import Any
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.common import Causes, domain_prefixed_path
 from airflow_elastic.localcluster.admission.crd import CrdSchema, deny

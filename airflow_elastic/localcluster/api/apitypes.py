@@ -13,7 +13,7 @@ import re
 from functools import cache
 from typing import Any
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.resources import Resource
 

@@ -12,7 +12,7 @@ import json
 from functools import cache
 from typing import Any
 
-from airflow_elastic import schemas
+from airflow_elastic.kube import schemas
 from airflow_elastic.localcluster.api import apitypes
 from airflow_elastic.localcluster.resources import ALL, COMPUTED, Resource
 

@@ -33,7 +33,7 @@ def previous_run_job(context, task_id: str, built: BatchStage, run_id: str = "sc
     """Create the Job ``task_id``'s operator would have created in DAG run ``run_id``; returns it."""
     from airflow_elastic.hooks.jobset import JobSetHook
     from airflow_elastic.operators.identity import TaskIdentity
-    from airflow_elastic.render import render_job
+    from airflow_elastic.stages.job import render_job
 
     owner = TaskIdentity(context["ti"].dag_id, task_id, run_id)
     namespace = context["params"]["namespace"]
@@ -44,8 +44,8 @@ def previous_run_job(context, task_id: str, built: BatchStage, run_id: str = "sc
 def wait_finished(context, names: list[str]) -> None:
     import time
 
-    from airflow_elastic import stages
     from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.stages import cron as stages
 
     hook = JobSetHook(context["params"]["conn_id"])
     deadline = time.monotonic() + 60

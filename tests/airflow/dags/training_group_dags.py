@@ -148,8 +148,8 @@ with DAG("training_group_adoption", schedule=None, catchup=False, params=PARAMS,
     def precreate(**context) -> str:
         from airflow_elastic.hooks.jobset import JobSetHook
         from airflow_elastic.operators.identity import TaskIdentity
-        from airflow_elastic.render import render_jobset
-        from airflow_elastic.templating import render_group
+        from airflow_elastic.training.render import render_jobset
+        from airflow_elastic.training.templating import render_group
 
         ti = context["ti"]
         owner = TaskIdentity(ti.dag_id, "train_adopt", ti.run_id)

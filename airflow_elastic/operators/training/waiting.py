@@ -1,0 +1,147 @@
+"""Sync mode: wait for a group on the worker, polling with ``JobSetHook``; :mod:`airflow_elastic.waiting.watch` decides.
+
+The loop only fetches what the :class:`~airflow_elastic.waiting.watch.Watch` asks for and sleeps; the verdict is the
+same
+:class:`~airflow_elastic.training.state.GroupEvent` the trigger yields in deferrable mode, so the operator finishes both
+modes through one code path. :func:`settle` is also the sensor's one look.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_elastic.contract.markers import progress
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import JobSetHookProtocol
+from airflow_elastic.preemption.evidence import describe
+from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent
+from airflow_elastic.waiting.logfollow import LogFollow
+from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
+
+
+def group_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The pods of JobSet ``name`` (every attempt still present)."""
+    return hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}={name}")
+
+
+def group_events(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Events about the JobSet and everything named after it (its Jobs, pods, Service), oldest first."""
+    events = [
+        e for e in hook.list_events(namespace) if str((e.get("involvedObject") or {}).get("name", "")).startswith(name)
+    ]
+    return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+class LogReader:
+    """Copies new lines of the ``role``'s first pod's training container into the task log, a bounded read a poll:
+    the sync flavour of the trigger's follower, on the same :class:`~airflow_elastic.waiting.logfollow.LogFollow`."""
+
+    def __init__(self, hook: JobSetHookProtocol, namespace: str, role: str, log: Any) -> None:
+        self.hook, self.namespace, self.log = hook, namespace, log
+        self.follow = LogFollow(role)
+
+    def read(self, pods: Iterable[Mapping[str, Any]], *, final: bool = False) -> None:
+        """Log what the pod wrote since the last call (only whole lines unless ``final``); never raises an API
+        error: a missing pod is looked up again next time, other errors are a warning once per pod."""
+        target = self.follow.target(pods)
+        if target is None:
+            return
+        reading = self.follow.reading(target, final=final)
+        while (request := reading.next()) is not None:
+            try:
+                text = self.hook.read_pod_log_chunk(self.namespace, target.pod, target.container, request)
+            except NotFound:
+                return  # replaced (restart) or not started: the next observation's pods tell
+            except KubernetesApiError as error:
+                level, message = self.follow.read_failed(target, error)
+                getattr(self.log, level)("%s", message)
+                return
+            for line in reading.take(text):
+                self.log.info("%s", progress(line))  # a sweep's marker line as progress
+
+
+def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
+    """One look at JobSet ``namespace/name``; an API error becomes a failed observation, not an exception."""
+    now = time.time()
+    try:
+        return Observation(now, hook.get_jobset(namespace, name))
+    except NotFound:
+        return Observation(now, None)
+    except KubernetesApiError as error:  # the hook already retried: the watch decides how long to tolerate it
+        return Observation.failed(now, error, transient=isinstance(error, TRANSIENT_ERRORS))
+
+
+def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -> Step:
+    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first, and saving the
+    evidence on the JobSet when it asks to (``Step.save``)."""
+    step = watch.observe(obs)
+    while step.need is not None:
+        # A step that needs more data always carries the observation it needs it for.
+        step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
+    if step.notice:
+        log.warning("%s: %s", watch.where, step.notice)
+    if step.save is not None:
+        try:
+            hook.patch_jobset(watch.namespace, watch.name, step.save)
+        except KubernetesApiError as error:  # only a restarted waiter would miss these stops
+            log.warning("Could not save the evidence on %s: %s", watch.where, error)
+    return step
+
+
+def _fetch(hook: JobSetHookProtocol, watch: Watch, obs: Observation, need: Need, log: Any) -> Observation:
+    got: dict[str, list[dict[str, Any]]] = {}
+    missing = []
+    for piece, wanted, read in (("pods", need.pods, group_pods), ("events", need.events, group_events)):
+        if not wanted:
+            continue
+        try:
+            got[piece] = read(hook, watch.namespace, watch.name)
+        except KubernetesApiError as error:  # the verdict stands without them
+            log.warning("Could not list the %s of %s: %s", piece, watch.where, error)
+            missing.append(piece)
+    nodes: dict[str, dict[str, Any] | None] = {}
+    for node in sorted(need.nodes):
+        try:
+            nodes[node] = hook.get_node(node)
+        except KubernetesApiError as error:  # unknown, not gone
+            log.warning("Could not read node %s: %s", node, error)
+    return obs.given(**got, nodes=nodes if need.nodes else None, unavailable=missing)
+
+
+def wait_for_group(
+    hook: JobSetHookProtocol,
+    namespace: str,
+    name: str,
+    *,
+    poll_interval: float,
+    log_role: str | None,
+    log: Any,
+    **watch: Any,
+) -> GroupEvent:
+    """Poll JobSet ``namespace/name`` until the :class:`~airflow_elastic.waiting.watch.Watch` gives its verdict.
+
+    Args:
+        poll_interval: seconds between looks (less when a deadline comes first).
+        log_role: whose log is copied into the task log (``None``: no logs).
+        log: the task logger (evidence records and read problems are logged there).
+        **watch: the :class:`~airflow_elastic.waiting.watch.Watch` arguments (``uid``, ``deadline``,
+        ``startup_deadline``,
+            ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``, the elastic watch, ...),
+            exactly as the trigger takes them. Transient API errors are tolerated as the trigger tolerates them.
+
+    Returns:
+        The verdict, as the trigger would have yielded it.
+    """
+    reader = LogReader(hook, namespace, log_role, log) if log_role else None
+    judge = Watch(name, namespace, list_pods=reader is not None, **watch)
+    while True:
+        step = settle(judge, hook, observe(hook, namespace, name), log)
+        for record in step.records:
+            log.info("%s: %s", judge.where, describe(record))
+        if reader is not None and step.observation is not None and step.observation.pods is not None:
+            reader.read(step.observation.pods, final=step.verdict is not None)
+        if step.verdict is not None:
+            return step.verdict
+        time.sleep(max(0.0, judge.sleep_for(time.time(), poll_interval)))
