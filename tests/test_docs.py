@@ -5,6 +5,8 @@ documents the repository contains."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -211,3 +213,52 @@ def test_the_architecture_page_lists_the_package_tree():
     shown = TREE.search(ARCHITECTURE_DOC.read_text())
     assert shown, "docs/architecture.md has no <!-- package-tree start/end --> markers"
     assert shown.group(1) == package_tree(), "docs/architecture.md's package tree must read:\n" + package_tree()
+
+
+# ------------------------------------------------------------------------------------------------ module paths
+
+DOTTED = re.compile(r"(?<![\w./])airflow_elastic(?:\.\w+)+")
+FILE_PATH = re.compile(r"(?<![\w./])airflow_elastic/[\w/]+(?:\.py|/)")
+
+
+def _docs_text() -> dict[str, str]:
+    """The README and the docs pages, without the architecture page's table of moved (old) module paths."""
+    pages = {"README.md": README}
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        if "_build" not in path.parts:
+            pages[str(path.relative_to(ROOT))] = path.read_text()
+    architecture = pages["docs/architecture.md"]
+    before, _, rest = architecture.partition("## Moved modules")
+    pages["docs/architecture.md"] = before + rest.partition("\n## ")[2]
+    return pages
+
+
+def _resolves(dotted: str) -> bool:
+    """``dotted`` is a module under its own (new) name, or a name in one: not an old path kept by the aliases."""
+    from airflow_elastic._aliases import MOVED
+
+    parts = dotted.split(".")
+    if any(".".join(parts[1 : n + 1]) in MOVED for n in range(1, len(parts))):
+        return False  # an old path the aliases keep importing
+    target: object = importlib.import_module(parts[0])
+    for depth in range(1, len(parts)):
+        name = ".".join(parts[: depth + 1])
+        if hasattr(target, "__path__") and importlib.util.find_spec(name) is not None:
+            target = importlib.import_module(name)
+            if target.__name__ != name:
+                return False  # an alias of a moved module
+        elif hasattr(target, parts[depth]):
+            target = getattr(target, parts[depth])
+        else:
+            return False
+    return True
+
+
+def test_the_docs_show_the_modules_where_they_live():
+    """Every ``airflow_elastic.x.y`` the README and docs name imports under that name (the moved modules' old paths
+    still import, through the aliases, but the docs show the new ones), and every ``airflow_elastic/x.py`` exists."""
+    wrong = []
+    for page, text in _docs_text().items():
+        wrong += [f"{page}: {d}" for d in sorted(set(DOTTED.findall(text))) if not _resolves(d)]
+        wrong += [f"{page}: {p}" for p in sorted(set(FILE_PATH.findall(text))) if not (ROOT / p).exists()]
+    assert not wrong, "\n".join(wrong)

@@ -3,12 +3,11 @@
 * ``jobset`` (default): a JobSet rendered by :func:`airflow_elastic.training.render.render_jobset`; everything maps.
 * ``trainjob``: a Kubeflow Trainer v2 ``TrainJob`` on a ``(Cluster)TrainingRuntime``
   (:func:`airflow_elastic.training.render.render_trainjob`). The Trainer runs one homogeneous ``node`` role under
-  torchrun
-  and sets only torchrun's ``PET_*`` variables, so what needs more is refused here, at parse time.
+  torchrun and sets only torchrun's ``PET_*`` variables, so what needs more is refused here, at parse time.
 * ``pytorchjob``: a training-operator v1 ``PyTorchJob`` (legacy;
-:func:`airflow_elastic.training.render.render_pytorchjob`):
-  a one-role group's pod 0 becomes the Master and its other pods the Workers (so one homogeneous group is valid for
-  all three backends); of two roles, the leader (one pod) becomes the Master and the other role the Workers.
+  :func:`airflow_elastic.training.render.render_pytorchjob`): a one-role group's pod 0 becomes the Master and its
+  other pods the Workers (so one homogeneous group is valid for all three backends); of two roles, the leader (one
+  pod) becomes the Master and the other role the Workers.
 
 :func:`check_backend` raises one :class:`~airflow_elastic.training.spec.SpecError` listing every field a backend cannot
 express, with the reason.

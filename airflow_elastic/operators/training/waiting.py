@@ -127,9 +127,9 @@ def wait_for_group(
         log_role: whose log is copied into the task log (``None``: no logs).
         log: the task logger (evidence records and read problems are logged there).
         **watch: the :class:`~airflow_elastic.waiting.watch.Watch` arguments (``uid``, ``deadline``,
-        ``startup_deadline``,
-            ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``, the elastic watch, ...),
-            exactly as the trigger takes them. Transient API errors are tolerated as the trigger tolerates them.
+            ``startup_deadline``, ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``,
+            the elastic watch, ...), exactly as the trigger takes them. Transient API errors are tolerated as the
+            trigger tolerates them.
 
     Returns:
         The verdict, as the trigger would have yielded it.
