@@ -37,8 +37,8 @@ demo: $(STAMP) $(SERVING_STAMP)
 	$(BIN)/python tools/demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check airflow_elastic tests tools dags bench
-	$(BIN)/ruff format --check airflow_elastic tests tools dags bench
+	$(BIN)/ruff check airflow_elastic tests tools dags bench docs/conf.py docs/_ext
+	$(BIN)/ruff format --check airflow_elastic tests tools dags bench docs/conf.py docs/_ext
 	$(BIN)/mypy  # the package, as [tool.mypy] in pyproject.toml says (strict for the pure packages)
 	$(BIN)/lint-imports --no-cache  # the layer contract: [tool.importlinter] in pyproject.toml
 

@@ -408,7 +408,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         argv = sys.argv[1:]
         kept = [a for i, a in enumerate(argv) if "--workdir" not in (a, argv[i - 1] if i else "")]
         command = "python bench/goodput.py " + " ".join(kept)
-        header = f"# `bench/goodput.py` results\n\nRegenerate with `{command.strip()}` (see the README).\n\n"
+        header = f"# `bench/goodput.py` results\n\nRegenerate with `{command.strip()}` (see docs/benchmarks.md).\n\n"
         args.table.write_text(header + text)
     if args.png:
         plot(rows, sweep, args.png)

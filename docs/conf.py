@@ -14,7 +14,7 @@ from airflow_elastic import __version__  # noqa: E402
 
 project = "airflow-elastic"
 author = "airflow-elastic contributors"
-copyright = "airflow-elastic contributors"  # noqa: A001 (Sphinx's name)
+copyright = "airflow-elastic contributors"
 version = release = __version__
 
 extensions = [

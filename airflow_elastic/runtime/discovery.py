@@ -37,7 +37,7 @@ from typing import Any
 from airflow_elastic import contract
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-#: The local cluster's name for the service-account mount (its mount convention; see the README).
+#: The local cluster's name for the service-account mount (its mount convention: docs/concepts/local-cluster.md).
 LOCAL_SERVICEACCOUNT_ENV = "LOCALCLUSTER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT"
 JOBSET_LABEL = "jobset.sigs.k8s.io"
 

@@ -41,7 +41,7 @@ _REDEFER_KEY = "batch_stage_redefers"
 
 
 class BatchStageOperator(BaseOperator):
-    """Run a batch stage as one Kubernetes Job with CronJob-style semantics (see the README, "Batch stages").
+    """Run a batch stage as one Kubernetes Job with CronJob-style semantics (docs/howto/batch-stage.md).
 
     Each task instance gets a Job of its own, ``<stage>-<6 chars>`` from the DAG, task, run and map index, labelled
     with them and with the stage, and recorded in ``task_state_store``: a retry or a restarted worker adopts it while

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 
 class CronJobOperator(BaseOperator):
-    """Create or update a Kubernetes CronJob running ``stage`` on ``schedule`` (see the README, "Cluster-owned
-    schedules").
+    """Create or update a Kubernetes CronJob running ``stage`` on ``schedule`` (docs/howto/cronjob.md).
 
     The CronJob is named after the stage (or ``name``) and labelled with this DAG and task; running the task again
     with the same stage and arguments changes nothing, a changed one patches the CronJob (fields dropped from the

@@ -5,7 +5,7 @@ completions = parallelism = 1). So JobSet's ``job-index`` label is the rank with
 ``job-global-index`` the rank within the group; hostnames are ``<jobset>-<role>-<i>-0``; exclusive placement
 gives each *pod* a topology domain of its own. An elastic role differs (see
 :mod:`airflow_elastic.training.render.elastic`).
-See the README ("How a group becomes a JobSet").
+See docs/concepts/training-groups.md#how-a-group-becomes-a-jobset.
 """
 
 from __future__ import annotations
