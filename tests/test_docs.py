@@ -262,3 +262,14 @@ def test_the_docs_show_the_modules_where_they_live():
         wrong += [f"{page}: {d}" for d in sorted(set(DOTTED.findall(text))) if not _resolves(d)]
         wrong += [f"{page}: {p}" for p in sorted(set(FILE_PATH.findall(text))) if not (ROOT / p).exists()]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_readme_example_builds_its_dag():
+    """The README's short example (it cannot include from dags/ on GitHub) runs: the DAG builds, the group validates
+    and renders."""
+    from airflow_elastic.training.render import render_jobset
+
+    source = README.split("## A short example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(source, "README.md", "exec"), namespace)
+    assert render_jobset(namespace["group"])["kind"] == "JobSet"
