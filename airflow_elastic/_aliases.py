@@ -3,7 +3,7 @@
 Airflow stores an operator's and a trigger's class path, DAG files import what the README of their day showed, and
 both must keep working after an upgrade: importing an old path below yields the module that now holds its code (the
 same module object, so a ``mock.patch`` or ``isinstance`` through either path sees the same thing). New code uses the
-new paths; the architecture page of the docs lists both.
+new paths; ``docs/architecture.md`` lists both.
 """
 
 from __future__ import annotations
