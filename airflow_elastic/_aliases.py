@@ -65,10 +65,14 @@ class _Alias(importlib.abc.Loader):
     def __init__(self, target: str, extra: dict[str, str]) -> None:
         self.target = target
         self.extra = extra
+        self.spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = importlib.import_module(self.target)
         if not self.extra:
+            # The import system sets ``__spec__`` on whatever this returns; exec_module puts the real one back
+            # (``importlib.resources`` and ``pkgutil`` read a package's search path from it).
+            self.spec = module.__spec__
             return module
         # A package whose names came from two places: a view of the new package plus the names that moved away.
         view = types.ModuleType(spec.name, module.__doc__)
@@ -84,7 +88,9 @@ class _Alias(importlib.abc.Loader):
         return view
 
     def exec_module(self, module: types.ModuleType) -> None:
-        """Nothing to run: the module was imported under its new path."""
+        """Nothing to run: the module was imported under its new path; only its own spec is restored."""
+        if not self.extra:
+            module.__spec__ = self.spec
 
 
 class _Finder(importlib.abc.MetaPathFinder):

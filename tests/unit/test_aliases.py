@@ -19,6 +19,7 @@ def test_old_path_is_the_moved_module(old: str):
     extra = _aliases.EXTRA_NAMES.get(old)
     if extra is None:
         assert module is new
+        assert new.__spec__.name == new.__name__  # its own spec, not the alias's (importlib.resources reads it)
         return
     # A package that also re-exported names now in another domain: a view of both.
     for name in getattr(new, "__all__", ()):
