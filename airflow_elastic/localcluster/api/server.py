@@ -269,6 +269,11 @@ class ApiServer:
             raise errors.MethodNotAllowed(f"{verb} is not supported on {target.res.plural}/{sub}")
         if sub == "scale":
             return await scale.serve(request, store, target, verb)
+        return await self._verb(request, target, verb)
+
+    async def _verb(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
+        """A resource, or a subresource served like one (``status``), by verb."""
+        store = self.store
         if verb == "watch":
             return await streams.watch(request, store, target, self.bookmark_seconds)
         if verb == "get":
