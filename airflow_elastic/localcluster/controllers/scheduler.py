@@ -32,7 +32,7 @@ TERMINAL = ("Succeeded", "Failed")
 _SCORING_DEFAULTS = {"cpu": Fraction(1, 10), "memory": Fraction(200 * 2**20)}
 
 
-def _tolerates(toleration: Obj, taint: Obj) -> bool:
+def tolerates(toleration: Obj, taint: Obj) -> bool:
     if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
         return False
     if not toleration.get("key"):
@@ -50,7 +50,7 @@ def untolerated_taint(pod: Obj, taints: list[Obj]) -> Obj | None:
     for taint in taints:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
-        if not any(_tolerates(t, taint) for t in tolerations):
+        if not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None
 
