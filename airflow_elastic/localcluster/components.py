@@ -17,7 +17,6 @@ from airflow_elastic.localcluster.controllers.gc import GarbageCollector
 from airflow_elastic.localcluster.controllers.inferenceservice import InferenceServiceController
 from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
-from airflow_elastic.localcluster.controllers.nodes import register_nodes
 from airflow_elastic.localcluster.controllers.podautoscaler import HorizontalPodAutoscalerController
 from airflow_elastic.localcluster.controllers.pytorchjob import PyTorchJobController
 from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController
@@ -26,6 +25,7 @@ from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsC
 from airflow_elastic.localcluster.controllers.trainjob import install as install_trainer
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
+from airflow_elastic.localcluster.kubelet.nodes import register_nodes
 from airflow_elastic.localcluster.kubelet.stats import Scraper
 from airflow_elastic.localcluster.network import Network
 from airflow_elastic.localcluster.resources import NAMESPACES
@@ -81,6 +81,6 @@ def install(
         part.resync()
     manager.shutdown_hooks.append(kubelet.shutdown)
     # The kubelet's measurements, served as metrics.k8s.io (api/metrics.py) and read by the HPA controller.
-    kubelet.stats = Scraper(kubelet, config.metric_resolution_seconds)
+    kubelet.stats = Scraper(kubelet.running_pods, config.metric_resolution_seconds)
     manager.add(HorizontalPodAutoscalerController(store, recorder, clock, kubelet.stats, config.hpa_sync_seconds))
     return recorder

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -18,28 +17,25 @@ import ipaddress
 import json
 import logging
 import os
-import secrets
 import signal
 import ssl
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import yaml
 from aiohttp import web
 
 from airflow_elastic.localcluster.api.server import ApiServer
 from airflow_elastic.localcluster.config import ClusterConfig, NodePool
+from airflow_elastic.localcluster.credentials import KUBECONFIG_FILE, kubeconfig, token, write_private
 
 log = logging.getLogger(__name__)
 
-CONTEXT = "airflow-elastic-local"
 READY_FILE = "ready.json"
 LOCK_FILE = "server.lock"
-TOKEN_FILE = "token"
 CONFIG_FILE = "config.json"
-KUBECONFIG_FILE = "kubeconfig"
 CERT_FILE = "server.crt"
 KEY_FILE = "server.key"
 
@@ -62,16 +58,6 @@ def lock(state_dir: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
-
-
-def token(state_dir: Path) -> str:
-    """The directory's bearer token (created once, so kubeconfigs stay valid across restarts)."""
-    path = state_dir / TOKEN_FILE
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
-    return path.read_text().strip()
 
 
 def load_config(state_dir: Path) -> ClusterConfig:
@@ -123,31 +109,9 @@ def certificate(state_dir: Path) -> tuple[Path, Path]:
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _write_private(key_path, key_pem.decode())
+    write_private(key_path, key_pem.decode())
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
-
-
-def kubeconfig(url: str, bearer: str, ca: bytes) -> dict[str, Any]:
-    cluster = {"server": url, "certificate-authority-data": base64.b64encode(ca).decode()}
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": cluster}],
-        "users": [{"name": CONTEXT, "user": {"token": bearer}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
-        "current-context": CONTEXT,
-        "preferences": {},
-    }
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write atomically, readable by the owner only (the file holds the token)."""
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
 
 
 def _on_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -183,7 +147,7 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     if args.stop_with_stdin:
         loop.add_reader(sys.stdin.fileno(), _on_stdin, loop, stop)
-    _write_private(
+    write_private(
         state_dir / KUBECONFIG_FILE,
         yaml.safe_dump(kubeconfig(url, server.token, cert_path.read_bytes()), sort_keys=False),
     )
@@ -194,7 +158,7 @@ async def run(args: argparse.Namespace) -> None:
         "kubeconfig": str(state_dir / KUBECONFIG_FILE),
         "ca": str(cert_path),
     }
-    _write_private(state_dir / READY_FILE, json.dumps(ready))
+    write_private(state_dir / READY_FILE, json.dumps(ready))
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     log.info("local cluster API server listening on %s (state in %s)", url, state_dir)

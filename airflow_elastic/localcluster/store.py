@@ -306,30 +306,7 @@ class Store:
             new = copy.deepcopy(current)
             new["spec"]["nodeName"] = obj["spec"]["nodeName"]
         else:
-            new = obj
-            new["apiVersion"], new["kind"] = res.api_version, res.kind
-            for immutable in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ):
-                if immutable in old["metadata"]:
-                    meta[immutable] = old["metadata"][immutable]
-                else:
-                    meta.pop(immutable, None)
-            if res.namespaced:
-                meta["namespace"] = old["metadata"]["namespace"]
-            if "status" in res.subresources and "status" in old:
-                new["status"] = old["status"]
-            elif "status" in res.subresources:
-                new.pop("status", None)
-            admission = self.admission.get(res.key)
-            if admission:
-                admission.admit_update(new, old)
-            if new.get("spec") != old.get("spec"):
-                meta["generation"] = old["metadata"].get("generation", 1) + 1
+            new = self._replacement(res, obj, old)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if dry_run:
             return new
@@ -342,6 +319,28 @@ class Store:
         ):
             return self._commit("DELETED", res, new, old)
         return self._commit("MODIFIED", res, new, old)
+
+    def _replacement(self, res: Resource, new: Obj, old: Obj) -> Obj:
+        """``new`` as a full update of ``old`` stores it: server-owned metadata and the status kept, admitted."""
+        meta = new["metadata"]
+        new["apiVersion"], new["kind"] = res.api_version, res.kind
+        for immutable in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            if immutable in old["metadata"]:
+                meta[immutable] = old["metadata"][immutable]
+            else:
+                meta.pop(immutable, None)
+        if res.namespaced:
+            meta["namespace"] = old["metadata"]["namespace"]
+        if "status" in res.subresources and "status" in old:
+            new["status"] = old["status"]
+        elif "status" in res.subresources:
+            new.pop("status", None)
+        admission = self.admission.get(res.key)
+        if admission:
+            admission.admit_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            meta["generation"] = old["metadata"].get("generation", 1) + 1
+        return new
 
     def delete(
         self,

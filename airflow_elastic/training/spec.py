@@ -8,7 +8,7 @@ the DAG file is parsed, not with a 422 from the API server an hour later.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
@@ -31,6 +31,12 @@ class SpecError(ValueError):
     def __init__(self, problems: Sequence[tuple[str, str]]):
         self.problems = list(problems)
         super().__init__("; ".join(f"{path}: {message}" if path else message for path, message in problems))
+
+
+#: What every group runs on itself when it is constructed: :mod:`airflow_elastic.training.validation` adds
+#: :func:`~airflow_elastic.training.validation.validate` (the ``airflow_elastic.training`` package imports it, so no
+#: group is built without its rules).
+CHECKS: list[Callable[[TrainingGroup], None]] = []
 
 
 def _tuple(value: Any) -> Any:
@@ -252,9 +258,8 @@ class TrainingGroup(_Spec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from airflow_elastic.training.validation import validate
-
-        validate(self)
+        for check in CHECKS:
+            check(self)
 
     @property
     def leader(self) -> Role:

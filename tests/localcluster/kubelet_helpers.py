@@ -13,10 +13,10 @@ from typing import Any
 from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.config import ClusterConfig, NodePool, log_path
 from airflow_elastic.localcluster.controller import Manager
-from airflow_elastic.localcluster.controllers.nodes import register_nodes
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet
+from airflow_elastic.localcluster.kubelet.nodes import register_nodes
 from airflow_elastic.localcluster.network import Network
 from airflow_elastic.localcluster.resources import EVENTS, PODS, Resource
 from airflow_elastic.localcluster.store import Obj, Store

@@ -10,8 +10,8 @@ import pytest
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.config import NodePool
-from airflow_elastic.localcluster.controllers.nodes import POOL_LABEL
 from airflow_elastic.localcluster.faults.schedule import PreemptionSchedule
+from airflow_elastic.localcluster.kubelet.nodes import POOL_LABEL
 
 
 class Disruptions:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.hooks.errors import AlreadyExists, NotFound
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 
 
 class FakeHook:

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow_elastic import Checkpointing, FailurePolicy, Role, SpecError, TrainingGroup, contract
 from airflow_elastic.hooks.errors import NotFound
 from airflow_elastic.kube import schemas
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training.backend_io import BackendHook, BackendUnavailable
 from airflow_elastic.runtime import save_checkpoint

@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from airflow_elastic.hooks.errors import AlreadyExists
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.operators import InferenceServiceOperator, ScaleInferenceServiceOperator
 from airflow_elastic.serving.rollout import RolloutEvent
 from airflow_elastic.training.spec import SpecError

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, NotFound
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.waiting.logcursor import LogRequest
 
 JSON = dict[str, Any]

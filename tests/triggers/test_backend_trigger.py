@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic.hooks.errors import NotFound
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.training.state import GroupEvent
 from tests.triggers.fakes import JSON, FakeHook, condition, jobset
 from tests.triggers.test_training_group_trigger import make, run

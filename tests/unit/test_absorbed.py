@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.preemption import attempts
 from airflow_elastic.waiting.watch import Observation, Watch
 from tests.unit.test_state import jobset

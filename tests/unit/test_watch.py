@@ -3,7 +3,7 @@ out."""
 
 from __future__ import annotations
 
-from airflow_elastic.localcluster.api.patch import merge_patch
+from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.preemption import attempts
 from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION
 from airflow_elastic.training.state import group_status

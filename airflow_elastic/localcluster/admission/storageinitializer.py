@@ -10,11 +10,13 @@ here: the init container handles (or refuses) every URI.
 
 from __future__ import annotations
 
-from airflow_elastic.localcluster.controllers.isvcobjects import MODEL_DIR as MOUNT_PATH
-from airflow_elastic.localcluster.controllers.isvcobjects import PREDICTOR_CONTAINER, STORAGE_URI_ANNOTATION
+from airflow_elastic.localcluster.admission.inferenceservice import PREDICTOR_CONTAINER
 from airflow_elastic.localcluster.images import STORAGE_INITIALIZER
 from airflow_elastic.localcluster.store import Admission, Obj
 
+#: ``StorageInitializerSourceUriInternalAnnotationKey``: the predictor pod's model URI, set by the controller.
+STORAGE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
+MOUNT_PATH = "/mnt/models"  # constants.DefaultModelLocalMountPath
 CONTAINER = "storage-initializer"
 VOLUME = "kserve-provision-location"
 USER_CONTAINERS = (PREDICTOR_CONTAINER, "transformer-container")

@@ -14,6 +14,7 @@ from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.admission.common import Causes
 from airflow_elastic.localcluster.admission.crd import CrdSchema, deny
 from airflow_elastic.localcluster.admission.jobset import _cel_causes
+from airflow_elastic.localcluster.admission.trainjob import TrainJobAdmission
 from airflow_elastic.localcluster.resources import CLUSTERTRAININGRUNTIMES, TRAININGRUNTIMES, TRAINJOBS
 from airflow_elastic.localcluster.store import Obj, Store
 from airflow_elastic.localcluster.trainer import (
@@ -100,8 +101,6 @@ class RuntimeAdmission:
 
 def register(store: Store) -> None:
     """Install the Kubeflow Trainer plugins: TrainJobs and both runtime kinds."""
-    from airflow_elastic.localcluster.admission.trainjob import TrainJobAdmission
-
     store.admission[TRAINJOBS.key] = TrainJobAdmission(store)
     store.admission[CLUSTERTRAININGRUNTIMES.key] = RuntimeAdmission("ClusterTrainingRuntime")
     store.admission[TRAININGRUNTIMES.key] = RuntimeAdmission("TrainingRuntime")

@@ -16,8 +16,8 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import apitypes, patch, printers
+from airflow_elastic.localcluster import apitypes, errors, patch
+from airflow_elastic.localcluster.api import printers
 from airflow_elastic.localcluster.controllers import namespaces
 from airflow_elastic.localcluster.faults import eviction
 from airflow_elastic.localcluster.resources import NAMESPACES, PODS, Resource

@@ -17,24 +17,12 @@ from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.api.handlers import respond
 from airflow_elastic.localcluster.clock import format_time
 from airflow_elastic.localcluster.kubelet.stats import PodUsage, Scraper
+from airflow_elastic.localcluster.quantity import decimal_quantity
 from airflow_elastic.localcluster.resources import NODEMETRICS, NODES, PODMETRICS, PODS
 from airflow_elastic.localcluster.selectors import parse_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
 
-_DECIMAL = ("n", "u", "m", "", "k", "M", "G", "T", "P", "E")
 _BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-
-
-def decimal_quantity(amount: int, suffix: str) -> str:
-    """A ``DecimalSI`` quantity's canonical string, from ``amount`` in units of ``suffix`` (``n``, ``m``...): the
-    largest suffix that keeps an integer, as ``resource.Quantity.String()`` writes it (``12345n``, ``5m``, ``2``)."""
-    if amount == 0:
-        return "0"
-    index = _DECIMAL.index(suffix)
-    while index < len(_DECIMAL) - 1 and amount % 1000 == 0:
-        amount //= 1000
-        index += 1
-    return f"{amount}{_DECIMAL[index]}"
 
 
 def cpu_quantity(nanocores: int) -> str:

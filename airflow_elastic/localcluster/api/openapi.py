@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from airflow_elastic.kube import schemas
-from airflow_elastic.localcluster.api import apitypes
+from airflow_elastic.localcluster import apitypes
 from airflow_elastic.localcluster.resources import ALL, COMPUTED, Resource
 
 KUBERNETES_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-airflow-elastic-local", "platform": "local"}

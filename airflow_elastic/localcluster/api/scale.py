@@ -11,51 +11,13 @@ validation).
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from aiohttp import web
 
-from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import patch
+from airflow_elastic.localcluster import errors, patch
 from airflow_elastic.localcluster.api.handlers import Target, read_body, respond
-from airflow_elastic.localcluster.selectors import selector_string
-from airflow_elastic.localcluster.store import Obj, Store
-
-_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-
-
-def _get(obj: Obj, path: str) -> Any:
-    node: Any = obj
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def _set(obj: Obj, path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    node = obj
-    for part in parents:
-        if not isinstance(node.get(part), dict):
-            raise errors.BadRequest(f"the object has no {'.'.join(parents)} to scale")
-        node = node[part]
-    node[last] = value
-
-
-def scale_of(target: Target, obj: Obj) -> Obj:
-    """The ``Scale`` of ``obj``."""
-    spec_path, status_path, selector_path = target.res.scale or ("", "", "")
-    meta = obj["metadata"]
-    status: dict[str, Any] = {"replicas": _get(obj, status_path) or 0}
-    if (selector := _get(obj, selector_path)) is not None:
-        # A built-in kind's path names its LabelSelector (``spec.selector``): the Scale carries it as a string.
-        status["selector"] = selector_string(selector) if isinstance(selector, dict) else selector
-    return {
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {k: meta[k] for k in _META if k in meta},
-        "spec": {"replicas": _get(obj, spec_path) or 0},
-        "status": status,
-    }
+from airflow_elastic.localcluster.scaleview import scale_of, set_path
+from airflow_elastic.localcluster.store import Store
 
 
 async def serve(request: web.Request, store: Store, target: Target, verb: str) -> web.Response:
@@ -64,10 +26,10 @@ async def serve(request: web.Request, store: Store, target: Target, verb: str) -
         raise errors.NotFound("the server could not find the requested resource", details={})
     current = store.get(target.res, target.namespace, target.name or "")
     if verb == "get":
-        return respond(scale_of(target, current))
+        return respond(scale_of(target.res, current))
     body = await read_body(request)
     if verb == "patch":
-        view = scale_of(target, current)
+        view = scale_of(target.res, current)
         if request.content_type == patch.JSON_PATCH:
             body = patch.json_patch(view, body)
         elif request.content_type in (patch.MERGE, patch.STRATEGIC):  # a Scale has no lists to merge by key
@@ -83,5 +45,5 @@ async def serve(request: web.Request, store: Store, target: Target, verb: str) -
     updated = copy.deepcopy(current)
     sent_rv = (body.get("metadata") or {}).get("resourceVersion")
     updated["metadata"]["resourceVersion"] = sent_rv or current["metadata"]["resourceVersion"]
-    _set(updated, target.res.scale[0], replicas)
-    return respond(scale_of(target, store.update(target.res, updated, namespace=target.namespace)))
+    set_path(updated, target.res.scale[0], replicas)
+    return respond(scale_of(target.res, store.update(target.res, updated, namespace=target.namespace)))

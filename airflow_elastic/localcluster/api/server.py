@@ -130,7 +130,7 @@ class ApiServer:
             api_address=lambda: self.address,
             clock=self.clock,
         )
-        self.faults = Faults(self)
+        self.faults = Faults(self.store, self.manager, self.recorder, state_dir, on_token=self._replace_token)
         kubelet = next(c for c in self.manager.controllers if isinstance(c, Kubelet))
         assert kubelet.stats is not None
         self.metrics = metrics.MetricsApi(self.store, kubelet.stats)
@@ -139,6 +139,9 @@ class ApiServer:
         self.address = "127.0.0.1:0"
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
+
+    def _replace_token(self, token: str) -> None:
+        self.token = token
 
     async def start(self) -> None:
         self.manager.start()
@@ -207,7 +210,7 @@ class ApiServer:
             since = int(request.query.get("since") or 0)
             return respond({"total": self.requests.total, "items": self.requests.since(since)})
         if path.startswith(FAULT_PATHS):
-            return await self.faults.handle(request, path)
+            return respond(await self.faults.handle(request, path))
         if path == "/debug/clock":
             body = await request.json() if request.method == "POST" and request.can_read_body else {}
             return respond(self.clock.handle(request.method, body if isinstance(body, dict) else {}))
@@ -266,6 +269,11 @@ class ApiServer:
             raise errors.MethodNotAllowed(f"{verb} is not supported on {target.res.plural}/{sub}")
         if sub == "scale":
             return await scale.serve(request, store, target, verb)
+        return await self._verb(request, target, verb)
+
+    async def _verb(self, request: web.Request, target: Target, verb: str) -> web.StreamResponse:
+        """A resource, or a subresource served like one (``status``), by verb."""
+        store = self.store
         if verb == "watch":
             return await streams.watch(request, store, target, self.bookmark_seconds)
         if verb == "get":

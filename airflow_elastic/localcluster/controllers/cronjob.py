@@ -260,12 +260,8 @@ class CronJobController(Controller):
         spec, status = cj["spec"], cj["status"]
         if cj["metadata"].get("deletionTimestamp"):
             return None
-        if spec.get("timeZone") is not None:
-            try:
-                load_zone(spec["timeZone"])
-            except ScheduleError as err:
-                self._event(cj, "Warning", "UnknownTimeZone", f'invalid timeZone: "{spec["timeZone"]}": {err}')
-                return None
+        if not self._known_time_zone(cj):
+            return None
         if spec.get("suspend"):
             return None
         schedule = self._schedule(cj)
@@ -295,20 +291,37 @@ class CronJobController(Controller):
             message = "Not starting job because prior execution is running and concurrency policy is Forbid"
             self._event(cj, "Normal", "JobAlreadyActive", message)
             return next_schedule_delay(cj, now, schedule)
-        if spec.get("concurrencyPolicy") == "Replace":
-            for ref in list(active):
-                job = self.store.find(JOBS, ref.get("namespace"), ref.get("name"))
-                if job is None:
-                    self._event(cj, "Warning", "FailedGet", f'Get job: jobs.batch "{ref.get("name")}" not found')
-                    return 1.0
-                if not self._delete_job(cj, job):
-                    return 1.0
+        if spec.get("concurrencyPolicy") == "Replace" and not self._replace_active(cj, active):
+            return 1.0
         created = self._create(cj, scheduled)
         if created is None:
             return None
         status.setdefault("active", []).append(_job_ref(created))
         status["lastScheduleTime"] = format_time(scheduled)
         return next_schedule_delay(cj, now, schedule)
+
+    def _known_time_zone(self, cj: Obj) -> bool:
+        """The CronJob's ``timeZone`` (if any) exists; otherwise an ``UnknownTimeZone`` event."""
+        zone = cj["spec"].get("timeZone")
+        if zone is None:
+            return True
+        try:
+            load_zone(zone)
+        except ScheduleError as err:
+            self._event(cj, "Warning", "UnknownTimeZone", f'invalid timeZone: "{zone}": {err}')
+            return False
+        return True
+
+    def _replace_active(self, cj: Obj, active: list[Any]) -> bool:
+        """``concurrencyPolicy: Replace``: delete the active Jobs; False if one could not be (retry in a second)."""
+        for ref in list(active):
+            job = self.store.find(JOBS, ref.get("namespace"), ref.get("name"))
+            if job is None:
+                self._event(cj, "Warning", "FailedGet", f'Get job: jobs.batch "{ref.get("name")}" not found')
+                return False
+            if not self._delete_job(cj, job):
+                return False
+        return True
 
     def _create(self, cj: Obj, scheduled: datetime) -> Obj | None:
         """Create the slot's Job; an existing one of that name counts if this CronJob controls it."""

@@ -19,11 +19,11 @@ from typing import Any
 
 from airflow_elastic.localcluster import images
 from airflow_elastic.localcluster.admission.inferenceservice import FRAMEWORKS, PREDICTOR_CONTAINER, storage_uri
+from airflow_elastic.localcluster.admission.storageinitializer import MOUNT_PATH as MODEL_DIR
+from airflow_elastic.localcluster.admission.storageinitializer import STORAGE_URI_ANNOTATION
 from airflow_elastic.localcluster.store import Obj
 
-STORAGE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
-MODEL_DIR = "/mnt/models"
 DEFAULT_PORT = 8080
 DEFAULT_CPU_UTILIZATION = 80
 #: ``ServiceAnnotationDisallowedList`` defaults (``inferenceservice-config``): isvc annotations kept from children.

@@ -83,6 +83,44 @@ def _set_condition(status: dict[str, Any], kind: str, state: str, reason: str, m
     return True
 
 
+def _failure(
+    job: Obj, status: dict[str, Any], active: list[Obj], failure: tuple[str, str] | None
+) -> tuple[tuple[str, str] | None, float | None]:
+    """The Job's failure (``failure`` if already set; else the backoff limit or the active deadline passed), and the
+    seconds left until its active deadline (None: none to wait for)."""
+    spec = job["spec"]
+    if failure is None and status.get("failed", 0) > spec.get("backoffLimit", 6):
+        failure = ("BackoffLimitExceeded", BACKOFF_MESSAGE)
+    if failure is None and past_backoff_on_failure(job, active):
+        failure = ("BackoffLimitExceeded", BACKOFF_MESSAGE)
+    deadline = spec.get("activeDeadlineSeconds")
+    if failure is None and deadline is not None and status.get("startTime") and not spec.get("suspend"):
+        remaining = deadline - _seconds_since(status["startTime"])
+        if remaining <= 0:
+            return ("DeadlineExceeded", DEADLINE_MESSAGE), None
+        return None, remaining
+    return failure, None
+
+
+def _success(
+    job: Obj, status: dict[str, Any], completed: set[int], active: list[Obj], failure: tuple[str, str] | None
+) -> tuple[str, str] | None:
+    """The Job's success: already declared, a success policy rule met, or enough pods succeeded."""
+    completions = job["spec"].get("completions")
+    if condition_true(job, "SuccessCriteriaMet"):
+        met = condition(job, "SuccessCriteriaMet") or {}
+        return (met.get("reason", ""), met.get("message", ""))
+    indexed = job["spec"].get("completionMode") == "Indexed"
+    if failure is None and indexed and (rule := success_policy_match(job, completed)) is not None:
+        return ("SuccessPolicy", f"Matched rules at index {rule}")
+    if failure is None and (
+        (completions is not None and status.get("succeeded", 0) >= completions)
+        or (completions is None and status.get("succeeded", 0) > 0 and not active)
+    ):
+        return ("CompletionsReached", COMPLETIONS_MESSAGE)
+    return None
+
+
 class JobController(Controller):
     """Reconciles ``batch/v1`` Jobs; keys are (namespace, job name)."""
 
@@ -218,15 +256,57 @@ class JobController(Controller):
         spec, status = job["spec"], copy.deepcopy(job.get("status") or {})
         before = copy.deepcopy(status)
         indexed = spec.get("completionMode") == "Indexed"
-        completions = spec.get("completions")
         completed = parse_intervals(status.get("completedIndexes"))
         failure: tuple[str, str] | None = None
         if condition_true(job, "FailureTarget"):
             target = condition(job, "FailureTarget") or {}
             failure = (target.get("reason", ""), target.get("message", ""))
 
-        stopping = bool(spec.get("suspend")) or condition_true(job, "SuccessCriteriaMet")
         # 1. Count pods that terminated since the last sync (they still hold the tracking finalizer).
+        counted, failure = self._count(job, pods, status, completed, failure)
+        if indexed:
+            status["completedIndexes"] = format_intervals(completed)
+            status["succeeded"] = len(completed)
+
+        live = [p for p in pods if not _terminal(p) and not self._failed_pod(job, p)]
+        active = [p for p in live if not p["metadata"].get("deletionTimestamp")]
+        terminating = [p for p in live if p["metadata"].get("deletionTimestamp")]
+
+        # 2. Decide whether the Job has failed or succeeded.
+        failure, delay = _failure(job, status, active, failure)
+        success = _success(job, status, completed, active, failure)
+
+        # 3. Act: finish, suspend, or keep the wanted number of pods running.
+        if outcome := failure or success:
+            self._stop(job, active)
+            terminating, active = terminating + active, []
+            self._finish(job, status, outcome, failed=failure is not None, terminating=bool(terminating))
+        elif spec.get("suspend"):
+            self._stop(job, active)
+            terminating, active = terminating + active, []
+            if _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended"):
+                self.recorder.record(job, "Normal", "Suspended", "Job suspended", COMPONENT)
+        else:
+            if condition_true(job, "Suspended"):
+                _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
+                self.recorder.record(job, "Normal", "Resumed", "Job resumed", COMPONENT)
+                status["startTime"] = now()
+            status.setdefault("startTime", now())
+            deadline = spec.get("activeDeadlineSeconds")
+            if deadline is not None and delay is None:
+                delay = float(deadline)
+            active = self._manage(job, active, terminating, completed, status)
+        self._publish(job, status, before, active, terminating, counted)
+        return delay
+
+    def _count(
+        self, job: Obj, pods: list[Obj], status: dict[str, Any], completed: set[int], failure: tuple[str, str] | None
+    ) -> tuple[list[Obj], tuple[str, str] | None]:
+        """Count the tracked pods that terminated into ``status`` (and ``completed`` indexes): the pods counted,
+        and the failure a ``FailJob`` podFailurePolicy rule declared, if ``failure`` is not set yet."""
+        spec = job["spec"]
+        indexed, completions = spec.get("completionMode") == "Indexed", spec.get("completions")
+        stopping = bool(spec.get("suspend")) or condition_true(job, "SuccessCriteriaMet")
         counted: list[Obj] = []
         for pod in pods:
             if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
@@ -247,73 +327,37 @@ class JobController(Controller):
                 if not match or match[0] != "Ignore":
                     status["failed"] = status.get("failed", 0) + 1
                 counted.append(pod)
-        if indexed:
-            status["completedIndexes"] = format_intervals(completed)
-            status["succeeded"] = len(completed)
+        return counted, failure
 
-        live = [p for p in pods if not _terminal(p) and not self._failed_pod(job, p)]
-        active = [p for p in live if not p["metadata"].get("deletionTimestamp")]
-        terminating = [p for p in live if p["metadata"].get("deletionTimestamp")]
-        delay: float | None = None
+    def _stop(self, job: Obj, active: list[Obj]) -> None:
+        for pod in active:
+            self._delete_pod(job, pod)
 
-        # 2. Decide whether the Job has failed or succeeded.
-        if failure is None and status.get("failed", 0) > spec.get("backoffLimit", 6):
-            failure = ("BackoffLimitExceeded", BACKOFF_MESSAGE)
-        if failure is None and past_backoff_on_failure(job, active):
-            failure = ("BackoffLimitExceeded", BACKOFF_MESSAGE)
-        deadline = spec.get("activeDeadlineSeconds")
-        if failure is None and deadline is not None and status.get("startTime") and not spec.get("suspend"):
-            remaining = deadline - _seconds_since(status["startTime"])
-            if remaining <= 0:
-                failure = ("DeadlineExceeded", DEADLINE_MESSAGE)
-            else:
-                delay = remaining
-        success: tuple[str, str] | None = None
-        if condition_true(job, "SuccessCriteriaMet"):
-            met = condition(job, "SuccessCriteriaMet") or {}
-            success = (met.get("reason", ""), met.get("message", ""))
-        elif failure is None and indexed and (rule := success_policy_match(job, completed)) is not None:
-            success = ("SuccessPolicy", f"Matched rules at index {rule}")
-        elif failure is None and (
-            (completions is not None and status.get("succeeded", 0) >= completions)
-            or (completions is None and status.get("succeeded", 0) > 0 and not active)
-        ):
-            success = ("CompletionsReached", COMPLETIONS_MESSAGE)
-
-        # 3. Act: finish, suspend, or keep the wanted number of pods running.
-        if outcome := failure or success:
-            kind = "FailureTarget" if failure else "SuccessCriteriaMet"
-            reason, message = outcome
-            _set_condition(status, kind, "True", reason, message)
-            for pod in active:
-                self._delete_pod(job, pod)
-            terminating += active
-            active = []
-            if not terminating:
-                final = "Failed" if failure else "Complete"
-                _set_condition(status, final, "True", reason, message)
-                if final == "Complete":
-                    status["completionTime"] = now()
-                    self.recorder.record(job, "Normal", "Completed", "Job completed", COMPONENT)
-                else:
-                    self.recorder.record(job, "Warning", reason, message, COMPONENT)
-        elif spec.get("suspend"):
-            for pod in active:
-                self._delete_pod(job, pod)
-            terminating += active
-            active = []
-            if _set_condition(status, "Suspended", "True", "JobSuspended", "Job suspended"):
-                self.recorder.record(job, "Normal", "Suspended", "Job suspended", COMPONENT)
+    def _finish(
+        self, job: Obj, status: dict[str, Any], outcome: tuple[str, str], *, failed: bool, terminating: bool
+    ) -> None:
+        """``FailureTarget``/``SuccessCriteriaMet`` now; ``Failed``/``Complete`` once no pod is terminating."""
+        reason, message = outcome
+        _set_condition(status, "FailureTarget" if failed else "SuccessCriteriaMet", "True", reason, message)
+        if terminating:
+            return
+        if failed:
+            _set_condition(status, "Failed", "True", reason, message)
+            self.recorder.record(job, "Warning", reason, message, COMPONENT)
         else:
-            if condition_true(job, "Suspended"):
-                _set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
-                self.recorder.record(job, "Normal", "Resumed", "Job resumed", COMPONENT)
-                status["startTime"] = now()
-            status.setdefault("startTime", now())
-            if deadline is not None and delay is None:
-                delay = float(deadline)
-            active = self._manage(job, active, terminating, completed, status)
+            _set_condition(status, "Complete", "True", reason, message)
+            status["completionTime"] = now()
+            self.recorder.record(job, "Normal", "Completed", "Job completed", COMPONENT)
 
+    def _publish(
+        self,
+        job: Obj,
+        status: dict[str, Any],
+        before: dict[str, Any],
+        active: list[Obj],
+        terminating: list[Obj],
+        counted: list[Obj],
+    ) -> None:
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if condition_true(p, "Ready"))
         status["terminating"] = len(terminating)
@@ -327,7 +371,6 @@ class JobController(Controller):
                 self.store.update(JOBS, {**job, "status": status}, subresource="status")
             for pod in counted:
                 self._release(pod)
-        return delay
 
     def _manage(
         self, job: Obj, active: list[Obj], terminating: list[Obj], completed: set[int], status: dict[str, Any]

@@ -18,17 +18,15 @@ import copy
 from datetime import datetime, timedelta
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api.handlers import Target
-from airflow_elastic.localcluster.api.metrics import decimal_quantity
-from airflow_elastic.localcluster.api.scale import _set, scale_of
 from airflow_elastic.localcluster.clock import Clock, format_time, parse_time
 from airflow_elastic.localcluster.controller import Controller, Key, own_key
 from airflow_elastic.localcluster.controllers import replicacalc as calc
-from airflow_elastic.localcluster.controllers.scheduler import quantity
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet.stats import Scraper
+from airflow_elastic.localcluster.quantity import decimal_quantity, quantity
 from airflow_elastic.localcluster.resources import HORIZONTALPODAUTOSCALERS as HPAS
 from airflow_elastic.localcluster.resources import PODS, by_kind
+from airflow_elastic.localcluster.scaleview import scale_of, set_path
 from airflow_elastic.localcluster.selectors import parse_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
 
@@ -121,8 +119,7 @@ class HorizontalPodAutoscalerController(Controller):
             self.recorder.record(hpa, "Warning", "FailedGetScale", message, COMPONENT)
             self._write(hpa, {**status, "conditions": conditions})
             return
-        target = Target(res, ns, ref["name"])
-        scale = scale_of(target, target_obj)
+        scale = scale_of(res, target_obj)
         current = int(scale["spec"]["replicas"])
         condition("AbleToScale", True, "SucceededGetScale", GOT_SCALE)
         low, high = int(spec.get("minReplicas") or 1), int(spec["maxReplicas"])
@@ -158,7 +155,7 @@ class HorizontalPodAutoscalerController(Controller):
             rescale = desired != current
         if rescale:
             updated = copy.deepcopy(target_obj)
-            _set(updated, scale_paths[0], desired)
+            set_path(updated, scale_paths[0], desired)
             try:
                 self.store.update(res, updated, namespace=ns)
             except errors.ApiError as err:

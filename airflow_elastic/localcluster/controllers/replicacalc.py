@@ -131,6 +131,16 @@ def _average(values: dict[str, int], target: int) -> tuple[float, int]:
     return average / target, average
 
 
+def _pod_requests(pods: list[PodSample], cpu: bool) -> dict[str, int]:
+    """``calculatePodRequests``: each pod's request of the resource; a pod without one fails the metric."""
+    requests: dict[str, int] = {}
+    for pod in pods:
+        if pod.request is None:
+            raise MetricsError(f"missing request for {'cpu' if cpu else 'memory'} in container of pod {pod.name}")
+        requests[pod.name] = pod.request
+    return requests
+
+
 def resource_replicas(
     current: int,
     pods: list[PodSample],
@@ -148,12 +158,7 @@ def resource_replicas(
     values = {p.name: p.value for p in pods if p.value is not None and p.name not in unready | ignored}
     if not values:
         raise MetricsError("did not receive metrics for any ready pods")
-    requests: dict[str, int] = {}
-    if target_utilization is not None:
-        for pod in pods:
-            if pod.request is None:
-                raise MetricsError(f"missing request for {'cpu' if cpu else 'memory'} in container of pod {pod.name}")
-            requests[pod.name] = pod.request
+    requests = _pod_requests(pods, cpu) if target_utilization is not None else {}
 
     def ratio_of(samples: dict[str, int]) -> tuple[float, int, int]:
         if target_utilization is not None:

@@ -15,80 +15,24 @@ changes in a way that could make room (a node changes, a bound pod ends or goes 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import Counter
 from fractions import Fraction
-from typing import Any
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.controller import Controller, Key
 from airflow_elastic.localcluster.events import Recorder
+from airflow_elastic.localcluster.quantity import pod_requests, qos_class, quantity
 from airflow_elastic.localcluster.resources import NODES, PODS, Resource
 from airflow_elastic.localcluster.store import Obj, Store, now
 
 NAME = "default-scheduler"
 TERMINAL = ("Succeeded", "Failed")
 
-_SUFFIX = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 #: Requests assumed for scoring when a pod requests nothing (kube-scheduler's non-zero defaults).
 _SCORING_DEFAULTS = {"cpu": Fraction(1, 10), "memory": Fraction(200 * 2**20)}
 
 
-def quantity(value: Any) -> Fraction:
-    """A resource.Quantity (``500m``, ``2Gi``, ``1e3``, ``4``) as an exact number."""
-    text = str(value).strip()
-    m = _QUANTITY.match(text)
-    if not m:
-        raise ValueError(f"quantities must match the regular expression: {text!r}")
-    number = Fraction(m.group(1))
-    if m.group(2):
-        return number * Fraction(10) ** int(m.group(2)[1:])
-    return number * _SUFFIX[m.group(3) or ""]
-
-
-def pod_requests(pod: Obj) -> dict[str, Fraction]:
-    """Effective requests: sum over containers, at least each init container's, plus overhead.
-
-    A container that sets only a limit requests that limit (the API server's defaulting).
-    """
-
-    def of(container: Obj) -> dict[str, Fraction]:
-        res = container.get("resources") or {}
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return {k: quantity(v) for k, v in merged.items()}
-
-    spec = pod.get("spec") or {}
-    total: dict[str, Fraction] = {}
-    for container in spec.get("containers") or []:
-        for k, v in of(container).items():
-            total[k] = total.get(k, Fraction(0)) + v
-    for container in spec.get("initContainers") or []:
-        for k, v in of(container).items():
-            total[k] = max(total.get(k, Fraction(0)), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, Fraction(0)) + quantity(v)
-    return total
-
-
-def _tolerates(toleration: Obj, taint: Obj) -> bool:
+def tolerates(toleration: Obj, taint: Obj) -> bool:
     if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
         return False
     if not toleration.get("key"):
@@ -106,7 +50,7 @@ def untolerated_taint(pod: Obj, taints: list[Obj]) -> Obj | None:
     for taint in taints:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
-        if not any(_tolerates(t, taint) for t in tolerations):
+        if not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None
 
@@ -375,21 +319,3 @@ class Scheduler(Controller):
                 {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": new_status},
                 subresource="status",
             )
-
-
-def qos_class(pod: Obj) -> str:
-    """Guaranteed (cpu and memory limits == requests everywhere), BestEffort (nothing set), else Burstable."""
-    spec = pod.get("spec") or {}
-    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
-    any_set, guaranteed = False, True
-    for container in containers:
-        res = container.get("resources") or {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        if {"cpu", "memory"} & (set(limits) | set(requests)):
-            any_set = True
-        for name in ("cpu", "memory"):
-            if name not in limits or quantity(requests.get(name, limits[name])) != quantity(limits[name]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"

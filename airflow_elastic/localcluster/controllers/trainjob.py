@@ -41,6 +41,7 @@ from airflow_elastic.localcluster.trainer import (
     SNAPSHOT_SUFFIX,
 )
 from airflow_elastic.localcluster.trainer.build import BuildError, build_jobset, owner_reference
+from airflow_elastic.localcluster.trainer.runtimes import install_default_runtimes, install_public_configmap
 from airflow_elastic.localcluster.trainer.status import (
     DEADLINE_MESSAGE,
     deadline_left,
@@ -224,8 +225,6 @@ def _reapplied(existing: Obj, desired: Obj) -> Obj:
 
 def install(store: Store, manager: Manager, recorder: Recorder) -> None:
     """Add the TrainJob controller, the default runtimes (``torch-distributed``) and the SDK's public ConfigMap."""
-    from airflow_elastic.localcluster.trainer.runtimes import install_default_runtimes, install_public_configmap
-
     install_default_runtimes(store)
     install_public_configmap(store)
     manager.add(TrainJobController(store, recorder))

@@ -11,8 +11,9 @@ A rule matches requests by ``verb`` (get, list, watch, create, update, patch, de
   resourceVersion), so clients must relist.
 
 Besides rules: :meth:`ApiFaults.drop_watches` breaks open watch (and followed log) connections (TCP abort, as a
-load balancer dropping them), and :meth:`ApiFaults.expire_token` replaces the cluster's token (old one → 401, the
-new one is in the ``token`` file and the kubeconfig), so clients must reload their credentials.
+load balancer dropping them), and :func:`airflow_elastic.localcluster.credentials.expire_token` replaces the cluster's
+token (old one → 401, the new one is in the ``token`` file and the kubeconfig), so clients must reload their
+credentials.
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ import asyncio
 import itertools
 import json
 import random
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from aiohttp import web
 
 from airflow_elastic.localcluster import errors
@@ -171,18 +169,3 @@ async def _gone(request: web.Request) -> web.StreamResponse:
     await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
     await response.write_eof()
     return response
-
-
-def expire_token(state_dir: Path) -> str:
-    """A new bearer token for the cluster, written to ``token`` and into the kubeconfig (owner-only files)."""
-    from airflow_elastic.localcluster.serve import KUBECONFIG_FILE, TOKEN_FILE, _write_private
-
-    new = secrets.token_urlsafe(32)
-    _write_private(state_dir / TOKEN_FILE, new)
-    path = state_dir / KUBECONFIG_FILE
-    if path.exists():
-        config = yaml.safe_load(path.read_text())
-        for user in config.get("users") or []:
-            user["user"]["token"] = new
-        _write_private(path, yaml.safe_dump(config, sort_keys=False))
-    return new

@@ -31,7 +31,6 @@ from typing import Any
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.config import ClusterConfig
-from airflow_elastic.localcluster.controllers.nodes import POOL_LABEL, node_object
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.faults import eviction
 from airflow_elastic.localcluster.faults.nodelifecycle import (
@@ -46,6 +45,7 @@ from airflow_elastic.localcluster.faults.nodelifecycle import (
     set_pod_status,
 )
 from airflow_elastic.localcluster.kubelet import Kubelet
+from airflow_elastic.localcluster.kubelet.nodes import POOL_LABEL, node_object
 from airflow_elastic.localcluster.resources import JOBSETS, NODES, PODS
 from airflow_elastic.localcluster.store import Obj, Store
 

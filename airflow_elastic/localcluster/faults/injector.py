@@ -15,38 +15,43 @@ Endpoints (JSON bodies; all answer JSON, errors as ``metav1.Status``):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api.handlers import respond
-from airflow_elastic.localcluster.faults.api_faults import ApiFaults, expire_token
+from airflow_elastic.localcluster.controller import Manager
+from airflow_elastic.localcluster.credentials import expire_token
+from airflow_elastic.localcluster.events import Recorder
+from airflow_elastic.localcluster.faults.api_faults import ApiFaults
 from airflow_elastic.localcluster.faults.disruptions import Disruptions
 from airflow_elastic.localcluster.faults.nodelifecycle import PodGC, TaintManager
 from airflow_elastic.localcluster.faults.schedule import PreemptionSchedule
 from airflow_elastic.localcluster.kubelet import Kubelet
-
-if TYPE_CHECKING:
-    from airflow_elastic.localcluster.api.server import ApiServer
+from airflow_elastic.localcluster.store import Store
 
 PREFIXES = ("/debug/disruptions", "/debug/faults")
 
 
 class Faults:
-    """Failure injection of one API server (create it before the server's controllers start)."""
+    """Failure injection of one API server (create it before the server's controllers start).
 
-    def __init__(self, server: ApiServer):
-        self.server = server
-        store, manager = server.store, server.manager
-        self.taint_manager = TaintManager(store, server.recorder)
+    ``state_dir`` holds the server's credentials; ``on_token`` is called with the new token when it expires.
+    """
+
+    def __init__(
+        self, store: Store, manager: Manager, recorder: Recorder, state_dir: Path, on_token: Callable[[str], None]
+    ):
+        self.state_dir, self.on_token = state_dir, on_token
+        self.taint_manager = TaintManager(store, recorder)
         self.podgc = PodGC(store)
         for controller in (self.taint_manager, self.podgc):
             manager.add(controller)
         self.podgc.resync()
         kubelet = next(c for c in manager.controllers if isinstance(c, Kubelet))
         self.api = ApiFaults()
-        self.disruptions = Disruptions(store, server.recorder, kubelet.config, kubelet, self.taint_manager)
+        self.disruptions = Disruptions(store, recorder, kubelet.config, kubelet, self.taint_manager)
         self.schedule = PreemptionSchedule(self.disruptions)
         manager.shutdown_hooks.append(self.stop)
 
@@ -54,8 +59,8 @@ class Faults:
         self.schedule.stop()
         await self.disruptions.cancel()
 
-    async def handle(self, request: web.Request, path: str) -> web.Response:
-        """Serve a ``/debug/disruptions/...`` or ``/debug/faults/...`` request."""
+    async def handle(self, request: web.Request, path: str) -> Any:
+        """Serve a ``/debug/disruptions/...`` or ``/debug/faults/...`` request: the JSON body of the answer."""
         parts = [p for p in path.split("/") if p][1:]
         body: dict[str, Any] = {}
         if request.method == "POST" and request.can_read_body:
@@ -64,8 +69,8 @@ class Faults:
                 raise errors.BadRequest("the body must be a JSON object")
         try:
             if parts[0] == "faults":
-                return respond(self._faults(request.method, parts[1:], body))
-            return respond(self._disruptions(request.method, parts[1:], body))
+                return self._faults(request.method, parts[1:], body)
+            return self._disruptions(request.method, parts[1:], body)
         except TypeError as err:  # an option the injection does not take
             raise errors.BadRequest(f"invalid options: {err}") from err
 
@@ -78,7 +83,7 @@ class Faults:
             self.podgc.quarantine_seconds, self.taint_manager.default_toleration_seconds = quarantine, toleration
             return {"podgc_quarantine_seconds": quarantine, "default_toleration_seconds": toleration}
         if rest == ["expire-token"] and method == "POST":
-            self.server.token = expire_token(self.server.state_dir)
+            self.on_token(expire_token(self.state_dir))
             return {"expired": True}
         if rest:
             raise errors.NotFound(f"no fault endpoint {'/'.join(rest)}")

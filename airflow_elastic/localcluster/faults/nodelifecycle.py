@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.controller import Controller, Key
-from airflow_elastic.localcluster.controllers.scheduler import TERMINAL, _tolerates
+from airflow_elastic.localcluster.controllers.scheduler import TERMINAL, tolerates
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.resources import NODES, PODS, Resource
 from airflow_elastic.localcluster.store import Obj, Store, now
@@ -144,7 +144,7 @@ class TaintManager(Controller):
         counts as declared any toleration with the taint's key (or none) and effect ``NoExecute`` (or none), even one
         whose value does not match: such a pod gets no default and is evicted at once."""
         tolerations = pod["spec"].get("tolerations") or []
-        matching = [t for t in tolerations if _tolerates(t, taint)]
+        matching = [t for t in tolerations if tolerates(t, taint)]
         key = taint.get("key")
         if key in (UNREACHABLE, NOT_READY) and not any(_declares_node_toleration(t, key) for t in tolerations):
             matching = [{"tolerationSeconds": self.default_toleration_seconds}]

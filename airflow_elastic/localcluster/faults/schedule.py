@@ -17,8 +17,8 @@ import random
 from typing import Any
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.controllers.nodes import POOL_LABEL
 from airflow_elastic.localcluster.faults.disruptions import STYLES, Disruptions
+from airflow_elastic.localcluster.kubelet.nodes import POOL_LABEL
 from airflow_elastic.localcluster.resources import NODES
 
 log = logging.getLogger(__name__)

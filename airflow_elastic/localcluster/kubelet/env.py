@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_elastic.localcluster import images
 from airflow_elastic.localcluster.config import ClusterConfig
-from airflow_elastic.localcluster.controllers.scheduler import quantity
+from airflow_elastic.localcluster.quantity import quantity
 from airflow_elastic.localcluster.resources import CONFIGMAPS, NODES, SECRETS
 from airflow_elastic.localcluster.store import Obj, Store
 

@@ -14,8 +14,9 @@ from typing import Any
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Controller, Key
-from airflow_elastic.localcluster.controllers.nodes import HOST_IP, node_names
 from airflow_elastic.localcluster.events import Recorder
+from airflow_elastic.localcluster.kubelet.nodes import HOST_IP, node_names
+from airflow_elastic.localcluster.kubelet.procs import Running
 from airflow_elastic.localcluster.kubelet.stats import Scraper
 from airflow_elastic.localcluster.kubelet.status import TERMINAL, ContainerRecord, build_status
 from airflow_elastic.localcluster.kubelet.worker import PodWorker
@@ -82,6 +83,10 @@ class Kubelet(Controller):
             for worker in self.workers.values():
                 if worker.key[0] == obj["metadata"].get("namespace"):
                     worker.wake.set()
+
+    def running_pods(self) -> list[tuple[str, dict[str, Running]]]:
+        """Each pod's uid and its running containers by name (what the metrics :class:`Scraper` measures)."""
+        return [(worker.uid, worker.running) for worker in list(self.workers.values())]
 
     def spawn_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)

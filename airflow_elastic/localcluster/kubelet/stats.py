@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import psutil
 
-if TYPE_CHECKING:
-    from airflow_elastic.localcluster.kubelet.kubelet import Kubelet
+from airflow_elastic.localcluster.kubelet.procs import Running
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +93,13 @@ def usage(previous: dict[str, Sample], latest: dict[str, Sample]) -> PodUsage | 
 
 
 class Scraper:
-    """Scrapes every running pod of a kubelet each ``resolution`` seconds; :meth:`pod` serves the result."""
+    """Scrapes every running pod of a kubelet each ``resolution`` seconds; :meth:`pod` serves the result.
 
-    def __init__(self, kubelet: Kubelet, resolution: float = 15.0):
-        self.kubelet = kubelet
+    ``pods`` lists the kubelet's pods: each one's uid and its running containers by name.
+    """
+
+    def __init__(self, pods: Callable[[], Iterable[tuple[str, Mapping[str, Running]]]], resolution: float = 15.0):
+        self.pods = pods
         self.resolution = resolution
         self._samples: dict[str, tuple[dict[str, Sample], dict[str, Sample]]] = {}  # pod uid -> (previous, latest)
         self._task: asyncio.Task[None] | None = None
@@ -123,14 +125,14 @@ class Scraper:
         """One round over the running containers of every pod worker."""
         now, tree = datetime.now(UTC), process_tree()
         fresh: dict[str, tuple[dict[str, Sample], dict[str, Sample]]] = {}
-        for worker in list(self.kubelet.workers.values()):
+        for uid, running_containers in self.pods():
             latest = {}
-            for name, running in list(worker.running.items()):
+            for name, running in list(running_containers.items()):
                 measured = measure(running.proc.pid, tree)
                 if measured is not None:
                     latest[name] = Sample(measured[0], measured[1], now)
             if latest:
-                fresh[worker.uid] = (self._samples.get(worker.uid, ({}, {}))[1], latest)
+                fresh[uid] = (self._samples.get(uid, ({}, {}))[1], latest)
         self._samples = fresh
 
     def pod(self, uid: str) -> PodUsage | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_elastic.localcluster.controllers.scheduler import qos_class
+from airflow_elastic.localcluster.quantity import qos_class
 from airflow_elastic.localcluster.store import Obj, now
 
 #: Conditions this kubelet owns; others (PodScheduled, DisruptionTarget, readiness gates) are kept as found.

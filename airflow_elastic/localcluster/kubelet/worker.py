@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.config import log_path, pod_dir
-from airflow_elastic.localcluster.controllers.nodes import HOST_IP
+from airflow_elastic.localcluster.config import ClusterConfig, log_path, pod_dir
+from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import serviceaccount
 from airflow_elastic.localcluster.kubelet.env import (
     MAIN_PROCESS_ENV,
@@ -21,25 +22,40 @@ from airflow_elastic.localcluster.kubelet.env import (
     command_line,
     container_env,
 )
+from airflow_elastic.localcluster.kubelet.nodes import HOST_IP
 from airflow_elastic.localcluster.kubelet.probes import readiness_loop
 from airflow_elastic.localcluster.kubelet.procs import Running, exit_code, spawn
 from airflow_elastic.localcluster.kubelet.status import ContainerRecord, build_status, go_duration, termination_message
 from airflow_elastic.localcluster.kubelet.volumes import MountError, mount, prepare_volumes
-from airflow_elastic.localcluster.network import ADDRESS_SUFFIXES
+from airflow_elastic.localcluster.network import ADDRESS_SUFFIXES, Network
 from airflow_elastic.localcluster.resources import PODS
-from airflow_elastic.localcluster.store import Obj, now
+from airflow_elastic.localcluster.store import Obj, Store, now
 from airflow_elastic.localcluster.storeport import with_store_port
 
-if TYPE_CHECKING:
-    from airflow_elastic.localcluster.kubelet.kubelet import Kubelet
-
 COMPONENT = "kubelet"
+
+
+class Host(Protocol):
+    """What a pod worker uses of its kubelet (:class:`~airflow_elastic.localcluster.kubelet.Kubelet`)."""
+
+    store: Store
+    recorder: Recorder
+    config: ClusterConfig
+    state_dir: Path
+    network: Network
+    backoff_base: float
+    backoff_max: float
+    api_address: Callable[[], str] | None
+
+    def spawn_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    def grace_of(self, pod: Obj | None) -> float: ...
 
 
 class PodWorker:
     """Drives the containers of one pod (identified by uid) and publishes its status."""
 
-    def __init__(self, kubelet: Kubelet, pod: Obj):
+    def __init__(self, kubelet: Host, pod: Obj):
         self.k = kubelet
         meta, spec = pod["metadata"], pod["spec"]
         self.key: tuple[str, str] = (meta["namespace"], meta["name"])

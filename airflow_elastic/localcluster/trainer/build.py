@@ -15,9 +15,9 @@ import math
 from functools import cache
 from typing import Any
 
-from airflow_elastic.localcluster.api import apitypes
-from airflow_elastic.localcluster.api.patch import strategic_merge
-from airflow_elastic.localcluster.controllers.scheduler import quantity
+from airflow_elastic.localcluster import apitypes
+from airflow_elastic.localcluster.patch import strategic_merge
+from airflow_elastic.localcluster.quantity import quantity
 from airflow_elastic.localcluster.store import Obj
 from airflow_elastic.localcluster.trainer import (
     ANCESTOR_LABEL,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta
 
-from airflow_elastic.localcluster.api.humanize import parse_time
+from airflow_elastic.localcluster.clock import parse_time
 from airflow_elastic.localcluster.store import Obj, now
 
 SUSPENDED_MESSAGE, RESUMED_MESSAGE = "TrainJob is suspended", "TrainJob is resumed"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_elastic.localcluster import errors
-from airflow_elastic.localcluster.api import apitypes
+from airflow_elastic.localcluster import apitypes, errors
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
