@@ -35,6 +35,9 @@ ALLOWED = {
     "airflow_elastic.training.spec",
     "airflow_elastic.stages.spec",
     "airflow_elastic.training.validation",
+    "airflow_elastic.training.rulebook",  # validation's rules, split by what they check
+    "airflow_elastic.training.role_rules",
+    "airflow_elastic.training.policy_rules",
 }
 #: Loaded by neither the Task SDK nor a DAG using the operator (unlike yaml, jsonschema, fsspec: the SDK loads those).
 HEAVY = ("kubernetes", "kubernetes_asyncio")
