@@ -1,4 +1,4 @@
-"""Kubernetes names derived from a training group, and the length budget they must fit (pure).
+"""Kubernetes names: the fixed container names, those derived from a training group, and their length budget (pure).
 
 JobSet derives every child name from the JobSet name (``docs/jobset.md`` §4, §7):
 
@@ -23,6 +23,18 @@ POD_RANDOM_SUFFIX = 6  # "-" + 5 random characters appended by the Job controlle
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALPHABET = string.digits + string.ascii_lowercase
+
+#: The training container of every rendered pod; ``pod_overrides`` address it by this name.
+TRAINER_CONTAINER = "trainer"
+#: The container and replicated Job of Kubeflow Trainer's trainer step in a TrainingRuntime (kubeflow/trainer
+#: ``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``).
+TRAINER_NODE = "node"
+#: The container the training-operator reads a PyTorchJob replica's port and env from (``pytorch_defaults.go``).
+PYTORCH_CONTAINER = "pytorch"
+#: The container KServe treats as the predictor (``constants.InferenceServiceContainerName``).
+PREDICTOR_CONTAINER = "kserve-container"
+#: The init container KServe adds to fetch a ``storageUri`` (``constants.StorageInitializerContainerName``).
+STORAGE_INITIALIZER_CONTAINER = "storage-initializer"
 
 
 def is_dns1035_label(value: object) -> bool:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Label/annotation prefix that airflow-elastic owns on every object it renders.
-DOMAIN = "airflow-elastic.io"
+from airflow_elastic.kube.labels import CAPACITY_TYPE_LABEL, SPOT_TAINT
+from airflow_elastic.kube.labels import DOMAIN as DOMAIN  # its home before kube.labels
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ SPOT_PLATFORMS: dict[str, SpotCapacity] = {
     "karpenter": SpotCapacity({"karpenter.sh/capacity-type": "spot"}),
     # Anything else (on-prem, ACK, the local cluster): label and taint spot nodes with these keys.
     "generic": SpotCapacity(
-        {f"{DOMAIN}/capacity-type": "spot"},
-        ({"key": f"{DOMAIN}/spot", "operator": "Exists", "effect": "NoSchedule"},),
+        {CAPACITY_TYPE_LABEL: "spot"},
+        ({"key": SPOT_TAINT, "operator": "Exists", "effect": "NoSchedule"},),
     ),
 }
 

@@ -29,17 +29,13 @@ from typing import Any, Protocol
 
 from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, NotFound, ServerError
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
-from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import DAG_LABEL, MAP_INDEX_LABEL, RUN_LABEL, TASK_LABEL, TRY_LABEL
 from airflow_elastic.training.state import group_status
 from airflow_elastic.training.validation import is_label_value
 
 #: ``task_state_store`` key of the identity record.
 STATE_KEY = "training_group"
-DAG_LABEL = f"{platforms.DOMAIN}/dag-id"
-TASK_LABEL = f"{platforms.DOMAIN}/task-id"
-RUN_LABEL = f"{platforms.DOMAIN}/run-id"
-MAP_INDEX_LABEL = f"{platforms.DOMAIN}/map-index"
-TRY_LABEL = f"{platforms.DOMAIN}/try"
 #: The labels that prove ownership (the try is informative: a retry adopts the previous try's group).
 OWNER_LABELS = (DAG_LABEL, TASK_LABEL, RUN_LABEL, MAP_INDEX_LABEL)
 #: How many names one submission may step over (terminal or foreign JobSets) before giving up.

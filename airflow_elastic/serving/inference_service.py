@@ -19,17 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from airflow_elastic.kube.labels import DEPLOYMENT_MODE_ANNOTATION
+from airflow_elastic.kube.names import PREDICTOR_CONTAINER as PREDICTOR_CONTAINER
 from airflow_elastic.training.spec import SpecError
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"
 API_VERSION = f"{GROUP}/{VERSION}"
-#: KServe's deployment-mode annotation (``pkg/constants/constants.go`` ``DeploymentMode``).
-MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+MODE_ANNOTATION = DEPLOYMENT_MODE_ANNOTATION  # its name here before kube.labels
 MODES = ("Standard", "Knative")
 #: Values the mutating webhook rewrites to the current names (KServe #4608, v0.16).
 LEGACY_MODES = {"RawDeployment": "Standard", "Serverless": "Knative"}
-#: The container KServe treats as the predictor (``constants.InferenceServiceContainerName``).
-PREDICTOR_CONTAINER = "kserve-container"
 #: ``^[a-z]([-a-z0-9]*[a-z0-9])?$``: KServe's ``IsvcNameFmt`` (``validateInferenceServiceName``).
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: The Service ``<name>-predictor`` must be a DNS-1035 label of at most 63 characters (derived).
@@ -162,14 +161,14 @@ def render(name: str, namespace: str, storage_uri: str, predictor: Predictor) ->
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace, "annotations": {MODE_ANNOTATION: predictor.mode}},
+        "metadata": {"name": name, "namespace": namespace, "annotations": {DEPLOYMENT_MODE_ANNOTATION: predictor.mode}},
         "spec": {"predictor": predictor.model(storage_uri)},
     }
 
 
 def mode_of(isvc: Mapping[str, Any]) -> str | None:
     """The mode KServe serves it in: ``status.deploymentMode`` (sticky), else the annotation (legacy names mapped)."""
-    mode = (isvc.get("status") or {}).get("deploymentMode") or _annotations(isvc).get(MODE_ANNOTATION)
+    mode = (isvc.get("status") or {}).get("deploymentMode") or _annotations(isvc).get(DEPLOYMENT_MODE_ANNOTATION)
     return LEGACY_MODES.get(mode, mode) if mode else None
 
 
@@ -210,8 +209,8 @@ def update_patch(current: Mapping[str, Any], storage_uri: str, predictor: Predic
             ]
         )
     patch: dict[str, Any] = {}
-    if _annotations(current).get(MODE_ANNOTATION) != predictor.mode:
-        patch["metadata"] = {"annotations": {MODE_ANNOTATION: predictor.mode}}
+    if _annotations(current).get(DEPLOYMENT_MODE_ANNOTATION) != predictor.mode:
+        patch["metadata"] = {"annotations": {DEPLOYMENT_MODE_ANNOTATION: predictor.mode}}
     stored = ((current.get("spec") or {}).get("predictor")) or {}
     wanted = predictor.model(storage_uri)
     changes: dict[str, Any] = {}

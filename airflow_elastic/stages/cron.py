@@ -26,14 +26,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, SupportsFloat, SupportsIndex
 
-from airflow_elastic.stages.job import COMPLETION_INDEX
+from airflow_elastic.kube.labels import COMPLETION_INDEX_LABEL
+from airflow_elastic.kube.labels import JOB_NAME_LABEL as JOB_NAME_LABEL
 from airflow_elastic.training.state import pod_failures, termination_metrics
 from airflow_elastic.waiting.logfollow import LogFollow, LogTarget
 
 Obj = Mapping[str, Any]
 CONCURRENCY_POLICIES = ("allow", "forbid", "replace")
-#: The label the Job controller puts on every pod of a Job (upstream since 1.27; the legacy ``job-name`` too).
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
@@ -230,7 +229,7 @@ def verdict(job: Obj, pods: Iterable[Obj], *, stage: str) -> StageEvent | None:
 
 def log_pods(pods: Iterable[Obj]) -> list[Obj]:
     """The pods whose log is the stage's: completion index 0 (every pod of a non-Indexed Job), newest first."""
-    first = [p for p in pods if (_meta(p).get("annotations") or {}).get(COMPLETION_INDEX, "0") == "0"]
+    first = [p for p in pods if (_meta(p).get("annotations") or {}).get(COMPLETION_INDEX_LABEL, "0") == "0"]
     return sorted(first, key=lambda p: str(_meta(p).get("creationTimestamp") or ""), reverse=True)
 
 

@@ -11,14 +11,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from airflow_elastic.kube.labels import JOB_INDEX_LABEL as JOB_INDEX_LABEL
+from airflow_elastic.kube.labels import JOBSET_NAME_LABEL as JOBSET_NAME_LABEL
+from airflow_elastic.kube.labels import REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
+
 Obj = Mapping[str, Any]
 Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Missing"]
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Missing"})
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-ROLE_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+# JobSet's labels under the names this module exported before they moved to kube.labels (glue and tests use them).
+ROLE_LABEL = REPLICATED_JOB_LABEL
+RESTART_LABEL = RESTART_ATTEMPT_LABEL
 #: Condition types that mean "finished" (upstream may rename Completed to Complete: accept both).
 _SUCCEEDED = ("Completed", "Complete")
 
@@ -133,11 +136,11 @@ def pod_failures(pods: Iterable[Obj]) -> list[PodFailure]:
         failures.append(
             PodFailure(
                 pod=pod["metadata"]["name"],
-                role=labels.get(ROLE_LABEL, "?"),
+                role=labels.get(REPLICATED_JOB_LABEL, "?"),
                 reason=reason or "Failed",
                 exit_code=code,
                 message=message,
-                attempt=int(labels.get(RESTART_LABEL, "0") or 0),
+                attempt=int(labels.get(RESTART_ATTEMPT_LABEL, "0") or 0),
             )
         )
     return failures
@@ -184,10 +187,10 @@ def pending_diagnosis(pods: Iterable[Obj], events: Iterable[Obj]) -> str:
 def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
     """The JSON object the first pod of ``role`` wrote to its termination message, if any: the newest attempt's,
     lowest index (``job-index``) first."""
-    candidates = [p for p in pods if _labels(p).get(ROLE_LABEL) == role]
+    candidates = [p for p in pods if _labels(p).get(REPLICATED_JOB_LABEL) == role]
     candidates.sort(
         key=lambda p: (
-            -int(_labels(p).get(RESTART_LABEL, "0") or 0),
+            -int(_labels(p).get(RESTART_ATTEMPT_LABEL, "0") or 0),
             int(_labels(p).get(JOB_INDEX_LABEL, "0") or 0),
             p["metadata"]["name"],
         )
@@ -226,8 +229,8 @@ def elastic_ready(pods: Iterable[Obj], role: str, attempt: int) -> int:
     return sum(
         1
         for pod in pods
-        if _labels(pod).get(ROLE_LABEL) == role
-        and int(_labels(pod).get(RESTART_LABEL, "0") or 0) == attempt
+        if _labels(pod).get(REPLICATED_JOB_LABEL) == role
+        and int(_labels(pod).get(RESTART_ATTEMPT_LABEL, "0") or 0) == attempt
         and _ready(pod)
     )
 

@@ -15,9 +15,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_elastic.kube.labels import DEFAULT_CONTAINER_ANNOTATION, JOB_INDEX_LABEL
-from airflow_elastic.training.state import RESTART_LABEL, ROLE_LABEL
-from airflow_elastic.training.validation import TRAINER_CONTAINER
+from airflow_elastic.kube.labels import (
+    DEFAULT_CONTAINER_ANNOTATION,
+    JOB_INDEX_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
+)
+from airflow_elastic.kube.names import TRAINER_CONTAINER
 from airflow_elastic.waiting.logcursor import LogCursor, LogRequest
 
 #: Lines shown at most when the follower first sees a pod that already logged (e.g. after a triggerer restart).
@@ -40,7 +44,7 @@ def training_container(pod: Mapping[str, Any]) -> str:
 
 def leader_pod(pods: Iterable[Mapping[str, Any]], role: str) -> Mapping[str, Any] | None:
     """``role``'s rank-0 pod of the newest restart attempt that has started (not ``Pending``), or ``None``."""
-    wanted = {ROLE_LABEL: role, JOB_INDEX_LABEL: "0"}
+    wanted = {REPLICATED_JOB_LABEL: role, JOB_INDEX_LABEL: "0"}
     started = [
         p
         for p in pods
@@ -49,7 +53,7 @@ def leader_pod(pods: Iterable[Mapping[str, Any]], role: str) -> Mapping[str, Any
     ]
     if not started:
         return None
-    return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, "0") or 0))
+    return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL, "0") or 0))
 
 
 @dataclass(frozen=True)
