@@ -38,6 +38,7 @@ STORAGE_INITIALIZER_CONTAINER = "storage-initializer"
 
 
 def is_dns1035_label(value: object) -> bool:
+    """A DNS-1035 label (Service names, so JobSet names too): a lowercase letter first, at most 63 characters."""
     return isinstance(value, str) and len(value) <= MAX_LABEL and bool(DNS1035.match(value))
 
 
@@ -67,10 +68,12 @@ def run_name_length(group_name: str) -> int:
 
 
 def job_name(jobset: str, role: str, index: int) -> str:
+    """The name JobSet gives the ``index``-th Job of replicated job ``role``."""
     return f"{jobset}-{role}-{index}"
 
 
 def pod_hostname(jobset: str, role: str, index: int) -> str:
+    """The hostname of that Job's pod (one pod per Job, completion index 0)."""
     return f"{job_name(jobset, role, index)}-0"
 
 

@@ -47,9 +47,11 @@ _INVALID_LABEL_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 class StateStore(Protocol):
     """The part of ``context["task_state_store"]`` used here."""
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` for this task instance, or ``default``."""
 
-    def set(self, key: str, value: Any) -> None: ...
+    def set(self, key: str, value: Any) -> None:
+        """Store ``value`` (JSON-serialisable) under ``key``; it outlives the try."""
 
 
 def label_value(value: str) -> str:
@@ -114,10 +116,12 @@ class Submission:
     adopted: bool = False
 
     def record(self) -> dict[str, Any]:
+        """What the ``task_state_store`` keeps (``adopted`` describes this run only)."""
         return {k: v for k, v in asdict(self).items() if k != "adopted"}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Submission:
+        """The submission a :meth:`record` describes (unknown keys ignored)."""
         known = {k: record[k] for k in ("name", "namespace", "epoch", "uid", "submitted_at") if k in record}
         return cls(**known)
 

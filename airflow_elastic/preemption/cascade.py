@@ -47,6 +47,7 @@ def unaccounted(pods: Iterable[Obj]) -> list[Obj]:
 
 
 def node_of(pod: Obj) -> str:
+    """The node ``pod`` was scheduled to (``""`` before scheduling)."""
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 

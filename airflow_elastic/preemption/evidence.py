@@ -74,6 +74,7 @@ class Stop:
 
     @property
     def node(self) -> str:
+        """The node the pod ran on (``""`` if it never was scheduled)."""
         return str((self.pod.get("spec") or {}).get("nodeName") or "")
 
 

@@ -73,6 +73,7 @@ class ApiAccess:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiAccess:
+        """From the pod's ``KUBERNETES_SERVICE_*`` env and token; :class:`DiscoveryError` outside a cluster."""
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
         if not host or not port:
             raise DiscoveryError("not in a cluster: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set")

@@ -56,15 +56,18 @@ class RolloutEvent:
     url: str = ""
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (a trigger event's payload)."""
         return asdict(self)
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> RolloutEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in payload.items() if k in known})
 
     @property
     def finished(self) -> bool:
+        """The wait is over (anything but ``waiting``)."""
         return self.status != "waiting"
 
     def describe(self) -> str:

@@ -57,6 +57,7 @@ def finished(job: Obj) -> str:
 
 
 def deleting(obj: Obj) -> bool:
+    """``obj`` is being deleted (a ``deletionTimestamp``): gone for scheduling decisions."""
     return bool(_meta(obj).get("deletionTimestamp"))
 
 
@@ -171,15 +172,18 @@ class StageEvent:
 
     @property
     def finished(self) -> bool:
+        """The Job ran to an end (succeeded or failed), as opposed to waiting having stopped."""
         return self.status in ("succeeded", "failed")
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (a trigger event's payload)."""
         payload = asdict(self)
         payload["failures"] = list(self.failures)
         return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> StageEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
         return cls(**known)
@@ -237,6 +241,7 @@ class StageLogFollow(LogFollow):
     """:class:`~airflow_elastic.waiting.logfollow.LogFollow` for a Job: the newest started pod of completion index 0."""
 
     def target(self, pods: Iterable[Obj]) -> LogTarget | None:
+        """The newest started pod of completion index 0 (``None`` until one started)."""
         started = [p for p in log_pods(pods) if (p.get("status") or {}).get("phase") not in (None, "Pending")]
         return LogTarget.of(started[0]) if started else None
 

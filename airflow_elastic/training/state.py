@@ -48,10 +48,12 @@ class GroupStatus:
 
     @property
     def terminal(self) -> bool:
+        """The group has ended (succeeded, failed, or its JobSet is missing): no later look changes it."""
         return self.phase in TERMINAL
 
     @property
     def free_restarts(self) -> int:
+        """In-cluster restarts that did not count against ``maxRestarts`` (disruptions)."""
         return self.restarts - self.restarts_counted
 
 
@@ -107,6 +109,7 @@ class PodFailure:
     attempt: int = 0
 
     def describe(self) -> str:
+        """One line for the task log: pod, role, attempt, reason, exit code and message."""
         code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
         text = f": {self.message.strip()}" if self.message.strip() else ""
         return f"pod {self.pod} (role {self.role}, attempt {self.attempt}) {self.reason}{code}{text}"
@@ -318,6 +321,7 @@ class GroupEvent:
     spot_share: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (the trigger event's payload; tuples become lists)."""
         payload = asdict(self)
         payload["failures"] = list(self.failures)
         payload["evidence"] = list(self.evidence)
@@ -326,6 +330,7 @@ class GroupEvent:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> GroupEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
         known["evidence"] = tuple(known.get("evidence") or ())

@@ -67,6 +67,7 @@ class LogTarget:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> LogTarget:
+        """The target for ``pod``: its training container (:func:`training_container`)."""
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         return cls(
@@ -92,6 +93,7 @@ class Reading:
         self.left = CHUNKS_AT_THE_END if self.final else CHUNKS_PER_POLL
 
     def next(self) -> LogRequest | None:
+        """The next log request of this poll; ``None`` when the log is read to its end or the poll's reads are spent."""
         if self.done or self.left <= 0:
             return None
         self.left -= 1
@@ -120,13 +122,16 @@ class LogFollow:
         self.warned: set[str] = set()
 
     def target(self, pods: Iterable[Mapping[str, Any]]) -> LogTarget | None:
+        """The pod to follow: the role's leader pod (:func:`leader_pod`), ``None`` until one started."""
         pod = leader_pod(pods, self.role)
         return LogTarget.of(pod) if pod is not None else None
 
     def cursor(self, target: LogTarget) -> LogCursor:
+        """Where ``target``'s log was read up to (a new pod, by uid, starts at its beginning)."""
         return self.cursors.setdefault(target.uid, LogCursor())
 
     def reading(self, target: LogTarget, *, final: bool = False) -> Reading:
+        """This poll's reads of ``target`` (``final``: its container stopped)."""
         return Reading(target, self.cursor(target), final)
 
     def read_failed(self, target: LogTarget, error: Exception) -> tuple[str, str]:
