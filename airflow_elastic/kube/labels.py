@@ -1,4 +1,4 @@
-"""Well-known label, annotation and taint keys (a leaf: no imports).
+"""Well-known label, annotation and taint keys.
 
 Every key the provider writes onto, or reads from, a Kubernetes object is defined here once: Kubernetes', JobSet's,
 Kueue's, Kubeflow's, KServe's and the provider's own ``airflow-elastic.io/...``. Renderers, watchers and glue import
@@ -7,13 +7,16 @@ runs in training pods and imports only :mod:`airflow_elastic.contract`, keeps a 
 unit test holds the two equal. The local cluster implements the upstream controllers and keeps its own.)
 
 Fixed container names are in :mod:`airflow_elastic.kube.names`; the spot labels and taints of each cloud are in
-:mod:`airflow_elastic.kube.platforms`.
+:mod:`airflow_elastic.kube.platforms`, which also defines the provider's :data:`DOMAIN` and its generic spot keys
+(re-exported here).
 """
 
 # The provider's own keys.
 
-#: Label/annotation prefix that airflow-elastic owns on every object it renders.
-DOMAIN = "airflow-elastic.io"
+from airflow_elastic.kube.platforms import CAPACITY_TYPE_LABEL as CAPACITY_TYPE_LABEL
+from airflow_elastic.kube.platforms import DOMAIN as DOMAIN
+from airflow_elastic.kube.platforms import SPOT_TAINT as SPOT_TAINT
+
 #: The value of :data:`MANAGED_BY_LABEL` on everything the provider renders (the triggers' shared watch selects it).
 MANAGER = "airflow-elastic"
 #: The training group a JobSet, TrainJob or PyTorchJob (and each of its pods) belongs to.
@@ -31,9 +34,6 @@ TASK_LABEL = f"{DOMAIN}/task-id"
 RUN_LABEL = f"{DOMAIN}/run-id"
 MAP_INDEX_LABEL = f"{DOMAIN}/map-index"
 TRY_LABEL = f"{DOMAIN}/try"
-#: Spot capacity on platforms without their own labels (on-prem, ACK, the local cluster): a node label and a taint.
-CAPACITY_TYPE_LABEL = f"{DOMAIN}/capacity-type"
-SPOT_TAINT = f"{DOMAIN}/spot"
 #: The JobSet annotation that keeps a wait's preemption evidence across waiter restarts.
 EVIDENCE_ANNOTATION = f"{DOMAIN}/evidence"
 #: The CronJob annotation with the rendering last applied: an update sends the merge patch from it (``kubectl apply``).

@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_elastic.kube.labels import CAPACITY_TYPE_LABEL, SPOT_TAINT
-from airflow_elastic.kube.labels import DOMAIN as DOMAIN  # its home before kube.labels
+#: Label/annotation prefix that airflow-elastic owns on every object it renders (:mod:`airflow_elastic.kube.labels`
+#: has every key under it; it is defined here, with the spot table that uses it, as DAG parsing loads only this).
+DOMAIN = "airflow-elastic.io"
+#: Spot capacity on platforms without their own labels (on-prem, ACK, the local cluster): a node label and a taint.
+CAPACITY_TYPE_LABEL = f"{DOMAIN}/capacity-type"
+SPOT_TAINT = f"{DOMAIN}/spot"
 
 
 @dataclass(frozen=True)
