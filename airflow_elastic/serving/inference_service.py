@@ -101,7 +101,12 @@ def _count(value: Any) -> TypeGuard[int]:
 
 
 def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
-    """The rules of :class:`Predictor`, as ``(argument, problem)`` pairs."""
+    """The rules of :class:`Predictor`, as ``(argument, problem)`` pairs: what it serves, its replicas, its scaling."""
+    return [*_source_problems(p), *_replica_problems(p), *_scaling_problems(p)]
+
+
+def _source_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The mode, and what is served: a model format for the cluster's runtime, or a custom container."""
     problems: list[tuple[str, str]] = []
     if p.mode not in MODES:
         problems.append(
@@ -113,6 +118,12 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(("command", "command/args belong to a custom predictor container: give image too"))
     if p.model_format is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(p.model_format)):
         problems.append(("model_format", f"must be a model format name such as 'pytorch', got {p.model_format!r}"))
+    return problems
+
+
+def _replica_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The autoscaler's bounds: counts, in order, and scale to zero only where Knative can do it."""
+    problems: list[tuple[str, str]] = []
     for name in ("min_replicas", "max_replicas"):
         value = getattr(p, name)
         if value is not None and not _count(value):
@@ -121,6 +132,12 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(("max_replicas", f"must be >= min_replicas ({p.min_replicas}), got {p.max_replicas}"))
     if p.mode == "Standard" and p.min_replicas == 0:
         problems.append(("min_replicas", "0 (scale to zero) needs Knative mode; Standard mode's HPA floors at 1"))
+    return problems
+
+
+def _scaling_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The scale metric and target the mode supports, and a canary only where KServe honours it (Knative)."""
+    problems: list[tuple[str, str]] = []
     if p.scale_metric is not None and p.scale_metric not in SCALE_METRICS:
         problems.append(("scale_metric", f"must be one of {', '.join(SCALE_METRICS)}, got {p.scale_metric!r}"))
     if p.mode == "Standard" and p.scale_metric in ("concurrency", "rps"):
@@ -133,17 +150,16 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(
             ("scale_target", f"a {p.scale_metric or 'cpu'} utilisation is a percentage (1-100), got {p.scale_target}")
         )
-    if p.canary_percent is not None:
-        if p.mode != "Knative":
-            problems.append(
-                (
-                    "canary_percent",
-                    "needs Knative mode: in Standard mode KServe ignores canaryTrafficPercent silently (only its "
-                    "Knative reconciler reads it), so the new model would take all traffic at once",
-                )
+    if p.canary_percent is not None and p.mode != "Knative":
+        problems.append(
+            (
+                "canary_percent",
+                "needs Knative mode: in Standard mode KServe ignores canaryTrafficPercent silently (only its "
+                "Knative reconciler reads it), so the new model would take all traffic at once",
             )
-        elif not (_count(p.canary_percent) and p.canary_percent <= 100):
-            problems.append(("canary_percent", f"must be an integer 0-100, got {p.canary_percent!r}"))
+        )
+    elif p.canary_percent is not None and not (_count(p.canary_percent) and p.canary_percent <= 100):
+        problems.append(("canary_percent", f"must be an integer 0-100, got {p.canary_percent!r}"))
     return problems
 
 
