@@ -47,6 +47,7 @@ def groups_in(path: Path) -> list[TrainingGroup]:
 
 
 def render(args: argparse.Namespace) -> None:
+    """``airflow-elastic render``: print the manifests of the groups and stages ``args.file`` defines."""
     import yaml
 
     from airflow_elastic.stages.job import render_job
@@ -85,6 +86,7 @@ def _render_group(group: TrainingGroup, args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: ``render``, and the local cluster's ``cluster`` commands."""
     parser = argparse.ArgumentParser(prog="airflow-elastic", description="Distributed training on Kubernetes JobSets.")
     commands = parser.add_subparsers(dest="command", required=True)
     cmd = commands.add_parser(
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return its exit status."""
     args = build_parser().parse_args(argv)
     if args.command == "cluster":
         from airflow_elastic.localcluster.cli import run

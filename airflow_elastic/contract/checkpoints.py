@@ -35,24 +35,38 @@ LOCAL_SCHEMES = ("", "file")
 class Storage(Protocol):
     """The subset of an fsspec filesystem used here (``fsspec.AbstractFileSystem`` satisfies it)."""
 
-    def ls(self, path: str, detail: bool = ...) -> list[Any]: ...
-    def exists(self, path: str) -> bool: ...
-    def cat_file(self, path: str) -> bytes: ...
-    def pipe_file(self, path: str, value: bytes) -> None: ...
-    def rm(self, path: str, recursive: bool = ...) -> None: ...
-    def makedirs(self, path: str, exist_ok: bool = ...) -> None: ...
+    def ls(self, path: str, detail: bool = ...) -> list[Any]:
+        """The entries of directory ``path`` (paths; fsspec's info dicts with ``detail``)."""
+
+    def exists(self, path: str) -> bool:
+        """True if a file or directory is at ``path``."""
+
+    def cat_file(self, path: str) -> bytes:
+        """The whole content of file ``path``."""
+
+    def pipe_file(self, path: str, value: bytes) -> None:
+        """Write ``value`` as the whole content of file ``path``, replacing it."""
+
+    def rm(self, path: str, recursive: bool = ...) -> None:
+        """Delete ``path``; with ``recursive``, a directory and everything under it."""
+
+    def makedirs(self, path: str, exist_ok: bool = ...) -> None:
+        """Create directory ``path`` and its parents (``exist_ok``: an existing one is fine)."""
 
 
 class LocalStorage:
     """Local files through the :class:`Storage` calls, with durable, atomic small-file writes."""
 
     def ls(self, path: str, detail: bool = False) -> list[str]:
+        """The paths in directory ``path``, sorted; empty if it is not a directory."""
         return [os.path.join(path, name) for name in sorted(os.listdir(path))] if os.path.isdir(path) else []
 
     def exists(self, path: str) -> bool:
+        """True if ``path`` exists on the local filesystem."""
         return os.path.exists(path)
 
     def cat_file(self, path: str) -> bytes:
+        """The bytes of file ``path``."""
         with open(path, "rb") as handle:
             return handle.read()
 
@@ -73,12 +87,14 @@ class LocalStorage:
         fsync_dir(directory)
 
     def rm(self, path: str, recursive: bool = False) -> None:
+        """Delete file ``path``, or with ``recursive`` directory ``path`` and its content."""
         if os.path.isdir(path) and recursive:
             shutil.rmtree(path)
         else:
             os.unlink(path)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Create directory ``path`` and missing parents (``exist_ok``: an existing one is fine)."""
         os.makedirs(path, exist_ok=exist_ok)
 
 

@@ -1,4 +1,4 @@
-"""Kubernetes names derived from a training group, and the length budget they must fit (pure).
+"""Kubernetes names: the fixed container names, those derived from a training group, and their length budget (pure).
 
 JobSet derives every child name from the JobSet name (``docs/jobset.md`` §4, §7):
 
@@ -24,8 +24,21 @@ DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALPHABET = string.digits + string.ascii_lowercase
 
+#: The training container of every rendered pod; ``pod_overrides`` address it by this name.
+TRAINER_CONTAINER = "trainer"
+#: The container and replicated Job of Kubeflow Trainer's trainer step in a TrainingRuntime (kubeflow/trainer
+#: ``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``).
+TRAINER_NODE = "node"
+#: The container the training-operator reads a PyTorchJob replica's port and env from (``pytorch_defaults.go``).
+PYTORCH_CONTAINER = "pytorch"
+#: The container KServe treats as the predictor (``constants.InferenceServiceContainerName``).
+PREDICTOR_CONTAINER = "kserve-container"
+#: The init container KServe adds to fetch a ``storageUri`` (``constants.StorageInitializerContainerName``).
+STORAGE_INITIALIZER_CONTAINER = "storage-initializer"
+
 
 def is_dns1035_label(value: object) -> bool:
+    """A DNS-1035 label (Service names, so JobSet names too): a lowercase letter first, at most 63 characters."""
     return isinstance(value, str) and len(value) <= MAX_LABEL and bool(DNS1035.match(value))
 
 
@@ -55,10 +68,12 @@ def run_name_length(group_name: str) -> int:
 
 
 def job_name(jobset: str, role: str, index: int) -> str:
+    """The name JobSet gives the ``index``-th Job of replicated job ``role``."""
     return f"{jobset}-{role}-{index}"
 
 
 def pod_hostname(jobset: str, role: str, index: int) -> str:
+    """The hostname of that Job's pod (one pod per Job, completion index 0)."""
     return f"{job_name(jobset, role, index)}-0"
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Label/annotation prefix that airflow-elastic owns on every object it renders.
+#: Label/annotation prefix that airflow-elastic owns on every object it renders (:mod:`airflow_elastic.kube.labels`
+#: has every key under it; it is defined here, with the spot table that uses it, as DAG parsing loads only this).
 DOMAIN = "airflow-elastic.io"
+#: Spot capacity on platforms without their own labels (on-prem, ACK, the local cluster): a node label and a taint.
+CAPACITY_TYPE_LABEL = f"{DOMAIN}/capacity-type"
+SPOT_TAINT = f"{DOMAIN}/spot"
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,8 @@ SPOT_PLATFORMS: dict[str, SpotCapacity] = {
     "karpenter": SpotCapacity({"karpenter.sh/capacity-type": "spot"}),
     # Anything else (on-prem, ACK, the local cluster): label and taint spot nodes with these keys.
     "generic": SpotCapacity(
-        {f"{DOMAIN}/capacity-type": "spot"},
-        ({"key": f"{DOMAIN}/spot", "operator": "Exists", "effect": "NoSchedule"},),
+        {CAPACITY_TYPE_LABEL: "spot"},
+        ({"key": SPOT_TAINT, "operator": "Exists", "effect": "NoSchedule"},),
     ),
 }
 

@@ -29,17 +29,13 @@ from typing import Any, Protocol
 
 from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, NotFound, ServerError
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
-from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import DAG_LABEL, MAP_INDEX_LABEL, RUN_LABEL, TASK_LABEL, TRY_LABEL
 from airflow_elastic.training.state import group_status
 from airflow_elastic.training.validation import is_label_value
 
 #: ``task_state_store`` key of the identity record.
 STATE_KEY = "training_group"
-DAG_LABEL = f"{platforms.DOMAIN}/dag-id"
-TASK_LABEL = f"{platforms.DOMAIN}/task-id"
-RUN_LABEL = f"{platforms.DOMAIN}/run-id"
-MAP_INDEX_LABEL = f"{platforms.DOMAIN}/map-index"
-TRY_LABEL = f"{platforms.DOMAIN}/try"
 #: The labels that prove ownership (the try is informative: a retry adopts the previous try's group).
 OWNER_LABELS = (DAG_LABEL, TASK_LABEL, RUN_LABEL, MAP_INDEX_LABEL)
 #: How many names one submission may step over (terminal or foreign JobSets) before giving up.
@@ -51,9 +47,11 @@ _INVALID_LABEL_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 class StateStore(Protocol):
     """The part of ``context["task_state_store"]`` used here."""
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` for this task instance, or ``default``."""
 
-    def set(self, key: str, value: Any) -> None: ...
+    def set(self, key: str, value: Any) -> None:
+        """Store ``value`` (JSON-serialisable) under ``key``; it outlives the try."""
 
 
 def label_value(value: str) -> str:
@@ -118,10 +116,12 @@ class Submission:
     adopted: bool = False
 
     def record(self) -> dict[str, Any]:
+        """What the ``task_state_store`` keeps (``adopted`` describes this run only)."""
         return {k: v for k, v in asdict(self).items() if k != "adopted"}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Submission:
+        """The submission a :meth:`record` describes (unknown keys ignored)."""
         known = {k: record[k] for k in ("name", "namespace", "epoch", "uid", "submitted_at") if k in record}
         return cls(**known)
 

@@ -40,6 +40,7 @@ class ResultLink(BaseOperatorLink):
     path: ClassVar[tuple[str, ...]] = ()
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """The result's location as a URL; ``""`` (no link) until the try succeeded."""
         # ``finalize`` runs at every end of a try's process, a deferral's included (the task instance's state then
         # says so): only a success has a result, and asking for a missing XCom logs an error in the task log.
         state = getattr(ti_key, "state", None)

@@ -48,10 +48,12 @@ class TryMark:
         )
 
     def record(self) -> dict[str, Any]:
+        """The mark as the ``task_state_store`` keeps it."""
         return asdict(self)
 
     @classmethod
     def from_record(cls, record: Any) -> TryMark | None:
+        """The mark a :meth:`record` describes; ``None`` for anything else (no mark yet)."""
         if not isinstance(record, Mapping) or "try_number" not in record:
             return None
         return cls(int(record["try_number"]), _int(record.get("max_tries")), _int(record.get("clear_number")))

@@ -56,11 +56,13 @@ class History:
 
     @classmethod
     def load(cls, store: Any) -> History:
+        """The history saved in ``store`` (a fresh one if none was)."""
         raw = store.get(STATE_KEY) or {}
         attempts = [dict(a) for a in raw.get("attempts") or []]
         return cls(float(raw.get("started") or 0.0), attempts, bool(raw.get("finished")))
 
     def save(self, store: Any) -> None:
+        """Keep the history in ``store`` (``task_state_store``), where the next try or resume reads it."""
         store.set(STATE_KEY, {"started": self.started, "attempts": self.attempts, "finished": self.finished})
 
     @classmethod
@@ -77,14 +79,17 @@ class History:
 
     @property
     def preemptions(self) -> int:
+        """Preemptions charged over all attempts (the preemption budget's use)."""
         return sum(int(a.get("preemptions", 0)) for a in self.attempts)
 
     @property
     def failures(self) -> int:
+        """Genuine failures over all attempts (the failure budget's use)."""
         return sum(int(a.get("failures", 0)) for a in self.attempts)
 
     @property
     def gpu_hours(self) -> float:
+        """GPU hours of the recorded (ended) attempts: what ``max_gpu_hours`` limits."""
         return sum(float(a.get("gpu_hours", 0.0)) for a in self.attempts)
 
 

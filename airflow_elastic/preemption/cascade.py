@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_elastic.training.state import RESTART_LABEL, ROLE_LABEL
+from airflow_elastic.kube.labels import NODE_LOSS_TAINTS, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
 
 Obj = Mapping[str, Any]
 #: How long a failure may be held to see whether a peer's node was lost (``settle_seconds``): the node-monitor
 #: grace period (50 s) plus time for a few polls.
 SETTLE_SECONDS = 90.0
-#: The node controller's taints for a node that stopped reporting / is not ready.
-NODE_DOWN_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+NODE_DOWN_TAINTS = NODE_LOSS_TAINTS  # its name here before kube.labels
 RULE = "node-loss-cascade"
 
 
@@ -39,7 +38,7 @@ def _meta(obj: Obj) -> Mapping[str, Any]:
 
 def attempt_pods(pods: Iterable[Obj], attempt: int) -> list[Obj]:
     """The pods of restart attempt ``attempt`` (older attempts' pods linger while the JobSet deletes them)."""
-    return [p for p in pods if int((_meta(p).get("labels") or {}).get(RESTART_LABEL, "0") or 0) == attempt]
+    return [p for p in pods if int((_meta(p).get("labels") or {}).get(RESTART_ATTEMPT_LABEL, "0") or 0) == attempt]
 
 
 def unaccounted(pods: Iterable[Obj]) -> list[Obj]:
@@ -48,6 +47,7 @@ def unaccounted(pods: Iterable[Obj]) -> list[Obj]:
 
 
 def node_of(pod: Obj) -> str:
+    """The node ``pod`` was scheduled to (``""`` before scheduling)."""
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
@@ -59,7 +59,7 @@ def node_down(node: Obj | None) -> str | None:
         if condition.get("type") == "Ready" and condition.get("status") != "True":
             return f"is Ready={condition.get('status')} ({condition.get('reason') or 'no reason'})"
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("key") in NODE_DOWN_TAINTS:
+        if taint.get("key") in NODE_LOSS_TAINTS:
             return f"is tainted {taint['key']}"
     return "is being deleted" if _meta(node).get("deletionTimestamp") else None
 
@@ -78,7 +78,7 @@ def root_cause(
         return {
             "attempt": attempt,
             "pod": _meta(pod).get("name", ""),
-            "role": (_meta(pod).get("labels") or {}).get(ROLE_LABEL, ""),
+            "role": (_meta(pod).get("labels") or {}).get(REPLICATED_JOB_LABEL, ""),
             "node": node,
             "cause": "node_loss",
             "budget": "preemption",

@@ -38,9 +38,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_elastic.kube.labels import (
+    COMPLETION_INDEX_LABEL,
+    JOB_INDEX_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
+)
 from airflow_elastic.preemption.cascade import node_down
 from airflow_elastic.preemption.classify import DISRUPTION_TARGET, SPOT_LABELS, Budget, Cause, classify
-from airflow_elastic.training.state import JOB_INDEX_LABEL, RESTART_LABEL, ROLE_LABEL
 
 Obj = Mapping[str, Any]
 #: Records kept at most (a looping disruption must not grow the trigger event without bound).
@@ -49,8 +54,7 @@ MAX_RECORDS = 50
 VAGUE_CAUSES = frozenset({Cause.UNKNOWN.value})
 #: Stops the JobSet made itself (its restart, its completion): they never explain an attempt.
 COLLATERAL_CAUSES = frozenset({Cause.GROUP_RESTART.value, Cause.GROUP_FINISHED.value})
-#: The Job controller's index of a pod in its Job (kubernetes ``pkg/controller/job/indexed_job_utils.go``).
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX = COMPLETION_INDEX_LABEL  # its name here before kube.labels
 #: What an absorbed stop keeps (:attr:`Evidence.absorbed`).
 ABSORBED_KEYS = ("attempt", "pod", "role", "node", "cause", "replaced_by")
 #: Phases in which a pod runs in its slot (a replacement that runs, or ran to completion).
@@ -70,6 +74,7 @@ class Stop:
 
     @property
     def node(self) -> str:
+        """The node the pod ran on (``""`` if it never was scheduled)."""
         return str((self.pod.get("spec") or {}).get("nodeName") or "")
 
 
@@ -105,10 +110,15 @@ def slot(pod: Obj) -> tuple[str, ...] | None:
     ``ReconcilePods``)."""
     meta = pod.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    if not labels.get(ROLE_LABEL):
+    if not labels.get(REPLICATED_JOB_LABEL):
         return None
-    index = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX) or ""
-    return (labels.get(RESTART_LABEL, "0") or "0", labels[ROLE_LABEL], labels.get(JOB_INDEX_LABEL, ""), index)
+    index = annotations.get(COMPLETION_INDEX_LABEL) or labels.get(COMPLETION_INDEX_LABEL) or ""
+    return (
+        labels.get(RESTART_ATTEMPT_LABEL, "0") or "0",
+        labels[REPLICATED_JOB_LABEL],
+        labels.get(JOB_INDEX_LABEL, ""),
+        index,
+    )
 
 
 def reported_step(pod: Obj) -> int | None:
@@ -223,9 +233,9 @@ class Evidence:
                 continue
             notes = [_stranded_note(stop, lost)] if stop.stranded else []
             found = {
-                "attempt": int(labels.get(RESTART_LABEL, "0") or 0),
+                "attempt": int(labels.get(RESTART_ATTEMPT_LABEL, "0") or 0),
                 "pod": meta.get("name", ""),
-                "role": labels.get(ROLE_LABEL, ""),
+                "role": labels.get(REPLICATED_JOB_LABEL, ""),
                 "node": stop.node,
                 "cause": verdict.cause.value,
                 "budget": verdict.budget.value,

@@ -22,11 +22,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_elastic.kube.platforms import DOMAIN
+from airflow_elastic.kube.labels import EVIDENCE_ANNOTATION as EVIDENCE_ANNOTATION
 from airflow_elastic.preemption.evidence import Evidence, attempt_causes
-
-#: The JobSet annotation that holds a wait's evidence (:func:`patch`, :func:`restore`).
-EVIDENCE_ANNOTATION = f"{DOMAIN}/evidence"
 
 
 def patch(evidence: Evidence) -> dict[str, Any]:

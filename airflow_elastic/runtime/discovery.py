@@ -39,6 +39,8 @@ from airflow_elastic import contract
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: The local cluster's name for the service-account mount (its mount convention: docs/concepts/local-cluster.md).
 LOCAL_SERVICEACCOUNT_ENV = "LOCALCLUSTER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT"
+#: JobSet's label prefix: a copy of ``kube.labels.JOBSET_DOMAIN``, as what runs in pods imports only the contract
+#: (``tests/unit/test_kube_labels.py`` holds the two equal).
 JOBSET_LABEL = "jobset.sigs.k8s.io"
 
 
@@ -71,6 +73,7 @@ class ApiAccess:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiAccess:
+        """From the pod's ``KUBERNETES_SERVICE_*`` env and token; :class:`DiscoveryError` outside a cluster."""
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
         if not host or not port:
             raise DiscoveryError("not in a cluster: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set")

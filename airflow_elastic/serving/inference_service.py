@@ -19,17 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from airflow_elastic.kube.labels import DEPLOYMENT_MODE_ANNOTATION
+from airflow_elastic.kube.names import PREDICTOR_CONTAINER as PREDICTOR_CONTAINER
 from airflow_elastic.training.spec import SpecError
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"
 API_VERSION = f"{GROUP}/{VERSION}"
-#: KServe's deployment-mode annotation (``pkg/constants/constants.go`` ``DeploymentMode``).
-MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+MODE_ANNOTATION = DEPLOYMENT_MODE_ANNOTATION  # its name here before kube.labels
 MODES = ("Standard", "Knative")
 #: Values the mutating webhook rewrites to the current names (KServe #4608, v0.16).
 LEGACY_MODES = {"RawDeployment": "Standard", "Serverless": "Knative"}
-#: The container KServe treats as the predictor (``constants.InferenceServiceContainerName``).
-PREDICTOR_CONTAINER = "kserve-container"
 #: ``^[a-z]([-a-z0-9]*[a-z0-9])?$``: KServe's ``IsvcNameFmt`` (``validateInferenceServiceName``).
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: The Service ``<name>-predictor`` must be a DNS-1035 label of at most 63 characters (derived).
@@ -102,7 +101,12 @@ def _count(value: Any) -> TypeGuard[int]:
 
 
 def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
-    """The rules of :class:`Predictor`, as ``(argument, problem)`` pairs."""
+    """The rules of :class:`Predictor`, as ``(argument, problem)`` pairs: what it serves, its replicas, its scaling."""
+    return [*_source_problems(p), *_replica_problems(p), *_scaling_problems(p)]
+
+
+def _source_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The mode, and what is served: a model format for the cluster's runtime, or a custom container."""
     problems: list[tuple[str, str]] = []
     if p.mode not in MODES:
         problems.append(
@@ -114,6 +118,12 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(("command", "command/args belong to a custom predictor container: give image too"))
     if p.model_format is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(p.model_format)):
         problems.append(("model_format", f"must be a model format name such as 'pytorch', got {p.model_format!r}"))
+    return problems
+
+
+def _replica_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The autoscaler's bounds: counts, in order, and scale to zero only where Knative can do it."""
+    problems: list[tuple[str, str]] = []
     for name in ("min_replicas", "max_replicas"):
         value = getattr(p, name)
         if value is not None and not _count(value):
@@ -122,6 +132,12 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(("max_replicas", f"must be >= min_replicas ({p.min_replicas}), got {p.max_replicas}"))
     if p.mode == "Standard" and p.min_replicas == 0:
         problems.append(("min_replicas", "0 (scale to zero) needs Knative mode; Standard mode's HPA floors at 1"))
+    return problems
+
+
+def _scaling_problems(p: Predictor) -> list[tuple[str, str]]:
+    """The scale metric and target the mode supports, and a canary only where KServe honours it (Knative)."""
+    problems: list[tuple[str, str]] = []
     if p.scale_metric is not None and p.scale_metric not in SCALE_METRICS:
         problems.append(("scale_metric", f"must be one of {', '.join(SCALE_METRICS)}, got {p.scale_metric!r}"))
     if p.mode == "Standard" and p.scale_metric in ("concurrency", "rps"):
@@ -134,17 +150,16 @@ def predictor_problems(p: Predictor) -> list[tuple[str, str]]:
         problems.append(
             ("scale_target", f"a {p.scale_metric or 'cpu'} utilisation is a percentage (1-100), got {p.scale_target}")
         )
-    if p.canary_percent is not None:
-        if p.mode != "Knative":
-            problems.append(
-                (
-                    "canary_percent",
-                    "needs Knative mode: in Standard mode KServe ignores canaryTrafficPercent silently (only its "
-                    "Knative reconciler reads it), so the new model would take all traffic at once",
-                )
+    if p.canary_percent is not None and p.mode != "Knative":
+        problems.append(
+            (
+                "canary_percent",
+                "needs Knative mode: in Standard mode KServe ignores canaryTrafficPercent silently (only its "
+                "Knative reconciler reads it), so the new model would take all traffic at once",
             )
-        elif not (_count(p.canary_percent) and p.canary_percent <= 100):
-            problems.append(("canary_percent", f"must be an integer 0-100, got {p.canary_percent!r}"))
+        )
+    elif p.canary_percent is not None and not (_count(p.canary_percent) and p.canary_percent <= 100):
+        problems.append(("canary_percent", f"must be an integer 0-100, got {p.canary_percent!r}"))
     return problems
 
 
@@ -162,14 +177,14 @@ def render(name: str, namespace: str, storage_uri: str, predictor: Predictor) ->
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace, "annotations": {MODE_ANNOTATION: predictor.mode}},
+        "metadata": {"name": name, "namespace": namespace, "annotations": {DEPLOYMENT_MODE_ANNOTATION: predictor.mode}},
         "spec": {"predictor": predictor.model(storage_uri)},
     }
 
 
 def mode_of(isvc: Mapping[str, Any]) -> str | None:
     """The mode KServe serves it in: ``status.deploymentMode`` (sticky), else the annotation (legacy names mapped)."""
-    mode = (isvc.get("status") or {}).get("deploymentMode") or _annotations(isvc).get(MODE_ANNOTATION)
+    mode = (isvc.get("status") or {}).get("deploymentMode") or _annotations(isvc).get(DEPLOYMENT_MODE_ANNOTATION)
     return LEGACY_MODES.get(mode, mode) if mode else None
 
 
@@ -210,8 +225,8 @@ def update_patch(current: Mapping[str, Any], storage_uri: str, predictor: Predic
             ]
         )
     patch: dict[str, Any] = {}
-    if _annotations(current).get(MODE_ANNOTATION) != predictor.mode:
-        patch["metadata"] = {"annotations": {MODE_ANNOTATION: predictor.mode}}
+    if _annotations(current).get(DEPLOYMENT_MODE_ANNOTATION) != predictor.mode:
+        patch["metadata"] = {"annotations": {DEPLOYMENT_MODE_ANNOTATION: predictor.mode}}
     stored = ((current.get("spec") or {}).get("predictor")) or {}
     wanted = predictor.model(storage_uri)
     changes: dict[str, Any] = {}

@@ -26,10 +26,12 @@ class Knative:
     percent: int = 100
 
     def as_kwargs(self) -> dict[str, Any]:
+        """These settings as :func:`judge_knative`'s keyword arguments (what the trigger serializes too)."""
         return {"revision_before": self.revision_before, "percent": self.percent}
 
 
 def predictor_status(isvc: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The predictor's ``status.components.predictor`` (empty before KServe reports it)."""
     return (((isvc or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
 
 

@@ -58,6 +58,7 @@ class Promotion:
     incumbent: float | None
 
     def to_json(self) -> dict[str, Any]:
+        """The decision as plain JSON (the run report keeps it: :func:`run_report`)."""
         return asdict(self)
 
 

@@ -18,11 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from airflow_elastic.kube.labels import STORAGE_SOURCE_URI_ANNOTATION
+from airflow_elastic.kube.names import PREDICTOR_CONTAINER, STORAGE_INITIALIZER_CONTAINER
 from airflow_elastic.serving import inference_service as serving
 
-#: The pod annotation KServe writes the storage URI to (``constants.StorageInitializerSourceUriInternalAnnotationKey``).
-SOURCE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"
-STORAGE_INITIALIZER = "storage-initializer"
+# Under the names this module exported before kube.labels and kube.names.
+SOURCE_URI_ANNOTATION = STORAGE_SOURCE_URI_ANNOTATION
+STORAGE_INITIALIZER = STORAGE_INITIALIZER_CONTAINER
 Status = Literal["waiting", "serving", "failed", "missing", "timeout", "error"]
 
 
@@ -54,15 +56,18 @@ class RolloutEvent:
     url: str = ""
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (a trigger event's payload)."""
         return asdict(self)
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> RolloutEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in payload.items() if k in known})
 
     @property
     def finished(self) -> bool:
+        """The wait is over (anything but ``waiting``)."""
         return self.status != "waiting"
 
     def describe(self) -> str:
@@ -93,8 +98,8 @@ def pod_storage_uri(pod_or_template: Mapping[str, Any]) -> str | None:
     """The storage URI a pod (or a pod template) was made for: KServe's source-URI annotation, else the predictor
     container's ``STORAGE_URI``."""
     annotations = (pod_or_template.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(SOURCE_URI_ANNOTATION):
-        return str(annotations[SOURCE_URI_ANNOTATION])
+    if annotations.get(STORAGE_SOURCE_URI_ANNOTATION):
+        return str(annotations[STORAGE_SOURCE_URI_ANNOTATION])
     return serving.container_storage_uri(((pod_or_template.get("spec") or {}).get("containers")) or [])
 
 
@@ -105,8 +110,12 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[str, int, str] | None:
     after one."""
     status = pod.get("status") or {}
     watched = [
-        *((cs, True) for cs in status.get("initContainerStatuses") or [] if cs.get("name") == STORAGE_INITIALIZER),
-        *((cs, False) for cs in status.get("containerStatuses") or [] if cs.get("name") == serving.PREDICTOR_CONTAINER),
+        *(
+            (cs, True)
+            for cs in status.get("initContainerStatuses") or []
+            if cs.get("name") == STORAGE_INITIALIZER_CONTAINER
+        ),
+        *((cs, False) for cs in status.get("containerStatuses") or [] if cs.get("name") == PREDICTOR_CONTAINER),
     ]
     for cs, _ in watched:
         state = cs.get("state") or {}

@@ -26,14 +26,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, SupportsFloat, SupportsIndex
 
-from airflow_elastic.stages.job import COMPLETION_INDEX
+from airflow_elastic.kube.labels import COMPLETION_INDEX_LABEL
+from airflow_elastic.kube.labels import JOB_NAME_LABEL as JOB_NAME_LABEL
 from airflow_elastic.training.state import pod_failures, termination_metrics
 from airflow_elastic.waiting.logfollow import LogFollow, LogTarget
 
 Obj = Mapping[str, Any]
 CONCURRENCY_POLICIES = ("allow", "forbid", "replace")
-#: The label the Job controller puts on every pod of a Job (upstream since 1.27; the legacy ``job-name`` too).
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
@@ -58,6 +57,7 @@ def finished(job: Obj) -> str:
 
 
 def deleting(obj: Obj) -> bool:
+    """``obj`` is being deleted (a ``deletionTimestamp``): gone for scheduling decisions."""
     return bool(_meta(obj).get("deletionTimestamp"))
 
 
@@ -172,15 +172,18 @@ class StageEvent:
 
     @property
     def finished(self) -> bool:
+        """The Job ran to an end (succeeded or failed), as opposed to waiting having stopped."""
         return self.status in ("succeeded", "failed")
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (a trigger event's payload)."""
         payload = asdict(self)
         payload["failures"] = list(self.failures)
         return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> StageEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
         return cls(**known)
@@ -230,7 +233,7 @@ def verdict(job: Obj, pods: Iterable[Obj], *, stage: str) -> StageEvent | None:
 
 def log_pods(pods: Iterable[Obj]) -> list[Obj]:
     """The pods whose log is the stage's: completion index 0 (every pod of a non-Indexed Job), newest first."""
-    first = [p for p in pods if (_meta(p).get("annotations") or {}).get(COMPLETION_INDEX, "0") == "0"]
+    first = [p for p in pods if (_meta(p).get("annotations") or {}).get(COMPLETION_INDEX_LABEL, "0") == "0"]
     return sorted(first, key=lambda p: str(_meta(p).get("creationTimestamp") or ""), reverse=True)
 
 
@@ -238,6 +241,7 @@ class StageLogFollow(LogFollow):
     """:class:`~airflow_elastic.waiting.logfollow.LogFollow` for a Job: the newest started pod of completion index 0."""
 
     def target(self, pods: Iterable[Obj]) -> LogTarget | None:
+        """The newest started pod of completion index 0 (``None`` until one started)."""
         started = [p for p in log_pods(pods) if (p.get("status") or {}).get("phase") not in (None, "Pending")]
         return LogTarget.of(started[0]) if started else None
 

@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import LAST_APPLIED_ANNOTATION
 from airflow_elastic.stages.job import render_job
 from airflow_elastic.stages.spec import BatchStage
 from airflow_elastic.training.spec import SpecError
 
 API_VERSION = "batch/v1"
 KIND = "CronJob"
-LAST_APPLIED = f"{platforms.DOMAIN}/last-applied"
+LAST_APPLIED = LAST_APPLIED_ANNOTATION  # its name here before kube.labels
 #: The API server keeps 11 characters of a Job name (63) for the controller's ``-<minutes>`` suffix.
 MAX_NAME = names.MAX_LABEL - 11
 POLICIES = {"allow": "Allow", "forbid": "Forbid", "replace": "Replace"}

@@ -15,17 +15,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic import contract
-from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import COMPLETION_INDEX_LABEL, MANAGED_BY_LABEL, MANAGER, QUEUE_LABEL
+from airflow_elastic.kube.labels import STAGE_LABEL as STAGE_LABEL
 from airflow_elastic.stages.spec import BatchStage
-from airflow_elastic.training.render.jobset import MANAGED_BY_LABEL, MANAGER, QUEUE_LABEL, call_problems
+from airflow_elastic.training.render.jobset import call_problems
 from airflow_elastic.training.render.pod import single_container_pod
 from airflow_elastic.training.spec import SpecError
 
 API_VERSION = "batch/v1"
 KIND = "Job"
-STAGE_LABEL = f"{platforms.DOMAIN}/stage"
-#: Set by the Job controller on every pod of an Indexed Job (annotation, and label since Kubernetes 1.28).
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX = COMPLETION_INDEX_LABEL  # its name here before kube.labels
 
 
 def render_job(
@@ -89,7 +89,7 @@ def stage_env(stage: BatchStage) -> list[dict[str, Any]]:
     """The part of the environment contract that applies to a stage: its name (``AE_GROUP``), namespace, rank and
     world size (completion index and ``completions``; 0 and 1 for a single pod) and where metrics go."""
     rank: dict[str, Any] = (
-        {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}
+        {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_LABEL}']"}}}
         if stage.indexed
         else {"value": "0"}
     )

@@ -71,6 +71,7 @@ class Trial:
         return max(self.intermediate) if self.intermediate else None
 
     def to_json(self) -> dict[str, Any]:
+        """The trial as JSON (intermediate steps as string keys, in step order)."""
         data = asdict(self)
         data["intermediate"] = {str(step): value for step, value in sorted(self.intermediate.items())}
         return data
@@ -120,6 +121,7 @@ class SweepHistory:
         return max((t.number for t in self.trials), default=0) + 1
 
     def running(self) -> list[Trial]:
+        """Trials still running (their groups are awaited)."""
         return [t for t in self.trials if t.state == "running"]
 
     def finished(self) -> list[Trial]:
@@ -127,9 +129,11 @@ class SweepHistory:
         return [t for t in self.trials if t.state != "running"]
 
     def failed(self) -> list[Trial]:
+        """Trials whose group failed."""
         return [t for t in self.trials if t.state == "failed"]
 
     def with_state(self, state: str) -> list[Trial]:
+        """Trials in ``state`` (one of :data:`STATES`)."""
         return [t for t in self.trials if t.state == state]
 
     def best(self, mode: str) -> Trial | None:

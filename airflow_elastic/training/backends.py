@@ -21,8 +21,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_elastic.kube import names
+from airflow_elastic.kube.names import TRAINER_CONTAINER
+from airflow_elastic.kube.names import TRAINER_NODE as TRAINER_NODE
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
-from airflow_elastic.training.validation import TRAINER_CONTAINER
 
 BACKENDS = ("jobset", "trainjob", "pytorchjob")
 #: The Kubeflow Trainer minor version the TrainJob renderer targets. The TrainJob API changed shape between v2.0
@@ -32,9 +33,8 @@ BACKENDS = ("jobset", "trainjob", "pytorchjob")
 #: :func:`trainjob_crd_problem` checks the installed CRD.
 TRAINER_VERSION = "v2.3"
 TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
-#: The Trainer's trainer step: replicated Job and container ``node`` of the runtime, rendezvous port 29500
-#: (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``).
-TRAINER_NODE = "node"
+#: The Trainer's rendezvous port in the trainer step (:data:`TRAINER_NODE`, kubeflow/trainer
+#: ``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``).
 TRAINER_PORT = 29500
 #: Pod-spec fields a runtime patch may set (kubeflow/trainer ``pkg/apis/trainer/v1alpha1/trainjob_types.go``,
 #: ``PodSpecPatch``), and container fields of a ``ContainerPatch`` (``env`` is refused for container ``node``).

@@ -11,14 +11,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from airflow_elastic.kube.labels import JOB_INDEX_LABEL as JOB_INDEX_LABEL
+from airflow_elastic.kube.labels import JOBSET_NAME_LABEL as JOBSET_NAME_LABEL
+from airflow_elastic.kube.labels import REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
+
 Obj = Mapping[str, Any]
 Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Missing"]
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Missing"})
 
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-ROLE_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+# JobSet's labels under the names this module exported before they moved to kube.labels (glue and tests use them).
+ROLE_LABEL = REPLICATED_JOB_LABEL
+RESTART_LABEL = RESTART_ATTEMPT_LABEL
 #: Condition types that mean "finished" (upstream may rename Completed to Complete: accept both).
 _SUCCEEDED = ("Completed", "Complete")
 
@@ -45,10 +48,12 @@ class GroupStatus:
 
     @property
     def terminal(self) -> bool:
+        """The group has ended (succeeded, failed, or its JobSet is missing): no later look changes it."""
         return self.phase in TERMINAL
 
     @property
     def free_restarts(self) -> int:
+        """In-cluster restarts that did not count against ``maxRestarts`` (disruptions)."""
         return self.restarts - self.restarts_counted
 
 
@@ -104,6 +109,7 @@ class PodFailure:
     attempt: int = 0
 
     def describe(self) -> str:
+        """One line for the task log: pod, role, attempt, reason, exit code and message."""
         code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
         text = f": {self.message.strip()}" if self.message.strip() else ""
         return f"pod {self.pod} (role {self.role}, attempt {self.attempt}) {self.reason}{code}{text}"
@@ -133,11 +139,11 @@ def pod_failures(pods: Iterable[Obj]) -> list[PodFailure]:
         failures.append(
             PodFailure(
                 pod=pod["metadata"]["name"],
-                role=labels.get(ROLE_LABEL, "?"),
+                role=labels.get(REPLICATED_JOB_LABEL, "?"),
                 reason=reason or "Failed",
                 exit_code=code,
                 message=message,
-                attempt=int(labels.get(RESTART_LABEL, "0") or 0),
+                attempt=int(labels.get(RESTART_ATTEMPT_LABEL, "0") or 0),
             )
         )
     return failures
@@ -184,10 +190,10 @@ def pending_diagnosis(pods: Iterable[Obj], events: Iterable[Obj]) -> str:
 def reported_metrics(pods: Iterable[Obj], role: str) -> dict[str, Any] | None:
     """The JSON object the first pod of ``role`` wrote to its termination message, if any: the newest attempt's,
     lowest index (``job-index``) first."""
-    candidates = [p for p in pods if _labels(p).get(ROLE_LABEL) == role]
+    candidates = [p for p in pods if _labels(p).get(REPLICATED_JOB_LABEL) == role]
     candidates.sort(
         key=lambda p: (
-            -int(_labels(p).get(RESTART_LABEL, "0") or 0),
+            -int(_labels(p).get(RESTART_ATTEMPT_LABEL, "0") or 0),
             int(_labels(p).get(JOB_INDEX_LABEL, "0") or 0),
             p["metadata"]["name"],
         )
@@ -226,8 +232,8 @@ def elastic_ready(pods: Iterable[Obj], role: str, attempt: int) -> int:
     return sum(
         1
         for pod in pods
-        if _labels(pod).get(ROLE_LABEL) == role
-        and int(_labels(pod).get(RESTART_LABEL, "0") or 0) == attempt
+        if _labels(pod).get(REPLICATED_JOB_LABEL) == role
+        and int(_labels(pod).get(RESTART_ATTEMPT_LABEL, "0") or 0) == attempt
         and _ready(pod)
     )
 
@@ -315,6 +321,7 @@ class GroupEvent:
     spot_share: float | None = None
 
     def to_payload(self) -> dict[str, Any]:
+        """The event as primitives (the trigger event's payload; tuples become lists)."""
         payload = asdict(self)
         payload["failures"] = list(self.failures)
         payload["evidence"] = list(self.evidence)
@@ -323,6 +330,7 @@ class GroupEvent:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> GroupEvent:
+        """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["failures"] = tuple(known.get("failures") or ())
         known["evidence"] = tuple(known.get("evidence") or ())

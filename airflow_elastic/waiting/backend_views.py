@@ -14,18 +14,26 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-# JOB_INDEX_LABEL: JobSet's index within a replicated job (one pod per index in a view of a PyTorchJob).
-from airflow_elastic.training.state import JOB_INDEX_LABEL, JOBSET_NAME_LABEL, RESTART_LABEL, ROLE_LABEL
+# A PyTorchJob's pods are shown with JobSet's labels: one pod per job index in the view, restart attempt 0.
+from airflow_elastic.kube.labels import (
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    KUBEFLOW_JOB_NAME_LABEL,
+    KUBEFLOW_REPLICA_INDEX_LABEL,
+    KUBEFLOW_REPLICA_TYPE_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
+)
 
 Obj = Mapping[str, Any]
 #: The Warning event that is the Trainer's only report of a TrainJob it could not build (runtime missing, JobSet
 #: rejected, bad patch): kubeflow/trainer ``pkg/controller/trainjob_controller.go``, ``Reconcile``.
 BUILD_FAILED_REASON = "TrainJobResourcesCreationFailed"
 _TERMINAL = ("Completed", "Complete", "Failed")
-#: training-operator v1 labels (kubeflow/trainer release-1.9 ``pkg/controller.v1/common/pod.go``).
-PTJ_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-PTJ_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-PTJ_REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+# training-operator v1's pod labels under the names this module exported before kube.labels.
+PTJ_JOB_NAME_LABEL = KUBEFLOW_JOB_NAME_LABEL
+PTJ_REPLICA_TYPE_LABEL = KUBEFLOW_REPLICA_TYPE_LABEL
+PTJ_REPLICA_INDEX_LABEL = KUBEFLOW_REPLICA_INDEX_LABEL
 #: PyTorchJob condition type -> the JobSet condition the watch reads (``pkg/util/status.go``; ``Restarting``: a
 #: failed replica is being recreated).
 _PTJ_CONDITIONS = {
@@ -229,18 +237,18 @@ def pytorchjob_pods(pods: Iterable[Obj], roles: Mapping[str, str]) -> list[Obj]:
     out: list[Obj] = []
     for pod in pods:
         labels = _meta(pod).get("labels") or {}
-        kind = str(labels.get(PTJ_REPLICA_TYPE_LABEL, "")).lower()
+        kind = str(labels.get(KUBEFLOW_REPLICA_TYPE_LABEL, "")).lower()
         role = by_type.get(kind)
         if role is None:
             continue
         copied = copy.deepcopy(dict(pod))
-        index = int(labels.get(PTJ_REPLICA_INDEX_LABEL, "0") or 0) + offset.get(kind, 0)
+        index = int(labels.get(KUBEFLOW_REPLICA_INDEX_LABEL, "0") or 0) + offset.get(kind, 0)
         copied.setdefault("metadata", {})["labels"] = {
             **labels,
-            ROLE_LABEL: role,
+            REPLICATED_JOB_LABEL: role,
             JOB_INDEX_LABEL: str(index),
-            JOBSET_NAME_LABEL: str(labels.get(PTJ_JOB_NAME_LABEL, "")),
-            RESTART_LABEL: "0",
+            JOBSET_NAME_LABEL: str(labels.get(KUBEFLOW_JOB_NAME_LABEL, "")),
+            RESTART_ATTEMPT_LABEL: "0",
         }
         out.append(copied)
     return out

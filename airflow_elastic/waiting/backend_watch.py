@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_elastic import contract
+from airflow_elastic.kube.labels import JOBSET_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL
+from airflow_elastic.kube.names import TRAINER_NODE
 from airflow_elastic.training import backends
-from airflow_elastic.training.state import JOBSET_NAME_LABEL
 from airflow_elastic.waiting import backend_views
 
 Obj = Mapping[str, Any]
 
 JOBSET, TRAINJOB, PYTORCHJOB = "jobset", "trainjob", "pytorchjob"
 #: The replicated Job (and container) of a TrainJob's trainer in the Trainer's JobSet.
-TRAINJOB_ROLE = backends.TRAINER_NODE
+TRAINJOB_ROLE = TRAINER_NODE
 #: Where a ``TrainingRuntime`` of the runtime's name is looked for first: the TrainJob's namespace, then the cluster.
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
@@ -56,7 +57,7 @@ OBJECTS: dict[str, Objects] = {
     # stops are the evidence.
     TRAINJOB: Objects("TrainJob", "trainjobs", JOBSET_NAME_LABEL, backends.TRAINJOB_CRD, wakes="jobsets"),
     PYTORCHJOB: Objects(
-        "PyTorchJob", "pytorchjobs", backend_views.PTJ_JOB_NAME_LABEL, "pytorchjobs.kubeflow.org", wakes="pytorchjobs"
+        "PyTorchJob", "pytorchjobs", KUBEFLOW_JOB_NAME_LABEL, "pytorchjobs.kubeflow.org", wakes="pytorchjobs"
     ),
 }
 

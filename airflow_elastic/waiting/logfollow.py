@@ -15,9 +15,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_elastic.kube.labels import DEFAULT_CONTAINER_ANNOTATION, JOB_INDEX_LABEL
-from airflow_elastic.training.state import RESTART_LABEL, ROLE_LABEL
-from airflow_elastic.training.validation import TRAINER_CONTAINER
+from airflow_elastic.kube.labels import (
+    DEFAULT_CONTAINER_ANNOTATION,
+    JOB_INDEX_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_LABEL,
+)
+from airflow_elastic.kube.names import TRAINER_CONTAINER
 from airflow_elastic.waiting.logcursor import LogCursor, LogRequest
 
 #: Lines shown at most when the follower first sees a pod that already logged (e.g. after a triggerer restart).
@@ -40,7 +44,7 @@ def training_container(pod: Mapping[str, Any]) -> str:
 
 def leader_pod(pods: Iterable[Mapping[str, Any]], role: str) -> Mapping[str, Any] | None:
     """``role``'s rank-0 pod of the newest restart attempt that has started (not ``Pending``), or ``None``."""
-    wanted = {ROLE_LABEL: role, JOB_INDEX_LABEL: "0"}
+    wanted = {REPLICATED_JOB_LABEL: role, JOB_INDEX_LABEL: "0"}
     started = [
         p
         for p in pods
@@ -49,7 +53,7 @@ def leader_pod(pods: Iterable[Mapping[str, Any]], role: str) -> Mapping[str, Any
     ]
     if not started:
         return None
-    return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, "0") or 0))
+    return max(started, key=lambda p: int((p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL, "0") or 0))
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class LogTarget:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> LogTarget:
+        """The target for ``pod``: its training container (:func:`training_container`)."""
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         return cls(
@@ -88,6 +93,7 @@ class Reading:
         self.left = CHUNKS_AT_THE_END if self.final else CHUNKS_PER_POLL
 
     def next(self) -> LogRequest | None:
+        """The next log request of this poll; ``None`` when the log is read to its end or the poll's reads are spent."""
         if self.done or self.left <= 0:
             return None
         self.left -= 1
@@ -116,13 +122,16 @@ class LogFollow:
         self.warned: set[str] = set()
 
     def target(self, pods: Iterable[Mapping[str, Any]]) -> LogTarget | None:
+        """The pod to follow: the role's leader pod (:func:`leader_pod`), ``None`` until one started."""
         pod = leader_pod(pods, self.role)
         return LogTarget.of(pod) if pod is not None else None
 
     def cursor(self, target: LogTarget) -> LogCursor:
+        """Where ``target``'s log was read up to (a new pod, by uid, starts at its beginning)."""
         return self.cursors.setdefault(target.uid, LogCursor())
 
     def reading(self, target: LogTarget, *, final: bool = False) -> Reading:
+        """This poll's reads of ``target`` (``final``: its container stopped)."""
         return Reading(target, self.cursor(target), final)
 
     def read_failed(self, target: LogTarget, error: Exception) -> tuple[str, str]:

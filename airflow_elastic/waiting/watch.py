@@ -81,10 +81,12 @@ class Observation:
 
     @classmethod
     def tick(cls, now: float) -> Observation:
+        """A wake-up without a look (a deadline passing while the loop waited)."""
         return cls(now, seen=False)
 
     @classmethod
     def failed(cls, now: float, error: BaseException | str, *, transient: bool) -> Observation:
+        """A look that failed with ``error`` (``transient``: the next one may work)."""
         return cls(now, error=str(error) or type(error).__name__, transient=transient)
 
     def given(
@@ -219,6 +221,7 @@ class Watch:
 
     @property
     def where(self) -> str:
+        """The awaited JobSet as messages name it (``JobSet <namespace>/<name>``)."""
         return f"JobSet {self.namespace}/{self.name}"
 
     def until_deadline(self, now: float) -> float | None:

@@ -16,9 +16,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
-from airflow_elastic.operators.identity import DAG_LABEL, RUN_LABEL, TASK_LABEL, TaskIdentity
+from airflow_elastic.kube.labels import DAG_LABEL, RUN_LABEL, STAGE_LABEL, TASK_LABEL
+from airflow_elastic.operators.identity import TaskIdentity
 from airflow_elastic.stages import cron as stages
-from airflow_elastic.stages.job import STAGE_LABEL
 from airflow_elastic.training.spec import SpecError
 
 #: How long ``replace`` waits for the previous run's Job to be gone (foreground deletion: its pods first).

@@ -100,7 +100,8 @@ class CronJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Create the CronJob, patch it when the rendering changed, or leave it as it is."""
-        from airflow_elastic.operators.identity import DAG_LABEL, TASK_LABEL, label_value
+        from airflow_elastic.kube.labels import DAG_LABEL, TASK_LABEL
+        from airflow_elastic.operators.identity import label_value
         from airflow_elastic.stages.cronjob import applied, apply_patch
         from airflow_elastic.stages.spec import render_stage
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import JobHookProtocol, JobSetHookProtocol
+from airflow_elastic.kube.labels import JOB_NAME_LABEL
 from airflow_elastic.operators.training.waiting import LogReader
 from airflow_elastic.stages import cron as stages
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
@@ -28,7 +29,7 @@ class StageHook(JobSetHookProtocol, JobHookProtocol, Protocol):
 
 def job_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
     """The pods of Job ``name`` (every retry still present)."""
-    return hook.list_pods(namespace, f"{stages.JOB_NAME_LABEL}={name}")
+    return hook.list_pods(namespace, f"{JOB_NAME_LABEL}={name}")
 
 
 def wait_for_job(

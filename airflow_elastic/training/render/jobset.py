@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_ROLE_LABEL
+from airflow_elastic.kube.labels import GROUP_LABEL as GROUP_LABEL
+from airflow_elastic.kube.labels import MANAGED_BY_LABEL as MANAGED_BY_LABEL
+from airflow_elastic.kube.labels import MANAGER as MANAGER
+from airflow_elastic.kube.labels import QUEUE_LABEL as QUEUE_LABEL
 from airflow_elastic.training.render import elastic
 from airflow_elastic.training.render.pod import pod_template
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
@@ -21,12 +26,9 @@ from airflow_elastic.training.validation import is_label_key, is_label_value
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGER = "airflow-elastic"
-GROUP_LABEL = f"{platforms.DOMAIN}/group"
-ROLE_LABEL = f"{platforms.DOMAIN}/role"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+# Keys under the names this module exported before they moved to kube.labels.
+ROLE_LABEL = GROUP_ROLE_LABEL
+EXCLUSIVE_TOPOLOGY = EXCLUSIVE_TOPOLOGY_ANNOTATION
 
 #: JobSet failure-policy rule names (explicit, so the manifest needs no webhook defaulting).
 DISRUPTION_RULE = "RestartOnDisruption"
@@ -67,7 +69,7 @@ def render_jobset(
     if group.placement.queue:
         metadata["labels"][QUEUE_LABEL] = group.placement.queue
     if group.placement.exclusive_topology:
-        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: group.placement.exclusive_topology}
+        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: group.placement.exclusive_topology}
     spec: dict[str, Any] = {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True, "subdomain": jobset},
         "coordinator": {"replicatedJob": group.leader.name, "jobIndex": 0, "podIndex": 0},
@@ -92,7 +94,9 @@ def _check_call(
             ("name", f"JobSet name {jobset!r} is too long: {p}")
             for p in names.budget_problems(len(jobset), roles, group.leader.name)
         ]
-    problems += call_problems(namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL))
+    problems += call_problems(
+        namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, GROUP_ROLE_LABEL, QUEUE_LABEL)
+    )
     if problems:
         raise SpecError(problems)
 
@@ -143,11 +147,11 @@ def _failure_policy(group: TrainingGroup) -> dict[str, Any]:
 
 
 def _replicated_job(group: TrainingGroup, role: Role, jobset: str, common: dict[str, str]) -> dict[str, Any]:
-    labels = {**common, ROLE_LABEL: role.name}
+    labels = {**common, GROUP_ROLE_LABEL: role.name}
     template_meta: dict[str, Any] = {"labels": dict(labels)}
     role_topology = role.placement.exclusive_topology if role.placement else None
     if role_topology:
-        template_meta["annotations"] = {EXCLUSIVE_TOPOLOGY: role_topology}
+        template_meta["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: role_topology}
     job: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": 1,

@@ -15,10 +15,11 @@ from typing import Any
 
 from airflow_elastic import contract
 from airflow_elastic.kube import names, platforms
-from airflow_elastic.training.render.jobset import API_VERSION, KIND, MANAGED_BY_LABEL, MANAGER
+from airflow_elastic.kube.labels import MANAGED_BY_LABEL, MANAGER
+from airflow_elastic.kube.names import TRAINER_CONTAINER
+from airflow_elastic.training.render.jobset import API_VERSION, KIND
 from airflow_elastic.training.spec import SpecError
 from airflow_elastic.training.templating import has_template
-from airflow_elastic.training.validation import TRAINER_CONTAINER
 
 GPU_RESOURCES = frozenset(vendor.resource for vendor in platforms.GPU_VENDORS.values())
 

@@ -7,16 +7,15 @@ from typing import Any
 
 from airflow_elastic import contract
 from airflow_elastic.kube import names, platforms
+from airflow_elastic.kube.labels import JOB_GLOBAL_INDEX_LABEL, JOB_INDEX_LABEL, JOBSET_DOMAIN, RESTART_ATTEMPT_LABEL
+from airflow_elastic.kube.labels import NODE_LOSS_TAINTS as NODE_LOSS_TAINTS
+from airflow_elastic.kube.names import TRAINER_CONTAINER
 from airflow_elastic.training.render import elastic
 from airflow_elastic.training.render.merge import merge
 from airflow_elastic.training.render.trial import trial_env_value
 from airflow_elastic.training.spec import Placement, Resources, Role, TrainingGroup
-from airflow_elastic.training.validation import TRAINER_CONTAINER
 
-JOBSET_LABEL = "jobset.sigs.k8s.io"
-#: The taints the node lifecycle controller puts on a node it lost (``Ready=Unknown``) or that is not ready: a pod is
-#: evicted once its ``NoExecute`` toleration of them runs out (300 s from DefaultTolerationSeconds if it has none).
-NODE_LOSS_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+JOBSET_LABEL = JOBSET_DOMAIN  # the prefix of JobSet's keys, under the name this module exported before kube.labels
 
 
 def field_ref(path: str) -> dict[str, Any]:
@@ -94,9 +93,9 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
         role,
         jobset=jobset,
         coordinator=coordinator,
-        role_rank=field_ref(f"metadata.labels['{JOBSET_LABEL}/job-index']"),
-        rank=field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']"),
-        restart_attempt=field_ref(f"metadata.annotations['{JOBSET_LABEL}/restart-attempt']"),
+        role_rank=field_ref(f"metadata.labels['{JOB_INDEX_LABEL}']"),
+        rank=field_ref(f"metadata.labels['{JOB_GLOBAL_INDEX_LABEL}']"),
+        restart_attempt=field_ref(f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"),
         world_size=pods,
         role_replicas=elastic.rendered_replicas(group, role),
     )
@@ -107,14 +106,14 @@ def contract_env(group: TrainingGroup, role: Role, jobset: str) -> list[dict[str
         low, high = elastic.node_range(group)
         values += [
             (contract.NNODES, str(high) if low == high else f"{low}:{high}"),
-            (contract.NODE_RANK, field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+            (contract.NODE_RANK, field_ref(f"metadata.labels['{JOB_GLOBAL_INDEX_LABEL}']")),
             (contract.NPROC_PER_NODE, str(per_pod)),
             (contract.TORCH_WORLD_SIZE, str(pods * per_pod)),
         ]
     else:
         values += [
             (contract.TORCH_WORLD_SIZE, str(pods)),
-            (contract.TORCH_RANK, field_ref(f"metadata.labels['{JOBSET_LABEL}/job-global-index']")),
+            (contract.TORCH_RANK, field_ref(f"metadata.labels['{JOB_GLOBAL_INDEX_LABEL}']")),
         ]
     return env_list(values)
 

@@ -25,28 +25,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_elastic.kube import names
-from airflow_elastic.kube.labels import DEFAULT_CONTAINER_ANNOTATION
-from airflow_elastic.training import backends
-from airflow_elastic.training.render import elastic
-from airflow_elastic.training.render.jobset import (
+from airflow_elastic.kube.labels import (
+    DEFAULT_CONTAINER_ANNOTATION,
     GROUP_LABEL,
+    GROUP_ROLE_LABEL,
+    KUBEFLOW_REPLICA_INDEX_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     QUEUE_LABEL,
-    ROLE_LABEL,
-    call_problems,
 )
+from airflow_elastic.kube.names import PYTORCH_CONTAINER, TRAINER_CONTAINER
+from airflow_elastic.training import backends
+from airflow_elastic.training.render import elastic
+from airflow_elastic.training.render.jobset import call_problems
 from airflow_elastic.training.render.pod import env_list, field_ref, group_env, single_container_pod
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
-from airflow_elastic.training.validation import TRAINER_CONTAINER
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 MASTER, WORKER = "Master", "Worker"
-#: The container and port names the operator reads (``pytorch_defaults.go``).
-CONTAINER = "pytorch"
+#: The container and port names the operator reads (``pytorch_defaults.go``); the container's is in kube.names.
+CONTAINER = PYTORCH_CONTAINER
 PORT_NAME = "pytorchjob-port"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+REPLICA_INDEX_LABEL = KUBEFLOW_REPLICA_INDEX_LABEL  # its name here before kube.labels
 
 
 def render_pytorchjob(
@@ -115,7 +116,9 @@ def _check_call(
         longest = f"{job}-worker-{workers[1] - 1}" if workers else f"{job}-master-0"
         if len(longest) > names.MAX_LABEL:
             problems.append(("name", f"PyTorchJob name {job!r} is too long: pod and Service {longest!r} exceed 63"))
-    problems += call_problems(namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL))
+    problems += call_problems(
+        namespace, labels, ttl, owned=(MANAGED_BY_LABEL, GROUP_LABEL, GROUP_ROLE_LABEL, QUEUE_LABEL)
+    )
     if problems:
         raise SpecError(problems)
 
@@ -150,7 +153,11 @@ def _replica(
         # A Worker's role rank is its index (index + 1 when it shares the Master's role), and its group rank
         # index + 1: where no downward-API field holds it, the runtime reads the operator's PET_NODE_RANK instead
         # (airflow_elastic.runtime.launchers), which is the role rank too in a one-role group.
-        role_rank="0" if master else None if shared else field_ref(f"metadata.labels['{REPLICA_INDEX_LABEL}']"),
+        role_rank="0"
+        if master
+        else None
+        if shared
+        else field_ref(f"metadata.labels['{KUBEFLOW_REPLICA_INDEX_LABEL}']"),
         rank="0" if master else None,
         restart_attempt=None,
         world_size=elastic.rendered_pods(group),
@@ -164,10 +171,10 @@ def _replica(
         env=env_list(contract) + [{"name": k, "value": v} for k, v in user_env.items()],
         res=role.resources,
         placement=group.placement_of(role),
-        labels={**common, ROLE_LABEL: role.name},
+        labels={**common, GROUP_ROLE_LABEL: role.name},
         # The log follower's container (airflow_elastic.waiting.logfollow.training_container), as kubectl's.
         overrides=(
-            {"metadata": {"annotations": {DEFAULT_CONTAINER_ANNOTATION: CONTAINER}}},
+            {"metadata": {"annotations": {DEFAULT_CONTAINER_ANNOTATION: PYTORCH_CONTAINER}}},
             group.pod_overrides,
             role.pod_overrides,
         ),
@@ -177,6 +184,6 @@ def _replica(
     pod["spec"].pop("restartPolicy", None)
     for container in pod["spec"]["containers"]:
         if container["name"] == TRAINER_CONTAINER:
-            container["name"] = CONTAINER
+            container["name"] = PYTORCH_CONTAINER
             container.setdefault("ports", []).append({"name": PORT_NAME, "containerPort": group.coordinator_port})
     return {"replicas": count, "restartPolicy": restart_policy, "template": pod}

@@ -26,19 +26,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_elastic.kube import names, platforms
-from airflow_elastic.kube.labels import DEFAULT_CONTAINER_ANNOTATION
-from airflow_elastic.training import backends
-from airflow_elastic.training.render.jobset import (
+from airflow_elastic.kube import names
+from airflow_elastic.kube.labels import (
+    COMPLETION_INDEX_LABEL,
+    DEFAULT_CONTAINER_ANNOTATION,
+    DOMAIN,
     GROUP_LABEL,
+    GROUP_ROLE_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
     QUEUE_LABEL,
-    ROLE_LABEL,
-    call_problems,
+    RESTART_ATTEMPT_LABEL,
 )
+from airflow_elastic.kube.names import TRAINER_NODE
+from airflow_elastic.training import backends
+from airflow_elastic.training.render.jobset import call_problems
 from airflow_elastic.training.render.merge import merge
-from airflow_elastic.training.render.pod import JOBSET_LABEL, env_list, field_ref, group_env, node_placement, resources
+from airflow_elastic.training.render.pod import env_list, field_ref, group_env, node_placement, resources
 from airflow_elastic.training.spec import SpecError, TrainingGroup
 
 API_GROUP = "trainer.kubeflow.org"
@@ -46,9 +50,9 @@ API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND = "TrainJob"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 #: Our runtime patch's ``manager`` (a domain-prefixed path, immutable; Kueue adds its own entry).
-PATCH_MANAGER = f"{platforms.DOMAIN}/operator"
-#: The Job controller's per-pod index annotation: the Trainer's ``PET_NODE_RANK`` reads it too.
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+PATCH_MANAGER = f"{DOMAIN}/operator"
+#: The Job controller's per-pod index annotation (kube.labels): the Trainer's ``PET_NODE_RANK`` reads it too.
+COMPLETION_INDEX = COMPLETION_INDEX_LABEL
 
 
 def render_trainjob(
@@ -102,7 +106,9 @@ def _check_call(trainjob: str, nodes: int, namespace: str, labels: Mapping[str, 
         problems.append(("name", f"TrainJob name {trainjob!r} is too long: {too_long}"))
     if runtime_kind not in RUNTIME_KINDS:
         problems.append(("runtime_kind", f"must be one of {', '.join(RUNTIME_KINDS)}, got {runtime_kind!r}"))
-    problems += call_problems(namespace, labels, None, owned=(MANAGED_BY_LABEL, GROUP_LABEL, ROLE_LABEL, QUEUE_LABEL))
+    problems += call_problems(
+        namespace, labels, None, owned=(MANAGED_BY_LABEL, GROUP_LABEL, GROUP_ROLE_LABEL, QUEUE_LABEL)
+    )
     if problems:
         raise SpecError(problems)
 
@@ -114,10 +120,10 @@ def _trainer(group: TrainingGroup, trainjob: str) -> dict[str, Any]:
         group,
         role,
         jobset=trainjob,  # the Trainer's JobSet has the TrainJob's name
-        coordinator=f"{trainjob}-{backends.TRAINER_NODE}-0-0.{trainjob}",  # the Trainer's PET_MASTER_ADDR
+        coordinator=f"{trainjob}-{TRAINER_NODE}-0-0.{trainjob}",  # the Trainer's PET_MASTER_ADDR
         role_rank=field_ref(node_rank),
         rank=field_ref(node_rank),
-        restart_attempt=field_ref(f"metadata.annotations['{JOBSET_LABEL}/restart-attempt']"),
+        restart_attempt=field_ref(f"metadata.annotations['{RESTART_ATTEMPT_LABEL}']"),
         world_size=role.replicas,
         role_replicas=role.replicas,
     )
@@ -143,8 +149,8 @@ def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str,
     pod: dict[str, Any] = {
         # The log follower's container (airflow_elastic.waiting.logfollow.training_container), as kubectl's.
         "metadata": {
-            "labels": {**common, ROLE_LABEL: role.name},
-            "annotations": {DEFAULT_CONTAINER_ANNOTATION: backends.TRAINER_NODE},
+            "labels": {**common, GROUP_ROLE_LABEL: role.name},
+            "annotations": {DEFAULT_CONTAINER_ANNOTATION: TRAINER_NODE},
         },
         "spec": node_placement(
             group.placement_of(role), role.resources, node_loss_seconds=group.failure.node_loss_toleration_seconds
@@ -154,8 +160,8 @@ def _runtime_patch(group: TrainingGroup, common: Mapping[str, str]) -> dict[str,
         if override:
             pod = merge(pod, override)
     for container in pod["spec"].get("containers") or []:
-        container["name"] = backends.TRAINER_NODE  # check_backend allows only ours (TRAINER_CONTAINER)
-    rjob: dict[str, Any] = {"name": backends.TRAINER_NODE, "template": {"spec": {"template": pod}}}
+        container["name"] = TRAINER_NODE  # check_backend allows only ours (TRAINER_CONTAINER)
+    rjob: dict[str, Any] = {"name": TRAINER_NODE, "template": {"spec": {"template": pod}}}
     return {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {"template": {"metadata": {"labels": dict(common)}, "spec": {"replicatedJobs": [rjob]}}},

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from airflow_elastic.kube.platforms import DOMAIN
+from airflow_elastic.kube.labels import SWEEP_LABEL, TRIAL_LABEL
 from airflow_elastic.training.spec import SpecError, TrainingGroup
 from airflow_elastic.training.templating import render_group
 from airflow_elastic.training.validation import is_label_value
@@ -33,9 +33,6 @@ __all__ = [
     "trial_group",
     "trial_labels",
 ]
-
-SWEEP_LABEL = f"{DOMAIN}/sweep"
-TRIAL_LABEL = f"{DOMAIN}/trial"
 
 _REFERENCE = re.compile(
     r"\{\{-?\s*trial\.(?:params\.(?P<dotted>[A-Za-z_]\w*)|params\[\s*(?P<q>['\"])(?P<quoted>.*?)(?P=q)\s*\]"
