@@ -62,18 +62,23 @@ class TrialLog:
         getattr(self._log, level)("%s%s", self._prefix, text)
 
     def info(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at info level, prefixed with the trial."""
         self._write("info", message, *args)
 
     def warning(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at warning level, prefixed with the trial."""
         self._write("warning", message, *args)
 
     def error(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at error level, prefixed with the trial."""
         self._write("error", message, *args)
 
     def debug(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at debug level, prefixed with the trial."""
         self._write("debug", message, *args)
 
     def exception(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` with the traceback, prefixed with the trial."""
         self._write("exception", message, *args)
 
 
