@@ -102,7 +102,22 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Kubernetes JobSet",
-                "python-modules": ["airflow_elastic.hooks.jobset", "airflow_elastic.hooks.async_jobset"],
+                "python-modules": [
+                    "airflow_elastic.hooks.jobset",
+                    "airflow_elastic.hooks.async_jobset",
+                    "airflow_elastic.hooks.pods",
+                    "airflow_elastic.hooks.async_pods",
+                    "airflow_elastic.hooks.training_job",
+                    "airflow_elastic.hooks.async_training_job",
+                    "airflow_elastic.hooks.cluster",
+                    "airflow_elastic.hooks.async_cluster",
+                    "airflow_elastic.hooks.group",
+                    "airflow_elastic.hooks.async_group",
+                ],
+            },
+            {
+                "integration-name": "Kubernetes Job",
+                "python-modules": ["airflow_elastic.hooks.batch", "airflow_elastic.hooks.async_batch"],
             },
             {
                 "integration-name": "KServe InferenceService",

@@ -1,23 +1,27 @@
 """``InferenceServiceHook``: blocking access to KServe InferenceServices, their predictor Deployment and Service.
 
-``JobSetHook`` with the serving requests of :mod:`~airflow_elastic.hooks.serving_operations` (same connection
+``PodHook`` with the serving requests of :mod:`~airflow_elastic.hooks.serving_operations` (same connection
 handling, errors and retry policy); :class:`~airflow_elastic.hooks.async_inference_service.AsyncInferenceServiceHook`
-is its awaitable twin for the trigger.
+is its awaitable twin for the trigger. Its protocol is
+:class:`~airflow_elastic.hooks.protocol.InferenceServiceHookProtocol`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_elastic.hooks import serving_operations as ops
-from airflow_elastic.hooks.jobset import JobSetHook
+from airflow_elastic.hooks.pods import PodHook
+
+if TYPE_CHECKING:
+    from airflow_elastic.hooks.protocol import InferenceServiceHookProtocol
 
 
-class InferenceServiceHook(JobSetHook):
+class InferenceServiceHook(PodHook):
     """Read, create and merge-patch InferenceServices; read the predictor Deployment; call the model's Service.
 
-    Pods, their logs and the connection's namespace come from :class:`~airflow_elastic.hooks.jobset.JobSetHook`.
+    Pods, their logs and the connection's namespace come from :class:`~airflow_elastic.hooks.pods.PodHook`.
     """
 
     hook_name = "KServe InferenceService"
@@ -56,3 +60,9 @@ class InferenceServiceHook(JobSetHook):
             KubernetesApiError: any other refusal (a 4xx of the model server is passed on as such).
         """
         return self._run(ops.service_proxy(namespace, service, path, body))
+
+
+if TYPE_CHECKING:
+
+    def _conforms(hook: InferenceServiceHook) -> InferenceServiceHookProtocol:
+        return hook  # mypy: the hook has every method of its protocol, with the same signatures

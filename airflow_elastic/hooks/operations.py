@@ -109,6 +109,7 @@ def create_custom(plural: str, namespace: str, body: Mapping[str, Any]) -> Opera
 
 
 def get_custom(plural: str, namespace: str, name: str) -> Operation:
+    """Read a custom object of :data:`CUSTOM`."""
     return Operation(
         f"get {plural} {namespace}/{name}",
         "CustomObjectsApi",
@@ -138,6 +139,7 @@ def patch_custom(plural: str, namespace: str, name: str, patch: Mapping[str, Any
 
 
 def delete_custom(plural: str, namespace: str, name: str, propagation: str) -> Operation:
+    """Delete a custom object of :data:`CUSTOM`, propagated per ``propagation``; ``None`` when there was none."""
     return Operation(
         f"delete {plural} {namespace}/{name}",
         "CustomObjectsApi",
@@ -149,14 +151,17 @@ def delete_custom(plural: str, namespace: str, name: str, propagation: str) -> O
 
 
 def create_jobset(namespace: str, body: Mapping[str, Any]) -> Operation:
+    """Create a JobSet (:func:`create_custom`)."""
     return create_custom(JOBSET_PLURAL, namespace, body)
 
 
 def get_jobset(namespace: str, name: str) -> Operation:
+    """Read a JobSet."""
     return get_custom(JOBSET_PLURAL, namespace, name)
 
 
 def list_jobsets(namespace: str, label_selector: str | None) -> Operation:
+    """The JobSets of a namespace matching ``label_selector``."""
     return Operation(
         f"list jobsets in {namespace}",
         "CustomObjectsApi",
@@ -167,14 +172,17 @@ def list_jobsets(namespace: str, label_selector: str | None) -> Operation:
 
 
 def patch_jobset(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    """A JSON merge patch of a JobSet (:func:`patch_custom`)."""
     return patch_custom(JOBSET_PLURAL, namespace, name, patch)
 
 
 def delete_jobset(namespace: str, name: str, propagation: str) -> Operation:
+    """Delete a JobSet (:func:`delete_custom`)."""
     return delete_custom(JOBSET_PLURAL, namespace, name, propagation)
 
 
 def list_pods(namespace: str, label_selector: str | None) -> Operation:
+    """The pods of a namespace matching ``label_selector``."""
     return Operation(
         f"list pods in {namespace}",
         "CoreV1Api",
@@ -185,6 +193,7 @@ def list_pods(namespace: str, label_selector: str | None) -> Operation:
 
 
 def list_events(namespace: str, field_selector: str | None) -> Operation:
+    """The events of a namespace matching ``field_selector``."""
     return Operation(
         f"list events in {namespace}",
         "CoreV1Api",
@@ -195,6 +204,7 @@ def list_events(namespace: str, field_selector: str | None) -> Operation:
 
 
 def list_jobs(namespace: str, label_selector: str | None) -> Operation:
+    """The batch/v1 Jobs of a namespace matching ``label_selector``."""
     return Operation(
         f"list jobs in {namespace}",
         "BatchV1Api",
@@ -205,6 +215,7 @@ def list_jobs(namespace: str, label_selector: str | None) -> Operation:
 
 
 def create_job(namespace: str, body: Mapping[str, Any]) -> Operation:
+    """Create a batch/v1 Job (``fieldValidation=Strict``); never repeated."""
     name = (body.get("metadata") or {}).get("name", "")
     return Operation(
         f"create jobs {namespace}/{name}",
@@ -216,12 +227,14 @@ def create_job(namespace: str, body: Mapping[str, Any]) -> Operation:
 
 
 def get_job(namespace: str, name: str) -> Operation:
+    """Read a batch/v1 Job."""
     return Operation(
         f"get jobs {namespace}/{name}", "BatchV1Api", "read_namespaced_job", {"namespace": namespace, "name": name}
     )
 
 
 def delete_job(namespace: str, name: str, propagation: str) -> Operation:
+    """Delete a batch/v1 Job, propagated per ``propagation``; ``None`` when there was none."""
     return Operation(
         f"delete jobs {namespace}/{name}",
         "BatchV1Api",
@@ -233,6 +246,7 @@ def delete_job(namespace: str, name: str, propagation: str) -> Operation:
 
 
 def create_cronjob(namespace: str, body: Mapping[str, Any]) -> Operation:
+    """Create a batch/v1 CronJob (``fieldValidation=Strict``); never repeated."""
     name = (body.get("metadata") or {}).get("name", "")
     return Operation(
         f"create cronjobs {namespace}/{name}",
@@ -244,6 +258,7 @@ def create_cronjob(namespace: str, body: Mapping[str, Any]) -> Operation:
 
 
 def get_cronjob(namespace: str, name: str) -> Operation:
+    """Read a batch/v1 CronJob; ``None`` when there is none."""
     return Operation(
         f"get cronjobs {namespace}/{name}",
         "BatchV1Api",
@@ -254,6 +269,7 @@ def get_cronjob(namespace: str, name: str) -> Operation:
 
 
 def patch_cronjob(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    """A JSON merge patch of a CronJob (``fieldValidation=Strict``)."""
     return Operation(
         f"patch cronjobs {namespace}/{name}",
         "BatchV1Api",
@@ -270,6 +286,7 @@ def patch_cronjob(namespace: str, name: str, patch: Mapping[str, Any]) -> Operat
 
 
 def delete_cronjob(namespace: str, name: str, propagation: str) -> Operation:
+    """Delete a CronJob, propagated per ``propagation``; ``None`` when there was none."""
     return Operation(
         f"delete cronjobs {namespace}/{name}",
         "BatchV1Api",
@@ -280,6 +297,7 @@ def delete_cronjob(namespace: str, name: str, propagation: str) -> Operation:
 
 
 def get_node(name: str) -> Operation:
+    """Read a node; ``None`` when it does not exist."""
     return Operation(f"get nodes {name}", "CoreV1Api", "read_node", {"name": name}, none_if_missing=True)
 
 
@@ -290,6 +308,7 @@ def read_pod_log(
     since_seconds: int | None,
     tail_lines: int | None,
 ) -> Operation:
+    """A container's log as text (the optional arguments narrow it)."""
     optional = {"container": container, "since_seconds": since_seconds, "tail_lines": tail_lines}
     return Operation(
         f"read log of pods {namespace}/{pod}" + (f" container {container}" if container else ""),

@@ -105,7 +105,8 @@ class RetryPolicy:
 class WarningLog(Protocol):
     """Where retries are told: a ``logging.Logger`` or a task's or hook's structured logger."""
 
-    def warning(self, msg: str, /, *args: object) -> object: ...
+    def warning(self, msg: str, /, *args: object) -> object:
+        """Log ``msg % args`` as a warning."""
 
 
 class Attempts:

@@ -31,6 +31,7 @@ class ProxyOperation(Operation):
     body: Any = None
 
     def raw_request(self) -> dict[str, Any]:
+        """The ``ApiClient.call_api`` arguments: the method, headers and JSON body of the proxied request."""
         request = {
             **super().raw_request(),
             "method": self.http_method,
@@ -50,18 +51,22 @@ class ProxyOperation(Operation):
 
 
 def get_inference_service(namespace: str, name: str) -> Operation:
+    """Read an InferenceService; ``None`` when there is none."""
     return dataclasses.replace(get_custom(serving.PLURAL, namespace, name), none_if_missing=True)
 
 
 def create_inference_service(namespace: str, body: Mapping[str, Any]) -> Operation:
+    """Create an InferenceService (``fieldValidation=Strict``); never repeated."""
     return create_custom(serving.PLURAL, namespace, body)
 
 
 def patch_inference_service(namespace: str, name: str, patch: Mapping[str, Any]) -> Operation:
+    """A JSON merge patch of an InferenceService."""
     return patch_custom(serving.PLURAL, namespace, name, patch)
 
 
 def get_deployment(namespace: str, name: str) -> Operation:
+    """Read an ``apps/v1`` Deployment; ``None`` when there is none."""
     return Operation(
         f"get deployments {namespace}/{name}",
         "AppsV1Api",

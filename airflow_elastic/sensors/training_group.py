@@ -20,7 +20,7 @@ from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_elastic.hooks.protocol import JobSetHookProtocol
+    from airflow_elastic.hooks.protocol import TrainingGroupHookProtocol
     from airflow_elastic.waiting.watch import Watch
 
 
@@ -81,13 +81,13 @@ class TrainingGroupSensor(BaseSensorOperator):
         self.api_outage_tolerance = float(api_outage_tolerance)
         self._watch: Watch | None = None
 
-    def hook(self) -> JobSetHookProtocol:
+    def hook(self) -> TrainingGroupHookProtocol:
         """The blocking hook for the connection (imported here to keep DAG parsing cheap)."""
-        from airflow_elastic.hooks.jobset import JobSetHook
+        from airflow_elastic.hooks.group import TrainingGroupHook
 
-        return JobSetHook(self.kubernetes_conn_id)
+        return TrainingGroupHook(self.kubernetes_conn_id)
 
-    def _namespace(self, hook: JobSetHookProtocol) -> str:
+    def _namespace(self, hook: TrainingGroupHookProtocol) -> str:
         return self.namespace or hook.get_namespace() or "default"
 
     # ------------------------------------------------------------------------------------------------ poke
@@ -98,7 +98,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         result = self._check(hook, self._namespace(hook))
         return False if result is None else PokeReturnValue(True, result)
 
-    def _check(self, hook: JobSetHookProtocol, namespace: str) -> dict[str, Any] | None:
+    def _check(self, hook: TrainingGroupHookProtocol, namespace: str) -> dict[str, Any] | None:
         """One look through the same :class:`~airflow_elastic.waiting.watch.Watch` the trigger uses: ``None`` while the
         group runs, else :meth:`_verdict` of it (the watch lives as long as this task instance: in ``poke`` mode
         transient API errors end the wait once they outlast ``api_outage_tolerance``; in ``reschedule`` mode the

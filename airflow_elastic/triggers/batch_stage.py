@@ -12,18 +12,17 @@ stage on the loop; a change of its Job wakes it at once), reads the Job's pods f
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import AsyncBatchJobHookProtocol
 from airflow_elastic.stages import cron as stages
-from airflow_elastic.triggers.hooked import AsyncHookOwner
+from airflow_elastic.triggers.hooked import HookedTrigger
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
-from airflow_elastic.waiting.trigger_output import event_payload
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.waiting.trigger_output import Summarized, event_payload
 
 #: Consecutive failed lists (after the hook's own retries) before the trigger gives up with ``error``, once they also
 #: outlasted ``api_outage_tolerance``.
@@ -31,7 +30,7 @@ MAX_FAILED_LOOKS = 5
 ON_KILL_ACTIONS = ("delete", "keep")
 
 
-class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
+class BatchStageTrigger(HookedTrigger[AsyncBatchJobHookProtocol, stages.StageEvent]):
     """Fire once when the Job ``namespace/name`` succeeds, fails, disappears, or ``deadline`` passes.
 
     Args:
@@ -49,6 +48,8 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
             (:mod:`airflow_elastic.waiting.outage`); other API errors fire ``error`` at once.
     """
+
+    hook_class = "airflow_elastic.hooks.async_batch.AsyncBatchJobHook"
 
     def __init__(
         self,
@@ -80,56 +81,37 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
         self.api_outage_tolerance = float(api_outage_tolerance)
         self.log_role = self.stage  # what LogFollower names the followed pod by
         self.not_before = not_before
-        self._fired = False
         self._observer: JobSetObserver | None = None
         self._version = ""  # the resourceVersion of the Job being judged
         self._looked_at = float("inf")  # when the Job list being judged began (time.monotonic())
-        # LogFollower reads what both triggers have (namespace, log_role, log, hook), typed as the group trigger.
-        self._logs = LogFollower(self, self._pods)  # type: ignore[arg-type]
+        self._logs = LogFollower(self, self._pods)
         self._logs.logs = stages.StageLogFollow(self.stage)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
-        return (
-            f"{__name__}.{type(self).__name__}",
-            {
-                "name": self.name,
-                "namespace": self.namespace,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "uid": self.uid,
-                "stage": self.stage,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "on_kill_action": self.on_kill_action,
-                "connection_extras": self.connection_extras,
-                "not_before": self.not_before,
-                "api_outage_tolerance": self.api_outage_tolerance,
-            },
-        )
 
     # ----------------------------------------------------------------------------------------------- run
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(StageEvent(...).to_payload())`` (plus the log lines shown, as
-        ``output``: :mod:`airflow_elastic.waiting.trigger_output`); never raises."""
-        try:
-            event = await self._wait()
-        except Exception as exc:  # the contract: an event, never an exception
-            self.log.exception("waiting for Job %s/%s failed", self.namespace, self.name)
-            event = self._event("error", f"waiting for Job {self.namespace}/{self.name} failed: {exc}")
-        finally:  # also when cancelled: the log stream and the hook's session are closed, not left behind
-            await self._logs.close()
-            await self._close_hook()
-        self._fired = True
-        where = f"Job {self.namespace}/{self.name}"
-        await self._hold_for_defer_exit()
-        yield TriggerEvent(event_payload(event.to_payload(), self._logs.archive.to_payload(), where))
+    @property
+    def subject(self) -> str:
+        """``Job namespace/name``."""
+        return f"Job {self.namespace}/{self.name}"
+
+    def failed(self, message: str) -> stages.StageEvent:
+        """A ``StageEvent`` with ``status="error"``."""
+        return self._event("error", message)
+
+    def event(self, outcome: stages.StageEvent) -> Summarized:
+        """``StageEvent(...).to_payload()`` plus the log lines shown, as ``output``
+        (:mod:`airflow_elastic.waiting.trigger_output`)."""
+        return event_payload(outcome.to_payload(), self._logs.archive.to_payload(), self.subject)
+
+    async def release(self) -> None:
+        """Stop following the log."""
+        await self._logs.close()
 
     def _event(self, status: Any, message: str) -> stages.StageEvent:
         return stages.StageEvent(status, self.name, self.namespace, uid=self.uid, message=message)
 
-    async def _wait(self) -> stages.StageEvent:
-        await self._load_client()
+    async def wait(self) -> stages.StageEvent:
+        """Observe the Job until it finishes, disappears or the deadline passes; copy its index-0 pod's log."""
         async with JobSetObserver.subscribe(
             self.hook,
             conn_id=self.kubernetes_conn_id,
@@ -141,7 +123,7 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
             kind="jobs",
         ) as subscription:
             self._observer = subscription.observer
-            outage = Outage(self.api_outage_tolerance, MAX_FAILED_LOOKS)
+            outage = self.api_outage(self.api_outage_tolerance, MAX_FAILED_LOOKS)
             looked = False  # the first look is awaited whatever the deadline: a Job already finished reports that
             while True:
                 wait = None if not looked or self.deadline is None else max(self.deadline - time.time(), 0)
@@ -151,15 +133,10 @@ class BatchStageTrigger(AsyncHookOwner, BaseTrigger):
                     return self._event("timeout", "execution_timeout reached")
                 self._looked_at = snapshot.started
                 if snapshot.error is not None:
-                    transient = isinstance(snapshot.error, TRANSIENT_ERRORS)
-                    notice, fatal = outage.failed(time.time(), snapshot.error, transient=transient)
-                    if notice:
-                        self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
-                    if fatal:
+                    if fatal := outage.failed(snapshot.error):
                         return self._event("error", f"listing Jobs failed: {fatal}")
                     continue
-                if notice := outage.recovered(time.time()):
-                    self.log.warning("Job %s/%s: %s", self.namespace, self.name, notice)
+                outage.recovered()
                 job = snapshot.objects.get(self.name) or await self._get()  # not in the cache (yet), or unlabelled
                 if job is None or not self._uid_matches(job):
                     return self._event("missing", "the Job no longer exists")

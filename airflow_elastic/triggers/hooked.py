@@ -1,5 +1,14 @@
-"""What every trigger of this provider shares: one async hook per trigger, loaded off the event loop, closed once;
-and the hold of a verdict reached too soon after the deferral (:meth:`AsyncHookOwner._hold_for_defer_exit`).
+"""What every trigger of this provider shares, :class:`HookedTrigger`: serialize from the constructor, one async hook
+per trigger (loaded off the event loop, closed once), transient API outages ridden out (:class:`ApiOutage`), exactly
+one event from ``run`` and never an exception, and the hold of a verdict reached too soon after the deferral
+(:meth:`HookedTrigger._hold_for_defer_exit`). A trigger keeps only what it decides: how to wait (``wait``), what a
+failure to wait is (``failed``), and what its event carries (``event``).
+
+**Serialize.** Airflow stores a deferred task's trigger as its class path and keyword arguments, and rebuilds it
+with ``cls(**kwargs)`` in the triggerer (possibly after an upgrade of this provider): the keyword arguments are the
+constructor's parameters, each read back from the attribute of the same name (:meth:`HookedTrigger.serialized_kwargs`),
+so a parameter cannot be forgotten in ``serialize``. A trigger whose attribute is not its parameter overrides that
+method. Class paths never change (``airflow_elastic.triggers.training_group.TrainingGroupTrigger``, ...).
 
 **Why the hold.** In Airflow 3.3 the worker reports the exit of a task that deferred to the executor as a *success*
 up to ``[workers] min_heartbeat_interval`` later (the supervisor notices the exit on its next look), and the
@@ -25,12 +34,24 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
+import inspect
 import threading
 import time
-from functools import cached_property
-from typing import Any
+from abc import abstractmethod
+from collections.abc import AsyncIterator
+from functools import cache, cached_property
+from typing import Any, ClassVar, Generic, TypeVar
 
-HOOK_MODULE = "airflow_elastic.hooks.async_jobset"
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
+from airflow_elastic.waiting.outage import Outage
+
+#: The module whose import loads the Kubernetes client stack (every async hook is built on it).
+HOOK_MODULE = "airflow_elastic.hooks.async_core"
+
+HookT = TypeVar("HookT")
+OutcomeT = TypeVar("OutcomeT")
 
 _loading = threading.Lock()
 _loaded = False
@@ -54,21 +75,122 @@ def load_client_stack() -> None:
         _loaded = True
 
 
-class AsyncHookOwner:
-    """Mixin for a trigger with ``kubernetes_conn_id`` and ``connection_extras``: its :attr:`hook`, which tests
-    replace by assigning a fake."""
+@cache
+def constructor_parameters(cls: type) -> tuple[str, ...]:
+    """The names of ``cls``'s constructor parameters (``*args`` and ``**kwargs`` excepted): what it serializes."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in inspect.signature(cls).parameters.values() if p.kind in kinds)
 
+
+class ApiOutage:
+    """Transient Kubernetes API failures in a row as a polling trigger rides them out
+    (:class:`~airflow_elastic.waiting.outage.Outage`), its start and end logged on the trigger's log.
+
+    Args:
+        trigger: the trigger (its ``log`` and ``subject`` prefix the notices).
+        tolerance: seconds of transient failures in a row ridden out (``api_outage_tolerance``).
+        max_failures: failures in a row before giving up, once they also outlasted ``tolerance``.
+    """
+
+    def __init__(self, trigger: HookedTrigger[Any, Any], tolerance: float, max_failures: int) -> None:
+        self._trigger = trigger
+        self._outage = Outage(tolerance, max_failures)
+
+    @property
+    def failures(self) -> int:
+        """Failed looks in a row."""
+        return self._outage.failures
+
+    def failed(self, error: BaseException) -> str:
+        """Account for a failed look; the reason to give up (fire ``error``) now, else ``""``. A non-transient error
+        gives up at once."""
+        notice, fatal = self._outage.failed(time.time(), error, transient=isinstance(error, TRANSIENT_ERRORS))
+        if notice:
+            self._trigger.log.warning("%s: %s", self._trigger.subject, notice)
+        return fatal
+
+    def recovered(self) -> None:
+        """Account for a successful look (logs the end of an outage)."""
+        if notice := self._outage.recovered(time.time()):
+            self._trigger.log.warning("%s: %s", self._trigger.subject, notice)
+
+
+class HookedTrigger(BaseTrigger, Generic[HookT, OutcomeT]):
+    """A trigger that waits with one async hook and fires exactly one event (see the module docstring).
+
+    A subclass sets :attr:`hook_class`, keeps every constructor parameter as the attribute of the same name (among
+    them ``kubernetes_conn_id``, ``connection_extras`` and ``not_before``), and implements :attr:`subject`,
+    :meth:`wait`, :meth:`failed` and :meth:`event`; it may extend :meth:`release`. Tests replace :attr:`hook` by
+    assigning a fake.
+    """
+
+    #: The async hook's class as ``module.Class``, imported on first use (:meth:`_load_client`).
+    hook_class: ClassVar[str]
     kubernetes_conn_id: str
     connection_extras: dict[str, Any] | None
     #: Epoch seconds before which no event is yielded (see the module docstring); ``None``: no hold (sync waits).
     not_before: float | None = None
+    #: Whether the event was yielded (``on_kill`` then leaves the awaited object alone).
+    _fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
+        return f"{type(self).__module__}.{type(self).__qualname__}", self.serialized_kwargs()
+
+    def serialized_kwargs(self) -> dict[str, Any]:
+        """Each constructor parameter's value, read from the attribute of the same name."""
+        return {name: getattr(self, name) for name in constructor_parameters(type(self))}
 
     @cached_property
-    def hook(self) -> Any:
+    def hook(self) -> HookT:
         """The async hook of the trigger's connection (one HTTP session, reused for every request)."""
-        from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
+        module, _, name = self.hook_class.rpartition(".")
+        hook_class = getattr(importlib.import_module(module), name)
+        hook: HookT = hook_class(self.kubernetes_conn_id, connection_extras=self.connection_extras)
+        return hook
 
-        return AsyncJobSetHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
+    @property
+    @abstractmethod
+    def subject(self) -> str:
+        """What is waited for, as messages name it (``JobSet ns/name``)."""
+
+    @abstractmethod
+    async def wait(self) -> OutcomeT:
+        """Wait until the verdict; the hook is loaded and may raise (:meth:`run` turns an exception into
+        :meth:`failed`)."""
+
+    @abstractmethod
+    def failed(self, message: str) -> OutcomeT:
+        """The outcome when waiting failed (``status="error"``)."""
+
+    @abstractmethod
+    def event(self, outcome: OutcomeT) -> Any:
+        """The event's payload for ``outcome`` (built once :meth:`release` has run)."""
+
+    async def release(self) -> None:
+        """Release what the wait holds besides the hook (log streams); runs also when the wait is cancelled."""
+
+    def api_outage(self, tolerance: float, max_failures: int) -> ApiOutage:
+        """A fresh :class:`ApiOutage` logged on this trigger."""
+        return ApiOutage(self, tolerance, max_failures)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Wait, then yield exactly one event; never raises (an exception becomes :meth:`failed`'s outcome)."""
+        try:
+            await self._load_client()
+            outcome = await self.wait()
+        except Exception as exc:  # the contract: an event, never an exception
+            self.log.exception("waiting for %s failed", self.subject)
+            outcome = self.failed(f"waiting for {self.subject} failed: {exc}")
+        finally:  # also when cancelled: log streams and the hook's reused HTTP session are closed, not left behind
+            try:
+                await self.release()
+            finally:
+                await self._close_hook()
+        payload = self.event(outcome)
+        self._fired = True
+        await self._hold_for_defer_exit()
+        yield TriggerEvent(payload)
 
     async def _load_client(self) -> None:
         """Import the Kubernetes client stack (~1 s on a triggerer's first hook) in a thread, so the event loop
@@ -88,8 +210,7 @@ class AsyncHookOwner:
         wait = (self.not_before or 0.0) - time.time()
         if wait <= 0:
             return
-        # A mixin of BaseTrigger, whose log this is.
-        self.log.info(  # type: ignore[attr-defined]
+        self.log.info(
             "Verdict reached soon after the deferral: holding it %.1f s, until the worker's report of the deferral "
             "has reached the scheduler (apache/airflow#71580; [airflow_elastic] defer_exit_hold)",
             wait,

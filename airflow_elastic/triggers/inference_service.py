@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from functools import cached_property
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError
+from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.hooks.protocol import AsyncInferenceServiceHookProtocol
 from airflow_elastic.serving import rollout
 from airflow_elastic.serving.knative import Knative, judge_knative
-from airflow_elastic.triggers.hooked import AsyncHookOwner
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
-from airflow_elastic.waiting.trigger_output import event_payload
+from airflow_elastic.triggers.hooked import HookedTrigger
+from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.waiting.trigger_output import Summarized, event_payload
 
 #: Consecutive failed looks (after the hook's own retries) before the trigger gives up with ``error``, once they also
 #: outlasted ``api_outage_tolerance``.
@@ -32,7 +29,7 @@ MAX_FAILED_LOOKS = 5
 LOG_TAIL_LINES = 20
 
 
-class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
+class InferenceServiceTrigger(HookedTrigger[AsyncInferenceServiceHookProtocol, rollout.RolloutEvent]):
     """Fire once when InferenceService ``namespace/name`` serves ``storage_uri``, fails to, disappears, or
     ``deadline`` passes.
 
@@ -49,6 +46,8 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``
             (:mod:`airflow_elastic.waiting.outage`); other API errors fire ``error`` at once.
     """
+
+    hook_class = "airflow_elastic.hooks.async_inference_service.AsyncInferenceServiceHook"
 
     def __init__(
         self,
@@ -76,61 +75,34 @@ class InferenceServiceTrigger(AsyncHookOwner, BaseTrigger):
         self.not_before = not_before
         self.api_outage_tolerance = float(api_outage_tolerance)
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
-        return (
-            f"{__name__}.{type(self).__name__}",
-            {
-                "name": self.name,
-                "namespace": self.namespace,
-                "storage_uri": self.storage_uri,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "connection_extras": self.connection_extras,
-                "knative": self.knative,
-                "not_before": self.not_before,
-                "api_outage_tolerance": self.api_outage_tolerance,
-            },
-        )
+    @property
+    def subject(self) -> str:
+        """``InferenceService namespace/name``."""
+        return f"InferenceService {self.namespace}/{self.name}"
 
-    @cached_property
-    def hook(self) -> Any:
-        """The async serving hook of the trigger's connection (tests assign a fake)."""
-        from airflow_elastic.hooks.async_inference_service import AsyncInferenceServiceHook
+    def failed(self, message: str) -> rollout.RolloutEvent:
+        """A ``RolloutEvent`` with ``status="error"``."""
+        return self._event("error", message)
 
-        return AsyncInferenceServiceHook(self.kubernetes_conn_id, connection_extras=self.connection_extras)
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(RolloutEvent(...).to_payload())`` (printed as one line: a
-        failed model's log tail is in the payload, not in the triggerer's log); never raises."""
-        try:
-            event = await self._wait()
-        except Exception as exc:  # the contract: an event, never an exception
-            self.log.exception("waiting for InferenceService %s/%s failed", self.namespace, self.name)
-            event = self._event("error", f"waiting for InferenceService {self.namespace}/{self.name} failed: {exc}")
-        finally:
-            await self._close_hook()
-        await self._hold_for_defer_exit()
-        yield TriggerEvent(event_payload(event.to_payload(), None, f"InferenceService {self.namespace}/{self.name}"))
+    def event(self, outcome: rollout.RolloutEvent) -> Summarized:
+        """``RolloutEvent(...).to_payload()``, printed as one line (a failed model's log tail is in the payload, not
+        in the triggerer's log)."""
+        return event_payload(outcome.to_payload(), None, self.subject)
 
     def _event(self, status: rollout.Status, message: str, reason: str = "") -> rollout.RolloutEvent:
         return rollout.RolloutEvent(status, self.name, self.namespace, self.storage_uri, reason, message)
 
-    async def _wait(self) -> rollout.RolloutEvent:
-        await self._load_client()
-        outage, said = Outage(self.api_outage_tolerance, MAX_FAILED_LOOKS), ""
+    async def wait(self) -> rollout.RolloutEvent:
+        """Look every ``poll_interval`` until the rollout is judged finished or the deadline passes."""
+        outage, said = self.api_outage(self.api_outage_tolerance, MAX_FAILED_LOOKS), ""
         while True:
             try:
                 event = await self._look()
-                notice = outage.recovered(time.time())
+                outage.recovered()
             except KubernetesApiError as error:
-                notice, fatal = outage.failed(time.time(), error, transient=isinstance(error, TRANSIENT_ERRORS))
-                if fatal:
+                if fatal := outage.failed(error):
                     return self._event("error", f"{outage.failures} looks in a row failed: {fatal}")
                 event = None
-            if notice:
-                self.log.warning("InferenceService %s/%s: %s", self.namespace, self.name, notice)
             if event is not None and event.finished:
                 return event
             if event is not None and event.message != said:

@@ -35,16 +35,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from airflow_elastic.contract.markers import progress
 from airflow_elastic.hooks.errors import ApiUnreachable, BadRequest, KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import AsyncPodHookProtocol
 from airflow_elastic.waiting.logcursor import MAX_CHUNK_BYTES
 from airflow_elastic.waiting.logfollow import LOG_BACKLOG_LINES, LogFollow, LogTarget, shown
 from airflow_elastic.waiting.trigger_output import OutputArchive
-
-if TYPE_CHECKING:
-    from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
 #: Lines written between two yields to the event loop.
 LINES_PER_SLICE = 100
@@ -52,6 +50,26 @@ LINES_PER_SLICE = 100
 PARSE_IN_THREAD_CHARS = 64 * 1024
 #: How long the end of the wait waits for a stopped container's stream to deliver its last lines by itself.
 STREAM_DRAIN_SECONDS = 2.0
+
+
+class LogOwner(Protocol):
+    """The trigger whose role's log is followed: what :class:`LogFollower` reads of it."""
+
+    @property
+    def namespace(self) -> str:
+        """The pods' namespace."""
+
+    @property
+    def log_role(self) -> str | None:
+        """The role (or stage) whose first pod's log is followed."""
+
+    @property
+    def hook(self) -> AsyncPodHookProtocol:
+        """The hook the log is read with."""
+
+    @property
+    def log(self) -> Any:
+        """Where the lines are written (the trigger's logger, or a stand-in that prefixes them)."""
 
 
 class LogStream:
@@ -67,6 +85,7 @@ class LogStream:
 
     @property
     def alive(self) -> bool:
+        """The stream is still being read."""
         return not self.task.done()
 
     @property
@@ -112,9 +131,7 @@ class LogStream:
 class LogFollower:
     """Copies new log lines of ``trigger.log_role``'s first pod to the trigger's log (see the module docstring)."""
 
-    def __init__(
-        self, trigger: TrainingGroupTrigger, group_pods: Callable[[], Awaitable[list[dict[str, Any]] | None]]
-    ) -> None:
+    def __init__(self, trigger: LogOwner, group_pods: Callable[[], Awaitable[list[dict[str, Any]] | None]]) -> None:
         self.trigger = trigger
         self.group_pods = group_pods  # the trigger's (shared) pod list: no request of its own to find the pod
         self.logs = LogFollow(trigger.log_role or "")

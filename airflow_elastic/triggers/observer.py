@@ -9,17 +9,17 @@ object per poll, the cncf style), API load would grow with the number of waits. 
   fresh loop (``asyncio.run``), and each loop gets its own poller (an aiohttp session, an ``asyncio.Event`` and a
   task all belong to one loop). The entry also remembers its loop object, so a recycled ``id`` never resurrects a
   stale entry.
-- **Observation.** With a hook that can watch (:class:`~airflow_elastic.hooks.protocol.WatchingHookProtocol`, as
-  ``AsyncJobSetHook`` can), one :class:`~airflow_elastic.triggers.informer.Informer` keeps the namespace's JobSets by
-  list-then-watch: one LIST, then a WATCH stream that updates a local cache, a re-list on 410 Gone, on a watch
-  error or a dropped stream, and a full resync every ``RESYNC_SECONDS``. Every ``min(poll_interval)`` of the current
-  subscribers (a subscriber with a shorter interval wakes it up) a :class:`Snapshot` of that cache is published to
-  every subscriber, without a request; a change of a JobSet is published at once to the subscribers waiting for it,
-  so a finished group is seen within one stream delay, not one poll. A hook without watch methods (small test
-  fakes) is polled instead: one LIST per interval. The default selector is
-  ``app.kubernetes.io/managed-by=airflow-elastic`` (every JobSet the provider renders carries it), so a namespace
-  full of foreign JobSets is not transferred; a trigger watching a foreign, unlabelled JobSet subscribes with no
-  selector (see the trigger).
+- **Observation.** With a hook that can watch (:class:`~airflow_elastic.hooks.protocol.PodWatchingHookProtocol` and the
+  observed kind's ``list_<kind>_versioned`` and ``watch_<kind>``, as the async family hooks can), one
+  :class:`~airflow_elastic.triggers.informer.Informer` keeps the namespace's JobSets by list-then-watch: one LIST, then
+  a WATCH stream that updates a local cache, a re-list on 410 Gone, on a watch error or a dropped stream, and a full
+  resync every ``RESYNC_SECONDS``. Every ``min(poll_interval)`` of the current subscribers (a subscriber with a shorter
+  interval wakes it up) a :class:`Snapshot` of that cache is published to every subscriber, without a request; a change
+  of a JobSet is published at once to the subscribers waiting for it, so a finished group is seen within one stream
+  delay, not one poll. A hook without watch methods (small test fakes) is polled instead: one LIST per interval. The
+  default selector is ``app.kubernetes.io/managed-by=airflow-elastic`` (every JobSet the provider renders carries it),
+  so a namespace full of foreign JobSets is not transferred; a trigger watching a foreign, unlabelled JobSet subscribes
+  with no selector (see the trigger).
 - **Delivery.** Each subscriber keeps only the newest snapshot (latest wins; a slow consumer never queues up
   history) and an ``asyncio.Event``. :meth:`Subscription.next` returns only snapshots whose list *started after*
   the subscription: a list that began before an operator created its JobSet must not report it missing.
@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol, WatchingHookProtocol
+from airflow_elastic.hooks.protocol import AsyncPodHookProtocol, PodWatchingHookProtocol
 from airflow_elastic.triggers.informer import Informer
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class JobSetObserver:
         self,
         key: ObserverKey,
         loop: asyncio.AbstractEventLoop,
-        hook: AsyncJobSetHookProtocol,
+        hook: AsyncPodHookProtocol,
         namespace: str,
         label_selector: str | None,
         kind: str = "jobsets",
@@ -187,8 +187,8 @@ class JobSetObserver:
         self.kind = kind
         self.subscribers: set[Subscription] = set()
         self.polls = 0
-        # Pods and events are watched with WatchingHookProtocol; the observed kind needs its own two methods too.
-        self.watching = isinstance(hook, WatchingHookProtocol) and all(
+        # Pods and events are watched with PodWatchingHookProtocol; the observed kind needs its own two methods too.
+        self.watching = isinstance(hook, PodWatchingHookProtocol) and all(
             callable(getattr(hook, method, None)) for method in (f"list_{kind}_versioned", f"watch_{kind}")
         )
         self.informer: Informer | None = None  # the observed kind's cache (with a watching hook)
@@ -205,7 +205,7 @@ class JobSetObserver:
     @contextlib.asynccontextmanager
     async def subscribe(
         cls,
-        hook: AsyncJobSetHookProtocol,
+        hook: AsyncPodHookProtocol,
         *,
         conn_id: str,
         connection_extras: Mapping[str, Any] | None,
@@ -300,7 +300,7 @@ class JobSetObserver:
                 await close()
 
     def _informer(self, kind: str, selector: str | None, on_change: Callable[[str | None], None]) -> Informer:
-        hook: Any = self.hook  # a WatchingHookProtocol (self.watching)
+        hook: Any = self.hook  # a PodWatchingHookProtocol (self.watching)
         informer = Informer(
             kind,
             lambda: getattr(hook, f"list_{kind}_versioned")(self.namespace, selector),

@@ -30,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS
+from airflow_elastic.hooks.protocol import AsyncTrainingGroupHookProtocol
 from airflow_elastic.preemption.evidence import describe
-from airflow_elastic.triggers.hooked import AsyncHookOwner
+from airflow_elastic.triggers.hooked import HookedTrigger
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, Snapshot, Subscription
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.waiting.logcursor import LogCursor
@@ -63,18 +62,23 @@ class TrialLog:
         getattr(self._log, level)("%s%s", self._prefix, text)
 
     def info(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at info level, prefixed with the trial."""
         self._write("info", message, *args)
 
     def warning(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at warning level, prefixed with the trial."""
         self._write("warning", message, *args)
 
     def error(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at error level, prefixed with the trial."""
         self._write("error", message, *args)
 
     def debug(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` at debug level, prefixed with the trial."""
         self._write("debug", message, *args)
 
     def exception(self, message: str, *args: Any, **_: Any) -> None:
+        """Log ``message % args`` with the traceback, prefixed with the trial."""
         self._write("exception", message, *args)
 
 
@@ -92,7 +96,7 @@ async def first_snapshot(subscriptions: list[Subscription], timeout: float | Non
     return max(found, key=lambda snapshot: snapshot.started, default=None)
 
 
-class SweepTrigger(AsyncHookOwner, BaseTrigger):
+class SweepTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, dict[str, Any]]):
     """Fire once when any running trial of a sweep ends, should be stopped early, or the sweep's budget runs out.
 
     Args:
@@ -116,6 +120,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         gather_successes: no further trial may start: hold each success until every trial has a verdict.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
     """
+
+    hook_class = "airflow_elastic.hooks.async_group.AsyncTrainingGroupHook"
 
     def __init__(
         self,
@@ -154,36 +160,12 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         self.not_before = not_before
         self.intermediates: dict[int, dict[int, float]] = {}
         self._decided: dict[int, int] = {}  # trial -> the last step the stopping rule judged
-        self._fired = False
         self._views = {int(t["number"]): self._view(t) for t in self.trials}
         # The trials are judged on the same looks: one outage for all (logged once, ending them together).
         if self._views:
             shared = next(iter(self._views.values()))._watch.outage
             for view in self._views.values():
                 view._watch.outage = shared
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
-        return (
-            f"{__name__}.{type(self).__name__}",
-            {
-                "trials": self.trials,
-                "namespace": self.namespace,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "history": self.history,
-                "objective": self.objective,
-                "mode": self.mode,
-                "early_stopping": self.early_stopping,
-                "stopping_options": self.stopping_options,
-                "deadline": self.deadline,
-                "poll_interval": self.poll_interval,
-                "log_role": self.log_role,
-                "on_kill_action": self.on_kill_action,
-                "connection_extras": self.connection_extras,
-                "gather_successes": self.gather_successes,
-                "not_before": self.not_before,
-            },
-        )
 
     def _view(self, trial: Mapping[str, Any]) -> TrainingGroupTrigger:
         """The trial's composed group trigger: its watch, its evidence fetching, its log follower (never run)."""
@@ -248,18 +230,24 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
 
     # ----------------------------------------------------------------------------------------------- run
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one event; never raises."""
-        try:
-            payload = await self._wait()
-        except Exception as exc:  # the contract: an event, never an exception
-            self.log.exception("waiting for the sweep's trials in %s failed", self.namespace)
-            payload = self._payload("error", message=f"waiting for the sweep's trials failed: {exc}")
-        finally:
-            for view in self._views.values():
-                await view._logs.close()
-            await self._close_hook()
-        # Gathered once the log streams are closed: the lines they took last count too.
+    @property
+    def subject(self) -> str:
+        """``the sweep's trials in <namespace>``."""
+        return f"the sweep's trials in {self.namespace}"
+
+    def failed(self, message: str) -> dict[str, Any]:
+        """The ``error`` event."""
+        return self._payload("error", message=message)
+
+    async def release(self) -> None:
+        """Stop following the trials' logs."""
+        for view in self._views.values():
+            await view._logs.close()
+
+    def event(self, outcome: dict[str, Any]) -> Summarized:
+        """``outcome`` with the intermediate values, log positions and output gathered (once the log streams are
+        closed: the lines they took last count too), printed as one line."""
+        payload = outcome
         payload["intermediates"] = [
             {"number": n, "values": [[s, v] for s, v in sorted(values.items())]}
             for n, values in sorted(self.intermediates.items())
@@ -267,9 +255,7 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
         payload["logs"] = [{"number": n, "cursors": cursors} for n, cursors in sorted(self._cursors().items())]
         outputs = {n: view._logs.archive.to_payload() for n, view in self._views.items()}
         payload[OUTPUT_KEY] = [{"number": n, **output} for n, output in sorted(outputs.items()) if output]
-        self._fired = True
-        await self._hold_for_defer_exit()
-        yield TriggerEvent(Summarized(payload, self._summary(payload)))
+        return Summarized(payload, self._summary(payload))
 
     def _summary(self, payload: Mapping[str, Any]) -> str:
         """The event in one line: each verdict and stop, and how many trials' output it archives."""
@@ -306,8 +292,8 @@ class SweepTrigger(AsyncHookOwner, BaseTrigger):
             "stops": [{"number": n, "reason": r} for n, r in sorted(stops.items())],
         }
 
-    async def _wait(self) -> dict[str, Any]:
-        await self._load_client()
+    async def wait(self) -> dict[str, Any]:
+        """Observe every running trial until one has a verdict, one is stopped early, or the budget runs out."""
         # The trial views share this trigger's hook (the one session).
         for view in self._views.values():
             view.__dict__["hook"] = self.hook

@@ -20,16 +20,15 @@ the worker's part of the task log, since the triggerer's log file of this wait i
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import AsyncTrainingGroupHookProtocol
 from airflow_elastic.preemption.cascade import SETTLE_SECONDS
 from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
-from airflow_elastic.triggers.hooked import AsyncHookOwner
+from airflow_elastic.triggers.hooked import HookedTrigger
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import (
     MANAGED_SELECTOR,
@@ -42,7 +41,7 @@ from airflow_elastic.triggers.observer import (
 )
 from airflow_elastic.waiting import backend_watch as bw
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
-from airflow_elastic.waiting.trigger_output import event_payload
+from airflow_elastic.waiting.trigger_output import Summarized, event_payload
 from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
 
 #: Every JobSet's pods (the label's key alone): one list serves every group of the namespace.
@@ -52,7 +51,7 @@ MAX_WARNINGS = 20
 ON_KILL_ACTIONS = ("delete", "keep")
 
 
-class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
+class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEvent]):
     """Fire once when the JobSet ``namespace/name`` succeeds, fails, disappears, or a deadline passes.
 
     Args:
@@ -94,6 +93,8 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row the wait rides out before it
             fires ``error`` (:mod:`airflow_elastic.waiting.outage`); the outage's start and end are logged.
     """
+
+    hook_class = "airflow_elastic.hooks.async_group.AsyncTrainingGroupHook"
 
     def __init__(
         self,
@@ -166,64 +167,33 @@ class TrainingGroupTrigger(AsyncHookOwner, BaseTrigger):
             settle_seconds=settle_seconds,
             api_outage_tolerance=self.api_outage_tolerance,
         )
-        self._fired = False
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
         self._observer: JobSetObserver | None = None
         self._subscription: Subscription | None = None
         self._version = ""  # the resourceVersion of the JobSet being judged
         self._logs = LogFollower(self, self._group_pods)
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The class path and the primitive keyword arguments that rebuild this trigger in the triggerer."""
-        return (
-            f"{__name__}.{type(self).__name__}",
-            {
-                "name": self.name,
-                "namespace": self.namespace,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "uid": self.uid,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "startup_deadline": self.startup_deadline,
-                "metrics_role": self.metrics_role,
-                "log_role": self.log_role,
-                "on_kill_action": self.on_kill_action,
-                "connection_extras": self.connection_extras,
-                "capture_evidence": self.capture_evidence,
-                "max_preemptions": self.max_preemptions,
-                "suspend_timeout": self.suspend_timeout,
-                "transient_exit_codes": self.transient_exit_codes,
-                "elastic_role": self.elastic_role,
-                "elastic_min_replicas": self.elastic_min_replicas,
-                "below_min_timeout": self.below_min_timeout,
-                "settle_seconds": self.settle_seconds,
-                "backend": self.backend,
-                "roles": self.roles,
-                "not_before": self.not_before,
-                "api_outage_tolerance": self.api_outage_tolerance,
-            },
-        )
-
     # ----------------------------------------------------------------------------------------------- run
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Wait, then yield exactly one ``TriggerEvent(GroupEvent(...).to_payload())`` (plus the log lines shown, as
-        ``output``); never raises."""
-        try:
-            event = await self._wait()
-        except Exception as exc:  # the contract: an event, never an exception
-            self.log.exception("waiting for JobSet %s/%s failed", self.namespace, self.name)
-            event = self._watch.error(f"waiting for JobSet {self.namespace}/{self.name} failed: {exc}")
-        finally:  # also when cancelled: the log stream and the hook's reused HTTP session are closed, not left behind
-            await self._logs.close()
-            await self._close_hook()
-        self._fired = True
-        where = f"{self._objects.kind} {self.namespace}/{self.name}"
-        await self._hold_for_defer_exit()
-        yield TriggerEvent(event_payload(event.to_payload(), self._logs.archive.to_payload(), where))
+    @property
+    def subject(self) -> str:
+        """``JobSet namespace/name`` (or the TrainJob's, the PyTorchJob's)."""
+        return f"{self._objects.kind} {self.namespace}/{self.name}"
 
-    async def _wait(self) -> GroupEvent:
-        await self._load_client()
+    def failed(self, message: str) -> GroupEvent:
+        """The watch's ``status="error"`` event."""
+        return self._watch.error(message)
+
+    def event(self, outcome: GroupEvent) -> Summarized:
+        """``GroupEvent(...).to_payload()`` plus the log lines shown, as ``output``."""
+        return event_payload(outcome.to_payload(), self._logs.archive.to_payload(), self.subject)
+
+    async def release(self) -> None:
+        """Stop following the log."""
+        await self._logs.close()
+
+    async def wait(self) -> GroupEvent:
+        """Follow the group on the namespace's shared observer until the watch gives its verdict."""
         selector: str | None = MANAGED_SELECTOR
         while True:
             async with JobSetObserver.subscribe(

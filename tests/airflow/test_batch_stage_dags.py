@@ -174,14 +174,14 @@ def test_the_example_dag_runs_unchanged(cluster_airflow_env, airflow_db, namespa
 def test_a_timeout_event_deletes_the_job_and_times_the_task_out(local_cluster: LocalCluster, namespace, monkeypatch):
     from airflow.sdk.exceptions import AirflowTaskTimeout
 
-    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.stages.job import render_job
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_STAGE_CLUSTER", json.dumps(kubernetes_connection(local_cluster.kubeconfig, namespace))
     )
     built = BatchStage("slow", image="python:3.12", command=["python", "-c", "import time; time.sleep(300)"])
-    hook = JobSetHook("stage_cluster")
+    hook = BatchJobHook("stage_cluster")
     hook.create_job(namespace, render_job(built, name="slow-abc123", namespace=namespace))
     operator = BatchStageOperator(task_id="stage", stage=built, kubernetes_conn_id="stage_cluster")
     event = {"status": "timeout", "name": "slow-abc123", "namespace": namespace, "message": "execution_timeout reached"}

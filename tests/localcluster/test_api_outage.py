@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import structlog.testing
 
+from airflow_elastic.hooks.async_group import AsyncTrainingGroupHook
 from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
 from airflow_elastic.hooks.retry import RetryPolicy
 from airflow_elastic.triggers import informer
@@ -59,7 +60,7 @@ def outage_lines(logs: list[dict[str, Any]]) -> list[str]:
 def test_an_outage_longer_than_the_old_limit_is_ridden_out(hook, connection, namespace, local_cluster):
     uid = submit(hook, namespace, "outlived", SLEEP.format(2))
     trig = trigger(connection, namespace, "outlived", uid, api_outage_tolerance=60)
-    trig.hook = AsyncJobSetHook(connection, connection_extras=trig.connection_extras, retry=QUICK_RETRY)
+    trig.hook = AsyncTrainingGroupHook(connection, connection_extras=trig.connection_extras, retry=QUICK_RETRY)
     with structlog.testing.capture_logs() as logs:
         event, _ = asyncio.run(asyncio.wait_for(wait_through_outage(local_cluster, namespace, trig, 6.0), 120))
     assert event["status"] == "succeeded", event  # it finished during the outage: reported once the API is back
@@ -74,7 +75,7 @@ def test_an_outage_longer_than_the_old_limit_is_ridden_out(hook, connection, nam
 def test_an_outage_longer_than_the_tolerance_ends_the_wait_and_says_so(hook, connection, namespace, local_cluster):
     uid = submit(hook, namespace, "outlasted", SLEEP.format(60))
     trig = trigger(connection, namespace, "outlasted", uid, api_outage_tolerance=2)
-    trig.hook = AsyncJobSetHook(connection, connection_extras=trig.connection_extras, retry=QUICK_RETRY)
+    trig.hook = AsyncTrainingGroupHook(connection, connection_extras=trig.connection_extras, retry=QUICK_RETRY)
     with structlog.testing.capture_logs() as logs:
         event, hits = asyncio.run(asyncio.wait_for(wait_through_outage(local_cluster, namespace, trig, None), 120))
     assert event["status"] == "error", event

@@ -11,8 +11,10 @@ import pytest
 
 from airflow_elastic import BatchStage, Placement, Resources
 from airflow_elastic.hooks import AlreadyExists, NotFound
-from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
-from airflow_elastic.hooks.protocol import AsyncJobHookProtocol, JobHookProtocol
+from airflow_elastic.hooks.async_batch import AsyncBatchJobHook
+from airflow_elastic.hooks.batch import BatchJobHook
+from airflow_elastic.hooks.cluster import ClusterHook
+from airflow_elastic.hooks.protocol import AsyncBatchJobHookProtocol, BatchJobHookProtocol
 from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.operators.stages.waiting import job_pods, wait_for_job
 from airflow_elastic.stages.job import render_job
@@ -23,6 +25,14 @@ REPORT = "from airflow_elastic.runtime import report, context; c = context(); pr
 #: The README's recipe: GPU nodes keep the device plugin's usual taint; the CPU pool is labelled for batch.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 CPU_POOL = Placement(node_selector={"pool": "cpu"}, priority_class=None)
+
+
+@pytest.fixture
+def hook(connection: str):
+    """The batch family's hook (the conftest's is a JobSetHook)."""
+    hook = BatchJobHook(connection)
+    yield hook
+    hook.close()
 
 
 def stage(name: str, code: str, **changes) -> BatchStage:
@@ -39,7 +49,9 @@ def run_trigger(trigger: BatchStageTrigger) -> dict:
 
 
 def test_job_hooks_create_get_list_delete(hook, connection, namespace):
-    assert isinstance(hook, JobHookProtocol) and isinstance(AsyncJobSetHook(connection), AsyncJobHookProtocol)
+    assert isinstance(hook, BatchJobHookProtocol) and isinstance(
+        AsyncBatchJobHook(connection), AsyncBatchJobHookProtocol
+    )
     body = render_job(stage("hooks", "pass"), name="hooks-abc123", namespace=namespace, labels={"k": "v"})
     created = hook.create_job(namespace, body)
     assert created["metadata"]["uid"]
@@ -47,11 +59,11 @@ def test_job_hooks_create_get_list_delete(hook, connection, namespace):
         hook.create_job(namespace, body)
     assert hook.get_job(namespace, "hooks-abc123")["spec"]["completions"] == 1
     assert [j["metadata"]["name"] for j in hook.list_jobs(namespace, "k=v")] == ["hooks-abc123"]
-    assert asyncio.run(AsyncJobSetHook(connection).get_job(namespace, "hooks-abc123"))["metadata"]["name"]
+    assert asyncio.run(AsyncBatchJobHook(connection).get_job(namespace, "hooks-abc123"))["metadata"]["name"]
     hook.delete_job(namespace, "hooks-abc123")
     assert hook.delete_job(namespace, "no-such-job") is None
     with pytest.raises(NotFound):
-        asyncio.run(AsyncJobSetHook(connection).get_job(namespace, "no-such-job"))
+        asyncio.run(AsyncBatchJobHook(connection).get_job(namespace, "no-such-job"))
 
 
 def test_sync_waiter_reports_metrics_of_index_zero_and_logs_each_line_with_its_pod(hook, namespace, caplog):
@@ -110,9 +122,7 @@ def test_a_stage_lands_on_the_cpu_pool_while_gpu_nodes_stay_tainted(tmp_path):
         NodePool("gpu", count=2, gpus=4, labels={"pool": "gpu"}, taints=(GPU_TAINT,)),
     ]
     with LocalCluster(tmp_path / "cluster", nodes=pools) as cluster:
-        from airflow_elastic.hooks.jobset import JobSetHook
-
-        hook = JobSetHook("unused", config_file=str(cluster.kubeconfig))
+        hook = BatchJobHook("unused", config_file=str(cluster.kubeconfig))
         built = stage("prep", "pass", parallelism=3, completions=3, placement=CPU_POOL, resources=Resources(cpu="1"))
         hook.create_job("default", render_job(built, name="prep-abc123", namespace="default"))
         event = wait_for_job(hook, "default", "prep-abc123", stage="prep", poll_interval=0.2, log=logging.getLogger())
@@ -120,7 +130,7 @@ def test_a_stage_lands_on_the_cpu_pool_while_gpu_nodes_stay_tainted(tmp_path):
         nodes = {p["spec"]["nodeName"] for p in job_pods(hook, "default", "prep-abc123")}
         assert nodes and all(node.startswith("cpu-") for node in nodes)
         for name in ("gpu-0", "gpu-1"):
-            taints = hook.get_node(name)["spec"]["taints"]
+            taints = ClusterHook("unused", config_file=str(cluster.kubeconfig)).get_node(name)["spec"]["taints"]
             assert {(t["key"], t["value"], t["effect"]) for t in taints} == {
                 ("nvidia.com/gpu", "present", "NoSchedule")
             }

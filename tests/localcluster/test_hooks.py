@@ -14,9 +14,14 @@ import pytest
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import (
     AlreadyExists,
+    AsyncBatchJobHook,
+    AsyncClusterHook,
     AsyncJobSetHook,
     AsyncJobSetHookProtocol,
+    AsyncTrainingGroupHook,
     BadRequest,
+    BatchJobHook,
+    ClusterHook,
     JobSetHookProtocol,
     NotFound,
 )
@@ -148,7 +153,7 @@ def test_pods_events_jobs_nodes_and_logs_of_a_run(hook, connection, namespace):
     assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
     pod = pods[0]["metadata"]["name"]
     assert hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}=other") == []
-    jobs = hook.list_jobs(namespace, f"{JOBSET_NAME_LABEL}=run")
+    jobs = BatchJobHook(connection).list_jobs(namespace, f"{JOBSET_NAME_LABEL}=run")
     assert [j["metadata"]["labels"][JOBSET_NAME_LABEL] for j in jobs] == ["run"]
 
     events = hook.list_events(namespace, f"involvedObject.name={pod}")
@@ -160,19 +165,22 @@ def test_pods_events_jobs_nodes_and_logs_of_a_run(hook, connection, namespace):
     with pytest.raises(NotFound):
         hook.read_pod_log(namespace, "no-such-pod")
 
-    node = hook.get_node(pods[0]["spec"]["nodeName"])
+    cluster = ClusterHook(connection)
+    node = cluster.get_node(pods[0]["spec"]["nodeName"])
     assert node is not None and node["metadata"]["name"] == pods[0]["spec"]["nodeName"]
-    assert hook.get_node("no-such-node") is None
+    assert cluster.get_node("no-such-node") is None
 
     async def from_the_trigger_side() -> tuple[Any, ...]:
-        ahook = AsyncJobSetHook(connection, connection_extras=hook.get_connection_extras())
+        extras = hook.get_connection_extras()
+        ahook = AsyncJobSetHook(connection, connection_extras=extras)
+        jobs, nodes = AsyncBatchJobHook(connection, connection_extras=extras), AsyncClusterHook(connection)
         return (
             await ahook.read_pod_log(namespace, pod, container="trainer"),
             await ahook.list_pods(namespace, f"{JOBSET_NAME_LABEL}=run"),
             await ahook.list_events(namespace, f"involvedObject.name={pod}"),
-            await ahook.list_jobs(namespace, f"{JOBSET_NAME_LABEL}=run"),
-            await ahook.get_node(pods[0]["spec"]["nodeName"]),
-            await ahook.get_node("no-such-node"),
+            await jobs.list_jobs(namespace, f"{JOBSET_NAME_LABEL}=run"),
+            await nodes.get_node(pods[0]["spec"]["nodeName"]),
+            await nodes.get_node("no-such-node"),
         )
 
     log, apods, aevents, ajobs, anode, missing = asyncio.run(from_the_trigger_side())
@@ -245,7 +253,8 @@ def test_a_reused_session_whose_token_expired_is_rebuilt_with_fresh_credentials(
     with LocalCluster(tmp_path / "cluster", nodes=[NodePool("cpu", count=1)]) as cluster:
 
         async def scenario() -> list[str]:
-            ahook = AsyncJobSetHook("unused", connection_extras={"kube_config_path": str(cluster.kubeconfig)})
+            extras = {"kube_config_path": str(cluster.kubeconfig)}
+            ahook = AsyncTrainingGroupHook("unused", connection_extras=extras)
             await ahook.list_pods("default")
             first = ahook._session
             marks.append(cluster.request_count())

@@ -10,7 +10,7 @@ from typing import Any
 import structlog.testing
 
 from airflow_elastic import Role, TrainingGroup
-from airflow_elastic.hooks import JobSetHook
+from airflow_elastic.hooks import TrainingGroupHook
 from airflow_elastic.operators.training.waiting import wait_for_group
 from airflow_elastic.training.render import render_jobset
 from tests.localcluster.test_trigger import first_event, submit, trigger
@@ -80,7 +80,7 @@ def test_the_sync_waiter_names_the_trainer_beside_a_sidecar(hook, connection, na
     log = logging.getLogger("test.sync-waiter")
     with caplog.at_level(logging.DEBUG, logger=log.name):
         event = wait_for_group(
-            JobSetHook(connection), namespace, "side", poll_interval=0.2, log_role="leader", log=log, uid=uid
+            TrainingGroupHook(connection), namespace, "side", poll_interval=0.2, log_role="leader", log=log, uid=uid
         )
     assert event.status == "succeeded"
     lines = [r.getMessage().split("] ", 1)[1] for r in caplog.records if r.getMessage().startswith("[side-leader-0-0-")]

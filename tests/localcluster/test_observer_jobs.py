@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from airflow_elastic.hooks import JobSetHook
-from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
+from airflow_elastic.hooks.async_batch import AsyncBatchJobHook
 from airflow_elastic.triggers.observer import JobSetObserver
 
 JOB_PODS = "batch.kubernetes.io/job-name"
@@ -39,7 +39,7 @@ def test_jobs_are_listed_once_then_watched_and_their_pods_come_from_the_shared_c
     extras = JobSetHook(connection).get_connection_extras()
 
     async def scenario() -> tuple[list[str], list[dict[str, Any]], int]:
-        hook = AsyncJobSetHook(connection, connection_extras=extras)
+        hook = AsyncBatchJobHook(connection, connection_extras=extras)
         seen: list[str] = []
         async with JobSetObserver.subscribe(
             hook,

@@ -59,6 +59,18 @@ class FakeServingHook:
         self.requests.append((path, body))
         return {"ready": True} if body is None else {"predictions": [3]}
 
+    def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return []  # no predictor pods: the waits are fed their events (see get_deployment)
+
+    def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def read_pod_log(self, namespace: str, pod: str, *args: Any, **kwargs: Any) -> str:
+        return ""
+
+    def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: Any) -> str:
+        return ""
+
 
 def operator(hook: FakeServingHook, **kwargs: Any) -> InferenceServiceOperator:
     op = InferenceServiceOperator(

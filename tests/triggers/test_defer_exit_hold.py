@@ -73,7 +73,7 @@ def test_the_held_event_is_the_verdict_itself(monkeypatch):
             return event.payload
         raise AssertionError("no event")
 
-    trigger._wait = wait  # type: ignore[method-assign]
+    trigger.wait = wait  # type: ignore[method-assign]
     monkeypatch.setattr(asyncio, "sleep", sleep)
     payload = asyncio.run(first())
     assert len(sleeps) == 1 and payload["status"] == "serving"

@@ -26,7 +26,7 @@ from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.operators.identity import StateStore, TaskIdentity
     from airflow_elastic.stages.cron import StageEvent
 
@@ -127,11 +127,11 @@ class BatchStageOperator(BaseOperator):
 
     # ------------------------------------------------------------------------------------------- execute
 
-    def hook(self) -> JobSetHook:
+    def hook(self) -> BatchJobHook:
         """The blocking hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
-        from airflow_elastic.hooks.jobset import JobSetHook
+        from airflow_elastic.hooks.batch import BatchJobHook
 
-        return JobSetHook(self.kubernetes_conn_id)
+        return BatchJobHook(self.kubernetes_conn_id)
 
     def _prepared(self, context: Context) -> BatchStage:
         if self._run_stage is None:
@@ -173,7 +173,7 @@ class BatchStageOperator(BaseOperator):
     def _adopt_or_create(
         self,
         context: Context,
-        hook: JobSetHook,
+        hook: BatchJobHook,
         stage: BatchStage,
         identity: TaskIdentity,
         namespace: str,
@@ -244,7 +244,7 @@ class BatchStageOperator(BaseOperator):
 
     # ------------------------------------------------------------------------------------------- waiting
 
-    def _wait_here(self, hook: JobSetHook, namespace: str, name: str) -> StageEvent:
+    def _wait_here(self, hook: BatchJobHook, namespace: str, name: str) -> StageEvent:
         from airflow_elastic.operators.stages.waiting import wait_for_job
 
         try:
@@ -261,7 +261,7 @@ class BatchStageOperator(BaseOperator):
             self._delete(hook, namespace, name, "execution_timeout reached")
             raise
 
-    def _defer(self, context: Context, hook: JobSetHook, namespace: str, name: str, uid: str) -> None:
+    def _defer(self, context: Context, hook: BatchJobHook, namespace: str, name: str, uid: str) -> None:
         from airflow_elastic.triggers.batch_stage import BatchStageTrigger
 
         deadline = timeout = None
@@ -306,7 +306,7 @@ class BatchStageOperator(BaseOperator):
                 self._defer(context, hook, verdict.namespace, verdict.name, verdict.uid)
         return self._finish(context, hook, verdict)
 
-    def _active(self, hook: JobSetHook, namespace: str, name: str) -> bool:
+    def _active(self, hook: BatchJobHook, namespace: str, name: str) -> bool:
         from airflow_elastic.hooks.errors import KubernetesApiError
         from airflow_elastic.stages import cron as stages
 
@@ -317,7 +317,7 @@ class BatchStageOperator(BaseOperator):
 
     # -------------------------------------------------------------------------------------------- finish
 
-    def _finish(self, context: Context, hook: JobSetHook, event: StageEvent) -> dict[str, Any]:
+    def _finish(self, context: Context, hook: BatchJobHook, event: StageEvent) -> dict[str, Any]:
         from airflow_elastic.operators.identity import TaskIdentity
         from airflow_elastic.operators.stages import cron as cron
         from airflow_elastic.training.state import PodFailure
@@ -372,7 +372,7 @@ class BatchStageOperator(BaseOperator):
         )
         return result
 
-    def _delete(self, hook: JobSetHook, namespace: str, name: str, why: str) -> None:
+    def _delete(self, hook: BatchJobHook, namespace: str, name: str, why: str) -> None:
         from airflow_elastic.hooks.errors import KubernetesApiError
 
         self.log.info("Deleting Job %s/%s (foreground): %s", namespace, name, why)
@@ -392,7 +392,7 @@ class BatchStageOperator(BaseOperator):
         self._delete(self.hook(), namespace, name, "the task was killed")
 
 
-def _get(hook: JobSetHook, namespace: str, name: str) -> dict[str, Any] | None:
+def _get(hook: BatchJobHook, namespace: str, name: str) -> dict[str, Any] | None:
     from airflow_elastic.hooks.errors import NotFound
 
     try:

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_elastic.hooks.errors import KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import BatchJobHookProtocol
 from airflow_elastic.kube.labels import DAG_LABEL, RUN_LABEL, STAGE_LABEL, TASK_LABEL
 from airflow_elastic.operators.identity import TaskIdentity
 from airflow_elastic.stages import cron as stages
@@ -26,10 +27,8 @@ REPLACE_TIMEOUT = 600.0
 #: Seconds between two looks while a replaced Job is being deleted.
 GONE_POLL = 1.0
 
-Hook = Any  #: a hook with both JobSetHookProtocol (list_jobs) and JobHookProtocol (get_job, delete_job)
 
-
-def stage_jobs(hook: Hook, namespace: str, stage: str, identity: TaskIdentity) -> list[dict[str, Any]]:
+def stage_jobs(hook: BatchJobHookProtocol, namespace: str, stage: str, identity: TaskIdentity) -> list[dict[str, Any]]:
     """This stage's Jobs of this DAG and task, every run (what a CronJob's history and active list hold)."""
     labels = identity.labels()
     selector = f"{STAGE_LABEL}={stage},{DAG_LABEL}={labels[DAG_LABEL]},{TASK_LABEL}={labels[TASK_LABEL]}"
@@ -37,7 +36,7 @@ def stage_jobs(hook: Hook, namespace: str, stage: str, identity: TaskIdentity) -
 
 
 def before_start(
-    hook: Hook,
+    hook: BatchJobHookProtocol,
     namespace: str,
     stage: str,
     identity: TaskIdentity,
@@ -84,7 +83,7 @@ def before_start(
         _wait_gone(hook, namespace, name, log)
 
 
-def _wait_gone(hook: Hook, namespace: str, name: str, log: Any) -> None:
+def _wait_gone(hook: BatchJobHookProtocol, namespace: str, name: str, log: Any) -> None:
     deadline = time.monotonic() + REPLACE_TIMEOUT
     while time.monotonic() < deadline:
         try:
@@ -97,7 +96,7 @@ def _wait_gone(hook: Hook, namespace: str, name: str, log: Any) -> None:
 
 
 def clean_history(
-    hook: Hook,
+    hook: BatchJobHookProtocol,
     namespace: str,
     stage: str,
     identity: TaskIdentity,

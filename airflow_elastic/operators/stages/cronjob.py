@@ -19,7 +19,7 @@ from airflow_elastic.stages.spec import BatchStage
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.hooks.batch import BatchJobHook
 
 
 class CronJobOperator(BaseOperator):
@@ -92,11 +92,11 @@ class CronJobOperator(BaseOperator):
 
         return render_cronjob(stage, namespace=namespace, labels=labels, **self.cronjob)
 
-    def hook(self) -> JobSetHook:
+    def hook(self) -> BatchJobHook:
         """The blocking hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use)."""
-        from airflow_elastic.hooks.jobset import JobSetHook
+        from airflow_elastic.hooks.batch import BatchJobHook
 
-        return JobSetHook(self.kubernetes_conn_id)
+        return BatchJobHook(self.kubernetes_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Create the CronJob, patch it when the rendering changed, or leave it as it is."""

@@ -1,4 +1,4 @@
-"""Sync mode for batch stages: poll the Job and its pods with ``JobSetHook`` until it finishes (no Airflow imports).
+"""Sync mode for batch stages: poll the Job and its pods with ``BatchJobHook`` until it finishes (no Airflow imports).
 
 The verdict is :func:`airflow_elastic.stages.cron.verdict`'s, the same the trigger yields in deferrable mode, so the
 operator finishes both modes through one code path. The index-0 pod's log is copied into the task log a bounded read
@@ -9,10 +9,10 @@ per poll (:class:`~airflow_elastic.operators.training.waiting.LogReader` on
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.hooks.protocol import JobHookProtocol, JobSetHookProtocol
+from airflow_elastic.hooks.protocol import BatchJobHookProtocol, PodHookProtocol
 from airflow_elastic.kube.labels import JOB_NAME_LABEL
 from airflow_elastic.operators.training.waiting import LogReader
 from airflow_elastic.stages import cron as stages
@@ -23,17 +23,13 @@ from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 MAX_FAILED_LOOKS = 5
 
 
-class StageHook(JobSetHookProtocol, JobHookProtocol, Protocol):
-    """What waiting on a Job uses: the Job itself, its pods and their logs (``JobSetHook`` has all of them)."""
-
-
-def job_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+def job_pods(hook: PodHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
     """The pods of Job ``name`` (every retry still present)."""
     return hook.list_pods(namespace, f"{JOB_NAME_LABEL}={name}")
 
 
 def wait_for_job(
-    hook: StageHook,
+    hook: BatchJobHookProtocol,
     namespace: str,
     name: str,
     *,

@@ -155,9 +155,10 @@ class HyperparameterSweepOperator(BaseOperator):
     # ----------------------------------------------------------------------------------------------- the run
 
     def hook(self) -> JobSetHook:
-        from airflow_elastic.hooks.jobset import JobSetHook
+        """The blocking hook the trials are run with (``TrainingGroupHook``: JobSets, their pods and nodes)."""
+        from airflow_elastic.hooks.group import TrainingGroupHook
 
-        return JobSetHook(self.kubernetes_conn_id)
+        return TrainingGroupHook(self.kubernetes_conn_id)
 
     def _sweep(self, context: Context) -> SweepRun:
         """This resumption's sweep, its state loaded afresh from ``task_state_store``."""

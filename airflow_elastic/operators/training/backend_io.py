@@ -35,7 +35,7 @@ class BackendHook:
     """:class:`~airflow_elastic.hooks.protocol.JobSetHookProtocol` over a TrainJob's or PyTorchJob's objects.
 
     Args:
-        hook: the worker's ``JobSetHook``.
+        hook: the worker's ``TrainingGroupHook`` (JobSets, TrainJobs and PyTorchJobs, pods, nodes, CRDs).
         backend: ``trainjob`` or ``pytorchjob``.
         roles: the group's role names, leader first (a PyTorchJob's Master, then its Worker).
     """

@@ -392,11 +392,12 @@ class TrainingGroupOperator(BaseOperator):
     # ------------------------------------------------------------------------------------------- execute
 
     def hook(self) -> JobSetHook:
-        """The blocking JobSet hook of ``kubernetes_conn_id`` (imports the Kubernetes client on first use); for another
+        """The blocking training-group hook of ``kubernetes_conn_id`` (``TrainingGroupHook``, a ``JobSetHook`` with
+        the TrainJob, PyTorchJob, node and CRD families; imports the Kubernetes client on first use); for another
         backend, the same hook seen through its objects (``operators.backend_io.BackendHook``)."""
-        from airflow_elastic.hooks.jobset import JobSetHook
+        from airflow_elastic.hooks.group import TrainingGroupHook
 
-        hook = JobSetHook(self.kubernetes_conn_id)
+        hook = TrainingGroupHook(self.kubernetes_conn_id)
         if self.backend == "jobset":
             return hook
         from airflow_elastic.operators.training.backend_io import BackendHook

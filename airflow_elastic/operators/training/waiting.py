@@ -1,4 +1,5 @@
-"""Sync mode: wait for a group on the worker, polling with ``JobSetHook``; :mod:`airflow_elastic.waiting.watch` decides.
+"""Sync mode: wait for a group on the worker, polling with ``TrainingGroupHook``; :mod:`airflow_elastic.waiting.watch`
+decides.
 
 The loop only fetches what the :class:`~airflow_elastic.waiting.watch.Watch` asks for and sleeps; the verdict is the
 same
@@ -14,19 +15,19 @@ from typing import Any
 
 from airflow_elastic.contract.markers import progress
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.hooks.protocol import JobSetHookProtocol
+from airflow_elastic.hooks.protocol import PodHookProtocol, TrainingGroupHookProtocol
 from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent
 from airflow_elastic.waiting.logfollow import LogFollow
 from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
 
 
-def group_pods(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+def group_pods(hook: PodHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
     """The pods of JobSet ``name`` (every attempt still present)."""
     return hook.list_pods(namespace, f"{JOBSET_NAME_LABEL}={name}")
 
 
-def group_events(hook: JobSetHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
+def group_events(hook: PodHookProtocol, namespace: str, name: str) -> list[dict[str, Any]]:
     """Events about the JobSet and everything named after it (its Jobs, pods, Service), oldest first."""
     events = [
         e for e in hook.list_events(namespace) if str((e.get("involvedObject") or {}).get("name", "")).startswith(name)
@@ -38,7 +39,7 @@ class LogReader:
     """Copies new lines of the ``role``'s first pod's training container into the task log, a bounded read a poll:
     the sync flavour of the trigger's follower, on the same :class:`~airflow_elastic.waiting.logfollow.LogFollow`."""
 
-    def __init__(self, hook: JobSetHookProtocol, namespace: str, role: str, log: Any) -> None:
+    def __init__(self, hook: PodHookProtocol, namespace: str, role: str, log: Any) -> None:
         self.hook, self.namespace, self.log = hook, namespace, log
         self.follow = LogFollow(role)
 
@@ -62,7 +63,7 @@ class LogReader:
                 self.log.info("%s", progress(line))  # a sweep's marker line as progress
 
 
-def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
+def observe(hook: TrainingGroupHookProtocol, namespace: str, name: str) -> Observation:
     """One look at JobSet ``namespace/name``; an API error becomes a failed observation, not an exception."""
     now = time.time()
     try:
@@ -73,7 +74,7 @@ def observe(hook: JobSetHookProtocol, namespace: str, name: str) -> Observation:
         return Observation.failed(now, error, transient=isinstance(error, TRANSIENT_ERRORS))
 
 
-def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -> Step:
+def settle(watch: Watch, hook: TrainingGroupHookProtocol, obs: Observation, log: Any) -> Step:
     """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first, and saving the
     evidence on the JobSet when it asks to (``Step.save``)."""
     step = watch.observe(obs)
@@ -90,7 +91,7 @@ def settle(watch: Watch, hook: JobSetHookProtocol, obs: Observation, log: Any) -
     return step
 
 
-def _fetch(hook: JobSetHookProtocol, watch: Watch, obs: Observation, need: Need, log: Any) -> Observation:
+def _fetch(hook: TrainingGroupHookProtocol, watch: Watch, obs: Observation, need: Need, log: Any) -> Observation:
     got: dict[str, list[dict[str, Any]]] = {}
     missing = []
     for piece, wanted, read in (("pods", need.pods, group_pods), ("events", need.events, group_events)):
@@ -111,7 +112,7 @@ def _fetch(hook: JobSetHookProtocol, watch: Watch, obs: Observation, need: Need,
 
 
 def wait_for_group(
-    hook: JobSetHookProtocol,
+    hook: TrainingGroupHookProtocol,
     namespace: str,
     name: str,
     *,

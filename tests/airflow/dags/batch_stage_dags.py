@@ -31,23 +31,23 @@ def stage(name: str, code: str = "pass", **changes) -> BatchStage:
 
 def previous_run_job(context, task_id: str, built: BatchStage, run_id: str = "scheduled__previous") -> dict:
     """Create the Job ``task_id``'s operator would have created in DAG run ``run_id``; returns it."""
-    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.operators.identity import TaskIdentity
     from airflow_elastic.stages.job import render_job
 
     owner = TaskIdentity(context["ti"].dag_id, task_id, run_id)
     namespace = context["params"]["namespace"]
     body = render_job(built, name=owner.name(built.name, 0), namespace=namespace, labels=owner.labels())
-    return JobSetHook(context["params"]["conn_id"]).create_job(namespace, body)
+    return BatchJobHook(context["params"]["conn_id"]).create_job(namespace, body)
 
 
 def wait_finished(context, names: list[str]) -> None:
     import time
 
-    from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.stages import cron as stages
 
-    hook = JobSetHook(context["params"]["conn_id"])
+    hook = BatchJobHook(context["params"]["conn_id"])
     deadline = time.monotonic() + 60
     while not all(stages.finished(hook.get_job(context["params"]["namespace"], n)) for n in names):
         assert time.monotonic() < deadline, f"{names} did not finish"
