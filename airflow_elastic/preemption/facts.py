@@ -59,6 +59,7 @@ class Verdict:
         return self.budget is Budget.PREEMPTION
 
     def describe(self) -> str:
+        """The verdict as one readable line: cause, deciding rule, budget charged, then the evidence."""
         charge = "charged to no budget" if self.budget is Budget.NONE else f"charged to the {self.budget} budget"
         return f"{self.cause} ({self.rule}; {charge}): {'; '.join(self.evidence)}"
 
@@ -179,6 +180,7 @@ class Facts:
 
     @property
     def genuine_exit(self) -> Exit | None:
+        """The first of the program's own non-zero exits (:attr:`Exit.genuine`); None if none (:attr:`killed`)."""
         return next((e for e in self.exits if e.genuine), None)
 
     @property
@@ -202,23 +204,28 @@ class Facts:
         return False
 
     def disruption_reason(self) -> str:
+        """The ``reason`` of the pod's ``DisruptionTarget`` condition; ``""`` without one, or when it was stale."""
         reason: str = (self.disruption or {}).get("reason", "")
         return reason
 
     def disruption_message(self) -> str:
+        """The ``message`` of the pod's ``DisruptionTarget`` condition; ``""`` without one, or when it was stale."""
         message: str = (self.disruption or {}).get("message", "")
         return message
 
     def event(self, reason: str, kind: str = "Pod") -> Obj | None:
+        """The first event with ``reason`` about the pod (``kind="Node"``: about its node), or None."""
         return next((e for e in self.events if e.get("reason") == reason and event_kind(e) == kind), None)
 
 
 def event_kind(event: Obj) -> str:
+    """The kind of object ``event`` is about (``involvedObject.kind``, e.g. ``Pod`` or ``Node``), or ``""``."""
     kind: str = (event.get("involvedObject") or {}).get("kind", "")
     return kind
 
 
 def parse_time(stamp: str | None) -> datetime | None:
+    """An API timestamp (RFC 3339, ``Z`` for UTC) as an aware datetime; None when the field is absent."""
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
 
 

@@ -39,6 +39,8 @@ from airflow_elastic.training.state import RESTART_LABEL
 
 
 def suspended(f: Facts) -> str | None:
+    """The group's JobSet is suspended (Kueue queued or preempted it): ``spec.suspend``, or a true ``Suspended``
+    condition."""
     if f.jobset is None:
         return None
     if (f.jobset.get("spec") or {}).get("suspend"):
@@ -50,6 +52,8 @@ def suspended(f: Facts) -> str | None:
 
 
 def disruption(*reasons: str) -> Callable[[Facts], str | None]:
+    """A predicate recognising a (not stale) ``DisruptionTarget`` condition whose reason is one of ``reasons``."""
+
     def match(f: Facts) -> str | None:
         if f.disruption_reason() in reasons:
             return f"DisruptionTarget/{f.disruption_reason()}: {f.disruption_message()}".rstrip(": ")
@@ -59,6 +63,8 @@ def disruption(*reasons: str) -> Callable[[Facts], str | None]:
 
 
 def scheduler_preemption(f: Facts) -> str | None:
+    """The scheduler preempted the pod: ``DisruptionTarget/PreemptionByScheduler``, or a ``Preempted`` event
+    on the pod."""
     if found := disruption("PreemptionByScheduler")(f):
         return found
     event = f.event("Preempted")
@@ -66,6 +72,8 @@ def scheduler_preemption(f: Facts) -> str | None:
 
 
 def node_shutdown(f: Facts) -> str | None:
+    """A graceful node shutdown: a pod reason of :data:`.facts.SHUTDOWN_REASONS`, or
+    ``DisruptionTarget/TerminationByKubelet`` whose message mentions a shutdown."""
     if f.reason in SHUTDOWN_REASONS:
         return f"pod reason {f.reason}: {f.message}".rstrip(": ")
     if f.disruption_reason() == "TerminationByKubelet" and "shutdown" in f.disruption_message().lower():
@@ -74,6 +82,8 @@ def node_shutdown(f: Facts) -> str | None:
 
 
 def pressure_eviction(f: Facts) -> str | None:
+    """The kubelet evicted the pod for node pressure: pod reason ``Evicted``, or a
+    ``DisruptionTarget/TerminationByKubelet`` whose message says the node was low on a resource or had a condition."""
     if f.reason == "Evicted":
         return f"pod reason Evicted: {f.message}".rstrip(": ")
     if f.disruption_reason() == "TerminationByKubelet" and PRESSURE_MESSAGE.search(f.disruption_message()):
@@ -82,6 +92,8 @@ def pressure_eviction(f: Facts) -> str | None:
 
 
 def over_request(f: Facts) -> str | None:
+    """A node-pressure eviction (:func:`pressure_eviction`) whose message (the pod's, the condition's or the
+    ``Evicted`` event's) names a container using more than its request: the pod's own use, so it would recur."""
     if pressure_eviction(f) is None:
         return None
     event = f.event("Evicted")
@@ -93,6 +105,8 @@ def over_request(f: Facts) -> str | None:
 
 
 def node_loss_reason(f: Facts) -> str | None:
+    """The node lost the pod's processes: pod reason ``NodeLost`` (historical), or ``NodeRestart`` (the local
+    cluster's node reboot)."""
     return f"pod reason {f.reason}: {f.message}".rstrip(": ") if f.reason in NODE_LOSS_REASONS else None
 
 
@@ -128,6 +142,8 @@ def _seen(event: Obj) -> datetime | None:
 
 
 def spot_node_gone(f: Facts) -> str | None:
+    """The node is gone, the pod stopped with it (:meth:`Facts.stopped_by` its loss), and its labels (last copy,
+    or the pod's node selector) mark spot capacity (:data:`.facts.SPOT_LABELS`): a reclaim that left no taint."""
     if not (f.node_gone and f.stopped_by(*f.node_down)):
         return None
     spot = sorted(f"{k}={v}" for k, v in f.node_labels.items() if (k, v) in SPOT_LABELS)
@@ -135,14 +151,19 @@ def spot_node_gone(f: Facts) -> str | None:
 
 
 def node_gone(f: Facts) -> str | None:
+    """The node is gone and the pod stopped with it (:meth:`Facts.stopped_by` its loss), whatever its capacity."""
     return f"node {f.node_name} is gone" if f.node_gone and f.stopped_by(*f.node_down) else None
 
 
 def any_disruption(f: Facts) -> str | None:
+    """A (not stale) ``DisruptionTarget`` condition of any reason: the platform disrupted the pod, though no
+    earlier rule names how."""
     return f"DisruptionTarget/{f.disruption_reason()}: {f.disruption_message()}".rstrip(": ") if f.disruption else None
 
 
 def oom(f: Facts) -> str | None:
+    """A container was killed for exceeding its memory limit: terminated reason ``OOMKilled``, or an
+    ``OOMKilled`` event on the pod (the kernel's kill gets no ``DisruptionTarget``)."""
     oom = next((e for e in f.exits if e.reason == "OOMKilled"), None)
     if oom:
         return f"container {oom.container} OOMKilled (exceeded its memory limit)"
@@ -151,6 +172,9 @@ def oom(f: Facts) -> str | None:
 
 
 def best_effort(f: Facts) -> str | None:
+    """An Alibaba Cloud ACS BestEffort pod (:data:`.facts.BEST_EFFORT_LABEL`) stopped from outside
+    (:attr:`Facts.killed`), with a terminated container, a delete or a pod reason to show it stopped: the
+    platform took its capacity back."""
     key, value = BEST_EFFORT_LABEL
     if f.labels.get(key) != value or not f.killed or not (f.exits or f.deleted or f.reason):
         return None
@@ -203,6 +227,7 @@ def koordlet_kill(f: Facts) -> str | None:
 
 
 def transient(f: Facts) -> str | None:
+    """A container exited with one of the codes the user declared retriable (``transient_exit_codes``)."""
     code = next((e for e in f.exits if e.code in f.transient), None)
     return f"container {code.container} exited {code.code}, declared transient" if code else None
 
@@ -248,6 +273,7 @@ def jobset_finished(f: Facts) -> str | None:
 
 
 def deleted_before_start(f: Facts) -> str | None:
+    """The pod was deleted before any container ran (none terminated or running): its program never ran."""
     started = f.exits or any(
         "running" in (s.get("state") or {}) for s in (f.pod.get("status") or {}).get("containerStatuses") or []
     )
@@ -255,6 +281,8 @@ def deleted_before_start(f: Facts) -> str | None:
 
 
 def signal_exit(f: Facts) -> str | None:
+    """Killed with no cause shown: a container exited 137/143 or was lost (``ContainerStatusUnknown``,
+    ``Unknown``), or the pod was deleted and none exited on its own; nothing proves the platform did it."""
     code = next((e for e in f.exits if e.code in SIGNAL_EXIT_CODES or e.reason in KILLED_CONTAINER_REASONS), None)
     if code:
         return f"container {code.container} killed (exit {code.code}, {code.reason or 'no reason'}) with no cause shown"
@@ -262,5 +290,6 @@ def signal_exit(f: Facts) -> str | None:
 
 
 def user_error(f: Facts) -> str | None:
+    """The program's own non-zero exit (:attr:`Facts.genuine_exit`), once no rule before found the platform's hand."""
     code = f.genuine_exit
     return f"container {code.container} exited {code.code} ({code.reason or 'Error'})" if code else None

@@ -57,6 +57,8 @@ def parse_quantity(value: object) -> Decimal | None:
 
 
 def is_label_key(key: object) -> bool:
+    """Whether ``key`` is a label key the API server accepts: an optional DNS-1123 subdomain prefix of at most 253
+    characters and ``/``, then a name of 1 to 63 alphanumerics, ``-``, ``_`` or ``.``, alphanumeric at both ends."""
     if not isinstance(key, str) or not key:
         return False
     prefix, _, name = key.rpartition("/")
@@ -66,20 +68,25 @@ def is_label_key(key: object) -> bool:
 
 
 def is_label_value(value: object) -> bool:
+    """Whether ``value`` is a label value the API server accepts: a string, empty or shaped like a key's name."""
     return isinstance(value, str) and len(value) <= names.MAX_LABEL and bool(_LABEL_NAME.match(value))
 
 
 def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer; ``True`` and ``False`` are not, though Python counts them as ints."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def roles_of(group: TrainingGroup) -> Iterator[tuple[str, Role]]:
+    """The group's roles with their paths (``roles[i]``), skipping entries that are not a :class:`Role`: the
+    ``roles`` rule reports those, and the rules that walk roles can read their fields."""
     for i, role in enumerate(group.roles):
         if isinstance(role, Role):
             yield f"roles[{i}]", role
 
 
 def placements_of(group: TrainingGroup) -> Iterator[tuple[str, Placement]]:
+    """The group's placement and each role's own placement (where it replaces the group's), with paths."""
     yield "placement", group.placement
     for path, role in roles_of(group):
         if role.placement is not None:
@@ -94,13 +101,17 @@ def group_and_roles(group: TrainingGroup, attr: str) -> Iterator[tuple[str, Any]
 
 
 def role_names_of(group: TrainingGroup) -> list[str]:
+    """The names of the group's roles (of :func:`roles_of`), in order, to check names and references to roles."""
     return [role.name for _, role in roles_of(group)]
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """A ``" (did you mean 'x'?)"`` suffix naming the one of ``choices`` closest to ``word``, or ``""`` if none
+    is close."""
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def quoted(items: Sequence[str]) -> str:
+    """``items`` as their reprs separated by commas, for messages that list the accepted values."""
     return ", ".join(repr(i) for i in items)

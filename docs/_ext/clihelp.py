@@ -25,15 +25,19 @@ def command_help(words: list[str]) -> str:
 
 
 class CliHelp(SphinxDirective):
+    """The ``cli-help`` directive: the ``--help`` of the command its argument names (none: the top level)."""
+
     optional_arguments = 1
     final_argument_whitespace = True
 
     def run(self) -> list[nodes.Node]:
+        """The help text as a ``text`` literal block, with the builder's home directory shown as ``~``."""
         text = command_help(self.arguments[0].split() if self.arguments else [])
         text = text.replace(str(Path.home()), "~")  # the reader's home, not the builder's
         return [nodes.literal_block(text, text, language="text")]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
+    """Register the ``cli-help`` directive; it keeps no state, so parallel reads and writes are safe."""
     app.add_directive("cli-help", CliHelp)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
