@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow_elastic.kube import names
+from airflow_elastic.training import fault_tolerance
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
 from airflow_elastic.training.validation import TRAINER_CONTAINER
 
@@ -106,6 +107,7 @@ def check_backend(group: TrainingGroup, backend: str, *, runtime: str | None = N
         problems += _trainjob_problems(group)
     elif backend == "pytorchjob":
         problems += _pytorchjob_problems(group)
+    problems += fault_tolerance.backend_problems(group, backend)
     if problems:
         raise SpecError(problems)
 
