@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from airflow_elastic.contract import torchft
 from airflow_elastic.kube import names, platforms
 from airflow_elastic.training.spec import Placement, Resources
 
@@ -26,6 +27,9 @@ __all__ = ["LIGHTHOUSE", "FaultTolerance", "backend_problems", "replica_role", "
 LIGHTHOUSE = "lighthouse"
 
 Problem = tuple[str, str]
+#: JobSet's webhook refuses RestartJob actions beside a replicated job of more replicas
+#: (jobset ``pkg/webhooks/jobset_webhook.go``, ``maxReplicasPerReplicatedJob``).
+_RESTART_JOB_MAX_REPLICAS = 1024
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,8 @@ class FaultTolerance:
         manager_port: the port of each replica group's torchft manager server, on its pod 0
             (``TORCHFT_MANAGER_PORT``).
         quorum_retries: how often a manager retries a failed quorum request (``TORCHFT_QUORUM_RETRIES``): a
-            lighthouse that is replaced within the retries does not stop the replica groups.
+            lighthouse that is back within the retries (torchft waits about 10 s between them) does not stop the
+            replica groups; without retries they fail their step about 50 s after losing it.
         lighthouse_placement: where the lighthouse runs; on-demand capacity unless given.
         lighthouse_resources: the lighthouse pod's :class:`Resources`.
         lighthouse_image: the lighthouse's image (it needs torchft); the role's image unless given.
@@ -61,7 +66,7 @@ class FaultTolerance:
     heartbeat_timeout_ms: int = 5_000
     lighthouse_port: int = 29510
     manager_port: int = 29511
-    quorum_retries: int = 3
+    quorum_retries: int = 6
     lighthouse_placement: Placement = field(default_factory=Placement)
     lighthouse_resources: Resources | None = None
     lighthouse_image: str | None = None
@@ -93,6 +98,7 @@ def rules(group: TrainingGroup) -> Iterator[Problem]:
     yield from _roles(group, ft)
     yield from _numbers(group, ft)
     yield from _lighthouse(ft)
+    yield from _env(group)
     if group.elastic is not None:
         yield (
             "fault_tolerance",
@@ -184,6 +190,19 @@ def _lighthouse(ft: FaultTolerance) -> Iterator[Problem]:
         )
     if not isinstance(ft.restart_job, bool):
         yield "fault_tolerance.restart_job", f"must be True or False, got {ft.restart_job!r}"
+    elif ft.restart_job and _is_int(ft.replica_groups) and ft.replica_groups > _RESTART_JOB_MAX_REPLICAS:
+        yield (
+            "fault_tolerance.restart_job",
+            f"JobSet allows RestartJob only up to {_RESTART_JOB_MAX_REPLICAS} replica groups, got {ft.replica_groups}",
+        )
+
+
+def _env(group: TrainingGroup) -> Iterator[Problem]:
+    sources = [("env", group.env)] + [(f"roles[{i}].env", r.env) for i, r in enumerate(group.roles)]
+    for path, env in sources:
+        for key in env if isinstance(env, dict) else ():
+            if key in torchft.RESERVED:
+                yield f"{path}[{key!r}]", "is set by airflow-elastic in a fault-tolerant group (torchft's own); drop it"
 
 
 def backend_problems(group: TrainingGroup, backend: str) -> Iterator[Problem]:
