@@ -81,3 +81,19 @@ def test_cluster_up_takes_jobsets_feature_gate_flag() -> None:
     assert _restart_job_gate("RestartJob=true") and not _restart_job_gate("RestartJob=false")
     with pytest.raises(ClusterError, match="only RestartJob"):
         _restart_job_gate("InPlaceRestart=true")
+
+
+def test_a_cluster_started_with_the_gate_admits_the_actions(tmp_path) -> None:
+    from kubernetes import client, config
+
+    from airflow_elastic.localcluster import LocalCluster
+    from airflow_elastic.localcluster.config import ClusterConfig
+
+    body = jobset("ft", rjob("rg", replicas=2), failurePolicy=policy("RestartJob"))
+    with LocalCluster(tmp_path / "cluster", config=ClusterConfig(jobset_restart_job=True)) as cluster:
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", body
+        )
+        api.close()
+    assert created["spec"]["failurePolicy"]["rules"][0]["action"] == "RestartJob"
