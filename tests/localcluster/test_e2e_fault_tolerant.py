@@ -1,6 +1,7 @@
 """A fault-tolerant group on the local cluster, with real torchft: the example's trainer as three replica groups
 under a lighthouse; one replica group's pod is evicted mid-run and the others train on, untouched, while its Job's
-replacement heals from a live peer. Slow: four torch processes start on the session cluster."""
+replacement heals from a live peer; then the lighthouse is evicted, replaced and rejoined. Slow: four torch
+processes start on the session cluster (about a minute on two shared cores)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.localcluster.test_e2e_training import submit
 pytest.importorskip("torchft")
 pytestmark = pytest.mark.slow
 TRAINER = ROOT / "dags" / "scripts" / "train_torchft.py"
-STEPS = 120
+STEPS = 150
 #: The example DAG's command: torchrun within the replica group, as torchft's examples run.
 TORCHRUN = runpy.run_path(str(ROOT / "dags" / "example_torch_fault_tolerant.py"))["TORCHRUN"]
 
@@ -72,6 +73,21 @@ def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_o
         (now,) = replica_group_pods(jobsets, jobset, index)
         assert now.metadata.uid == pod.metadata.uid  # the survivors were never replaced
         assert now.status.container_statuses[0].restart_count == 0
+
+    # The lighthouse lost too: its Job replaces the pod (same address, same moved port) and the managers, which
+    # retry their quorum (TORCHFT_QUORUM_RETRIES), rejoin it; nobody restarts.
+    (lighthouse,) = jobsets.live_pods(f"{J}jobset-name={jobset},{J}replicatedjob-name=lighthouse")
+    name = lighthouse.metadata.name
+    jobsets.core.create_namespaced_pod_eviction(name, jobsets.ns, {"metadata": {"name": name}})
+    wait_for(
+        lambda: [
+            p
+            for p in jobsets.live_pods(f"{J}replicatedjob-name=lighthouse")
+            if p.metadata.uid != lighthouse.metadata.uid
+        ],
+        timeout=60,
+        what="a new lighthouse",
+    )
 
     js = jobsets.wait_terminal(jobset, timeout=180)
     assert js["status"]["terminalState"] == "Completed", js["status"]
