@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from airflow_elastic import _aliases
 from airflow_elastic.stages.spec import BatchStage
+from airflow_elastic.training.fault_tolerance import FaultTolerance
 from airflow_elastic.training.spec import (
     Checkpointing,
     Elastic,
@@ -29,6 +30,7 @@ __all__ = [
     "Checkpointing",
     "Elastic",
     "FailurePolicy",
+    "FaultTolerance",
     "Placement",
     "Resources",
     "Role",

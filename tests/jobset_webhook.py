@@ -26,8 +26,9 @@ def _dns1035(value: str) -> bool:
     return len(value) <= 63 and bool(DNS1035.match(value))
 
 
-def webhook_errors(js: dict[str, Any]) -> list[str]:
-    """Errors the JobSet webhook / CEL rules would return for ``js`` (created as is, without defaulting)."""
+def webhook_errors(js: dict[str, Any], *, restart_job_gate: bool = False) -> list[str]:
+    """Errors the JobSet webhook / CEL rules would return for ``js`` (created as is, without defaulting), on a
+    JobSet with its ``RestartJob`` feature gate on or off."""
     errors: list[str] = []
     name = js["metadata"]["name"]
     spec = js["spec"]
@@ -90,7 +91,7 @@ def webhook_errors(js: dict[str, Any]) -> list[str]:
         rule_names.append(rule.get("name"))
         if not rule.get("name") or not RULE_NAME.match(rule["name"]) or len(rule["name"]) > 128:
             errors.append(f"rule name {rule.get('name')!r} invalid or missing")
-        if rule["action"] in GATED_ACTIONS:
+        if rule["action"] in GATED_ACTIONS and not restart_job_gate:
             errors.append(f"action {rule['action']} needs the RestartJob feature gate")
         for reason in rule.get("onJobFailureReasons", []):
             if reason not in FAILURE_REASONS:

@@ -60,12 +60,14 @@ def up(args: argparse.Namespace) -> int:
     config = load_config(args.state_dir)  # what this state directory ran with last (default cluster if new)
     if args.image_map:
         config = dataclasses.replace(config, image_map=parse_image_map(args.image_map, Path.cwd()))
+    if args.jobset_feature_gates is not None:
+        config = dataclasses.replace(config, jobset_restart_job=_restart_job_gate(args.jobset_feature_gates))
     cluster = LocalCluster(args.state_dir, config=config)
     if (ready := cluster.ready_info()) is not None:
         if config != load_config(args.state_dir):
             raise ClusterError(
                 f"a local cluster is already running on {args.state_dir} (pid {ready['pid']}) with another image "
-                "map; images are fixed for a cluster's life: run `airflow-elastic cluster down` first"
+                "map or feature gates; they are fixed for a cluster's life: run `airflow-elastic cluster down` first"
             )
         print(f"a local cluster is already running (pid {ready['pid']})")
         print(connection_hint(LocalCluster.attach(args.state_dir), config.image_map))
@@ -88,6 +90,17 @@ def up(args: argparse.Namespace) -> int:
         return 0
     finally:
         cluster.stop()
+
+
+def _restart_job_gate(gates: str) -> bool:
+    """JobSet's ``--feature-gates`` (``RestartJob=true``; the only gate the local cluster implements)."""
+    enabled = False
+    for item in filter(None, gates.split(",")):
+        gate, _, value = item.partition("=")
+        if gate != "RestartJob" or value.lower() not in ("true", "false"):
+            raise ClusterError(f"unknown JobSet feature gate setting {item!r}: only RestartJob=true|false")
+        enabled = value.lower() == "true"
+    return enabled
 
 
 def down(args: argparse.Namespace) -> int:
@@ -274,6 +287,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="FILE|IMAGE=COMMAND",
         help="the local command that stands for an image's entrypoint: a YAML/JSON file {image: command} or one "
         "IMAGE=COMMAND pair (repeatable; kept in the state directory until replaced)",
+    )
+    up_cmd.add_argument(
+        "--jobset-feature-gates",
+        metavar="GATES",
+        help="the JobSet controller's --feature-gates: RestartJob=true enables the RestartJob and "
+        "RestartJobAndIgnoreMaxRestarts failure-policy actions (kept in the state directory until replaced)",
     )
     command("down", down, "stop the local cluster (its state is kept)")
     command("status", status, "show the cluster's address, nodes and workload counts")

@@ -58,7 +58,7 @@ def install(
     namespaces.install(store, manager)
     bootstrap(store)
     manager.add(GarbageCollector(store))
-    admission.register(store)
+    admission.register(store, jobset_restart_job=config.jobset_restart_job)
     manager.add(JobController(store, recorder))
     clock = clock or Clock()
     manager.add(CronJobController(store, recorder, clock))
@@ -66,7 +66,7 @@ def install(
     manager.add(ReplicaSetController(store, recorder, clock))
     manager.add(EndpointsController(store))
     manager.add(EndpointSliceController(store))
-    manager.add(JobSetController(store, recorder))
+    manager.add(JobSetController(store, recorder, restart_job=config.jobset_restart_job))
     manager.add(InferenceServiceController(store, recorder))
     manager.add(PyTorchJobController(store, recorder))
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime

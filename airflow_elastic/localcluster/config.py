@@ -48,6 +48,8 @@ class ClusterConfig:
         metric_resolution_seconds: how often the kubelet samples its pods' CPU and memory for ``metrics.k8s.io``
             (metrics-server's ``--metric-resolution``, 15 s); the CPU rate is over this window.
         hpa_sync_seconds: the HPA controller's sync period (``--horizontal-pod-autoscaler-sync-period``, 15 s).
+        jobset_restart_job: JobSet's ``RestartJob`` feature gate (alpha, off as upstream's default):
+            the failure-policy actions that recreate only the failed child Job.
     """
 
     pools: tuple[NodePool, ...] = DEFAULT_POOLS
@@ -55,6 +57,7 @@ class ClusterConfig:
     strict_images: bool = False
     metric_resolution_seconds: float = 15.0
     hpa_sync_seconds: float = 15.0
+    jobset_restart_job: bool = False
 
 
 def pod_dir(state_dir: Path, namespace: str, name: str, uid: str) -> Path:

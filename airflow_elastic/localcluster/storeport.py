@@ -23,11 +23,18 @@ same in every pod of that rendezvous; every other ``*_PORT`` variable of the pod
 (``MASTER_PORT``, a coordinator port: in one pod on a real cluster one port is one listener), and so does the
 endpoint's port. Env values only, before ``$(VAR)`` expansion in the command:
 a port written literally in the command (``--master-port 29500``) is left alone. The pod object keeps its env.
+
+torchft's servers bind all interfaces too, so a fault-tolerant group's ports move the same way
+(``airflow_elastic.contract.torchft``): the lighthouse's, from the address and port of ``TORCHFT_LIGHTHOUSE`` (its
+URL is rewritten, and in the lighthouse pod ``TORCHFT_LIGHTHOUSE_PORT`` holding that port follows, which its
+``--bind`` expands); each replica group's manager port ``TORCHFT_MANAGER_PORT``, from the replica group's rendezvous
+address (its pod 0) and that port, so the replica groups of one JobSet never share it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 
 STORE_ADDR, STORE_PORT = "PET_MASTER_ADDR", "PET_MASTER_PORT"
@@ -35,6 +42,9 @@ STORE_ADDR, STORE_PORT = "PET_MASTER_ADDR", "PET_MASTER_PORT"
 ENDPOINT, BACKEND, STORE_BACKENDS = "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", ("c10d", "static")
 #: Where a pod's rendezvous is, most specific first: torchrun's, torch's (``env://``), the contract's coordinator.
 RENDEZVOUS = ((STORE_ADDR, STORE_PORT), ("MASTER_ADDR", "MASTER_PORT"), ("AE_COORDINATOR_ADDR", "AE_COORDINATOR_PORT"))
+#: torchft's variables (``airflow_elastic.contract.torchft``; the local cluster imports only what it needs to know).
+LIGHTHOUSE, LIGHTHOUSE_PORT, MANAGER_PORT = "TORCHFT_LIGHTHOUSE", "TORCHFT_LIGHTHOUSE_PORT", "TORCHFT_MANAGER_PORT"
+_URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<host>[^/:]+):(?P<port>\d+)(?P<rest>/.*)?$")
 #: The ports rendezvous move to: below Linux's default ephemeral range (32768-60999), clear of 29500.
 PORTS = range(20000, 29000)
 
@@ -61,7 +71,7 @@ def with_store_port(env: Mapping[str, str], *, cluster: str, namespace: str) -> 
     out = dict(env)
     found = rendezvous(env)
     if found is None:
-        return out
+        return out | _torchft_ports(env, ("", ""), cluster=cluster, namespace=namespace)
     address, port = found
     moved = str(store_port(cluster, namespace, address, int(port)))
     for name, value in env.items():
@@ -69,6 +79,23 @@ def with_store_port(env: Mapping[str, str], *, cluster: str, namespace: str) -> 
             out[name] = moved
     if _endpoint(env) == found:
         out[ENDPOINT] = f"{address}:{moved}"
+    return out | _torchft_ports(env, found, cluster=cluster, namespace=namespace)
+
+
+def _torchft_ports(
+    env: Mapping[str, str], rendezvous: tuple[str, str], *, cluster: str, namespace: str
+) -> dict[str, str]:
+    """The lighthouse's and this replica group's manager ports, moved (see the module docstring)."""
+    out: dict[str, str] = {}
+    if (url := _URL.match(env.get(LIGHTHOUSE, ""))) is not None:
+        port = url["port"]
+        moved = str(store_port(cluster, namespace, url["host"], int(port)))
+        out[LIGHTHOUSE] = f"{url['scheme']}{url['host']}:{moved}{url['rest'] or ''}"
+        if env.get(LIGHTHOUSE_PORT) == port:
+            out[LIGHTHOUSE_PORT] = moved
+    manager = env.get(MANAGER_PORT, "")
+    if manager.isdigit() and rendezvous[0]:
+        out[MANAGER_PORT] = str(store_port(cluster, namespace, f"{rendezvous[0]}#torchft-manager", int(manager)))
     return out
 
 

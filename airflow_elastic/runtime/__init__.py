@@ -27,6 +27,9 @@ Under the Kubeflow backends (TrainJob, PyTorchJob) ``runtime.context()`` reads t
 ``PET_*`` variables; ``os.environ.update(runtime.torch_env())`` before ``init_process_group`` lets a trainer started
 without torchrun join a TrainJob (see :mod:`airflow_elastic.runtime.launchers`).
 
+In a fault-tolerant group (torchft replica groups), :mod:`airflow_elastic.runtime.fault_tolerance` saves the
+quorum's durable checkpoint on one pod, with torchft's manager state, and resumes from it after a whole-group restart.
+
 An elastic role's hosts (Ready pods, from the API server) come from ``runtime.ready_hosts()`` or
 ``python -m airflow_elastic.runtime.discovery`` (Horovod's ``--host-discovery-script``).
 """

@@ -23,6 +23,7 @@ from typing import Any
 from airflow_elastic.kube import names
 from airflow_elastic.kube.names import TRAINER_CONTAINER
 from airflow_elastic.kube.names import TRAINER_NODE as TRAINER_NODE
+from airflow_elastic.training import fault_tolerance
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
 
 BACKENDS = ("jobset", "trainjob", "pytorchjob")
@@ -105,6 +106,7 @@ def check_backend(group: TrainingGroup, backend: str, *, runtime: str | None = N
         problems += _trainjob_problems(group)
     elif backend == "pytorchjob":
         problems += _pytorchjob_problems(group)
+    problems += fault_tolerance.backend_problems(group, backend)
     if problems:
         raise SpecError(problems)
 

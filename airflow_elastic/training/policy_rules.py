@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_elastic import contract
 from airflow_elastic.kube import platforms, schemas
+from airflow_elastic.training import fault_tolerance
 from airflow_elastic.training.rulebook import (
     DNS1123_SUBDOMAIN,
     TRAINER_CONTAINER,
@@ -263,6 +264,9 @@ def _elastic_timeout(group: TrainingGroup) -> Iterator[Problem]:
     value = elastic.below_min_timeout
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         yield "elastic.below_min_timeout", f"must be a positive number of seconds, got {value!r}"
+
+
+rule("fault-tolerance")(fault_tolerance.rules)
 
 
 @rule("env")

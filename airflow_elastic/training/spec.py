@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from airflow_elastic.training.fault_tolerance import FaultTolerance
 
 __all__ = [
     "Checkpointing",
@@ -236,6 +239,7 @@ class TrainingGroup(_Spec):
         env: environment for every role (a role's own ``env`` wins).
         pod_overrides: partial pod merged into every pod (volumes, service account, security context, ...).
         coordinator_port: port of the rendezvous on the coordinator (``MASTER_PORT``).
+        fault_tolerance: optional :class:`~airflow_elastic.training.fault_tolerance.FaultTolerance` (torchft).
 
     Raises:
         SpecError: listing every broken rule with its field path.
@@ -252,6 +256,7 @@ class TrainingGroup(_Spec):
     env: Mapping[str, str] | None = None
     pod_overrides: Mapping[str, Any] | None = None
     coordinator_port: int = 29500
+    fault_tolerance: FaultTolerance | None = None
 
     _tuples = ("roles",)
     _dicts: ClassVar[tuple[str, ...]] = ("env", "pod_overrides")  # TrialGroup adds one

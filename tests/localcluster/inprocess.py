@@ -25,15 +25,15 @@ NS = "default"
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, restart_job: bool = False) -> None:
         self.store = Store()
         bootstrap(self.store)
-        admission.register(self.store)
+        admission.register(self.store, jobset_restart_job=restart_job)
         self.manager = Manager(self.store)
         recorder = Recorder(self.store)
         self.manager.add(GarbageCollector(self.store))
         self.manager.add(JobController(self.store, recorder))
-        self.manager.add(JobSetController(self.store, recorder))
+        self.manager.add(JobSetController(self.store, recorder, restart_job=restart_job))
 
     async def settle(self) -> None:
         """Let every controller finish its work (twice: a finished reconcile may have armed a short timer)."""
@@ -110,9 +110,10 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running(*controllers: Callable[[Store], Controller]) -> AsyncIterator[Cluster]:
-    """A :class:`Cluster` whose manager runs, with ``controllers`` (each made from the store) added first."""
-    cluster = Cluster()
+async def running(*controllers: Callable[[Store], Controller], restart_job: bool = False) -> AsyncIterator[Cluster]:
+    """A :class:`Cluster` whose manager runs, with ``controllers`` (each made from the store) added first;
+    ``restart_job``: JobSet's RestartJob feature gate."""
+    cluster = Cluster(restart_job=restart_job)
     for make in controllers:
         cluster.manager.add(make(cluster.store))
     cluster.manager.start()

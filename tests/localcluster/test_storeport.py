@@ -76,3 +76,32 @@ def test_an_elastic_jobs_rendezvous_endpoint_is_moved_with_the_ports_that_name_i
     assert with_store_port(both, cluster="/state", namespace="ml")["PET_MASTER_PORT"] == str(port)
     etcd = {**elastic, "PET_RDZV_BACKEND": "etcd"}
     assert with_store_port(etcd, cluster="/state", namespace="ml") == etcd
+
+
+LIGHTHOUSE_URL = "http://ft-lighthouse-0-0.ft:29510"
+
+
+def replica_group(index: int) -> dict[str, str]:
+    """A fault-tolerant group's replica-group pod, its env as the renderer writes it (after $(VAR) expansion)."""
+    return {
+        "MASTER_ADDR": f"ft-trainer-{index}-0.ft",
+        "MASTER_PORT": "29500",
+        "TORCHFT_LIGHTHOUSE": LIGHTHOUSE_URL,
+        "TORCHFT_MANAGER_PORT": "29511",
+    }
+
+
+def test_torchft_ports_move_per_cluster_and_per_replica_group():
+    lighthouse = with_store_port(
+        {"TORCHFT_LIGHTHOUSE": LIGHTHOUSE_URL, "TORCHFT_LIGHTHOUSE_PORT": "29510"}, cluster="/state", namespace="ml"
+    )
+    groups = [with_store_port(replica_group(i), cluster="/state", namespace="ml") for i in range(3)]
+    moved = lighthouse["TORCHFT_LIGHTHOUSE_PORT"]
+    assert moved != "29510" and int(moved) in PORTS
+    assert {g["TORCHFT_LIGHTHOUSE"] for g in groups} == {lighthouse["TORCHFT_LIGHTHOUSE"]}
+    assert lighthouse["TORCHFT_LIGHTHOUSE"] == f"http://ft-lighthouse-0-0.ft:{moved}"
+    ports = [(g["MASTER_PORT"], g["TORCHFT_MANAGER_PORT"]) for g in groups]
+    assert len({p for pair in ports for p in pair}) == 6  # no two replica groups share a store or manager port
+    other = with_store_port(replica_group(0), cluster="/another-cluster", namespace="ml")
+    assert other["TORCHFT_LIGHTHOUSE"] != lighthouse["TORCHFT_LIGHTHOUSE"]
+    assert other["TORCHFT_MANAGER_PORT"] != groups[0]["TORCHFT_MANAGER_PORT"]

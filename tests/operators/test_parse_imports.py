@@ -38,6 +38,8 @@ ALLOWED = {
     "airflow_elastic.training.rulebook",  # validation's rules, split by what they check
     "airflow_elastic.training.role_rules",
     "airflow_elastic.training.policy_rules",
+    "airflow_elastic.training.fault_tolerance",  # FaultTolerance, part of the spec
+    "airflow_elastic.contract.torchft",  # torchft's environment names, which its rules check
 }
 #: Loaded by neither the Task SDK nor a DAG using the operator (unlike yaml, jsonschema, fsspec: the SDK loads those).
 HEAVY = ("kubernetes", "kubernetes_asyncio")

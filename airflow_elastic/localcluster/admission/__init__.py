@@ -42,12 +42,13 @@ __all__ = [
 ]
 
 
-def register(store: Store) -> None:
-    """Install the plugins on ``store`` (what the API server's admission chain does for these types)."""
+def register(store: Store, *, jobset_restart_job: bool = False) -> None:
+    """Install the plugins on ``store`` (what the API server's admission chain does for these types);
+    ``jobset_restart_job``: JobSet's ``RestartJob`` feature gate."""
     store.admission[PODS.key] = StorageInitializerInjector(PodAdmission())  # KServe's pod webhook first
     store.admission[JOBS.key] = JobAdmission()
     store.admission[CRONJOBS.key] = CronJobAdmission()
-    store.admission[JOBSETS.key] = JobSetAdmission()
+    store.admission[JOBSETS.key] = JobSetAdmission(restart_job=jobset_restart_job)
     store.admission[PYTORCHJOBS.key] = PyTorchJobAdmission()
     store.admission[DEPLOYMENTS.key] = DeploymentAdmission()
     store.admission[REPLICASETS.key] = ReplicaSetAdmission()

@@ -37,6 +37,7 @@ FAILURE_REASONS = (
     "PodFailurePolicy",
 )
 GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+MAX_RESTART_JOB_REPLICAS = 1024  # maxReplicasPerReplicatedJob
 _RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _TOO_LONG = "must be no more than 63 characters"
 _GROUP_TOO_LONG = ".spec.replicatedJob[].groupName is too long, must be less than 63 characters"
@@ -177,10 +178,16 @@ def _internal(message: str) -> dict[str, str]:
     return errors.cause("<nil>", f"Internal error: {message}", "InternalError")
 
 
-def _failure_policy_messages(policy: dict[str, Any], names: list[str]) -> list[str]:
+def _failure_policy_messages(policy: dict[str, Any], names: list[str], replicas: list[int], gate: bool) -> list[str]:
     """``validateFailurePolicy``. A message pattern that is no valid regex is accepted (the controller skips it)."""
     rules = policy.get("rules") or []
-    if any(rule.get("action") in GATED_ACTIONS for rule in rules):
+    if any(rule.get("action") in GATED_ACTIONS for rule in rules) and gate:
+        if any(r > MAX_RESTART_JOB_REPLICAS for r in replicas):
+            return [
+                "JobSet cannot have a failure policy rule with RestartJob or RestartJobAndIgnoreMaxRestarts action "
+                f"and a replicated job with replicas > {MAX_RESTART_JOB_REPLICAS}"
+            ]
+    elif any(rule.get("action") in GATED_ACTIONS for rule in rules):
         return [  # upstream returns at once: a missing feature gate is critical
             "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not allowed when "
             "RestartJob feature gate is disabled"
@@ -284,9 +291,10 @@ def _replicated_job_causes(name: str, index: int, rjob: dict[str, Any], seen: li
     return causes
 
 
-def webhook_causes(js: Obj) -> Causes:
-    """``jobSetWebhook.ValidateCreate`` of JobSet 0.12 with every feature gate off, in its order: field errors
-    where upstream builds them, ``field.InternalError(nil, ...)`` for its plain errors (``invalidError``)."""
+def webhook_causes(js: Obj, *, restart_job: bool = False) -> Causes:
+    """``jobSetWebhook.ValidateCreate`` of JobSet 0.12 with every feature gate off but ``RestartJob`` if
+    ``restart_job``, in its order: field errors where upstream builds them, ``field.InternalError(nil, ...)`` for its
+    plain errors (``invalidError``)."""
     name, spec = js["metadata"]["name"], js["spec"]
     rjobs = spec.get("replicatedJobs") or []
     names = [r["name"] for r in rjobs]
@@ -313,7 +321,9 @@ def webhook_causes(js: Obj) -> Causes:
         if t not in names
     ]
     if spec.get("failurePolicy") is not None:
-        causes += [_internal(m) for m in _failure_policy_messages(spec["failurePolicy"], names)]
+        replicas = [r.get("replicas", 1) for r in rjobs]
+        messages = _failure_policy_messages(spec["failurePolicy"], names, replicas, restart_job)
+        causes += [_internal(m) for m in messages]
     if spec.get("coordinator") is not None:
         causes += [_internal(m) for m in _coordinator_messages(js)]
     return causes
@@ -333,7 +343,8 @@ def _without_kueue_mutable(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class JobSetAdmission:
     """Admission for ``jobsets.jobset.x-k8s.io``; raises ``errors.Invalid`` (422) with per-field causes."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, restart_job: bool = False) -> None:
+        self.restart_job = restart_job  # the RestartJob feature gate
         self._schema = schemas.load(schemas.JOBSET)
         self._validator = jsonschema.Draft7Validator(self._schema)
 
@@ -361,7 +372,7 @@ class JobSetAdmission:
     def admit_create(self, obj: Obj) -> None:
         apply_webhook_defaults(obj)
         self._structural(obj, None)
-        if causes := webhook_causes(obj):
+        if causes := webhook_causes(obj, restart_job=self.restart_job):
             self._deny(obj, causes)
 
     def admit_update(self, obj: Obj, old: Obj) -> None:

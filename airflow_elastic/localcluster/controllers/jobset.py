@@ -1,6 +1,7 @@
 """The JobSet controller (jobset.x-k8s.io/v1alpha2), following ``jobset_controller.go`` step by step
 (docs/jobset.md §5). Status is written once per reconcile and events are emitted only after that write succeeds,
-as upstream does. Not implemented: the alpha gates (RestartJob, InPlaceRestart, ElasticJobSet),
+as upstream does. The RestartJob gate is ``restart_job`` (see :mod:`.jobsetpolicy`). Not implemented: the other alpha
+gates (InPlaceRestart, ElasticJobSet),
 volumeClaimPolicies (no PVCs here) and exclusive-placement pod webhooks (the annotations are copied).
 """
 
@@ -16,6 +17,7 @@ from airflow_elastic.localcluster.controller import Controller, Key, own_key, ow
 from airflow_elastic.localcluster.controllers.jobsetpolicy import (
     COMPLETED_MESSAGE,
     CONTROLLER_NAME,
+    JOB_ACTIONS,
     JOBSET_NAME,
     MESSAGES,
     RJOB_NAME,
@@ -28,10 +30,12 @@ from airflow_elastic.localcluster.controllers.jobsetpolicy import (
     finished,
     first_failed,
     match_failure_rule,
+    recreate_job,
     replicated_job_statuses,
     set_condition,
     subdomain,
     success_reached,
+    total_restarts_counted,
 )
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.resources import JOBS, JOBSETS, SERVICES
@@ -51,9 +55,10 @@ class JobSetController(Controller):
 
     name = COMPONENT
 
-    def __init__(self, store: Store, recorder: Recorder):
+    def __init__(self, store: Store, recorder: Recorder, *, restart_job: bool = False):
         super().__init__(store)
         self.recorder = recorder
+        self.restart_job = restart_job  # JobSet's RestartJob feature gate
         self.watches = {JOBSETS.key: own_key, JOBS.key: owner_key("JobSet"), SERVICES.key: owner_key("JobSet")}
 
     async def reconcile(self, key: Key) -> float | None:
@@ -101,8 +106,8 @@ class JobSetController(Controller):
                 self.store.delete(JOBS, job["metadata"]["namespace"], job["metadata"]["name"], propagation="Foreground")
 
     def _reconcile(self, js: Obj, status: dict[str, Any], events: list[Event]) -> float | None:
-        owned = bucket(js, self._owned_jobs(js))
-        statuses = replicated_job_statuses(js, owned)
+        owned = bucket(js, self._owned_jobs(js), restart_job=self.restart_job)
+        statuses = replicated_job_statuses(js, owned, restart_job=self.restart_job)
         status["replicatedJobsStatus"] = statuses
         status.setdefault("restarts", 0)
         if done := finished(js):  # step 4
@@ -150,11 +155,17 @@ class JobSetController(Controller):
         if action == "FailJobSet":
             self._fail(status, events, "FailJobSetFailurePolicyAction", job)
             return
-        if action == "RestartJobSet" and status.get("restartsCountTowardsMax", 0) >= policy.get("maxRestarts", 0):
+        counted = total_restarts_counted(js) if self.restart_job else status.get("restartsCountTowardsMax", 0)
+        if action in ("RestartJobSet", "RestartJob") and counted >= policy.get("maxRestarts", 0):
             self._fail(status, events, "ReachedMaxRestarts", job)
             return
         reason = f"{action}FailurePolicyAction"
         message = f"{MESSAGES[reason]} (first failed job: {job['metadata']['name']})"
+        if action in JOB_ACTIONS:  # failurePolicyRecreateJob: only this Job; upstream errors without the gate
+            if self.restart_job:
+                recreate_job(js, job, counted=action == "RestartJob")
+                events.append(("Warning", reason, message))
+            return
         status["restarts"] = status.get("restarts", 0) + 1
         if action == "RestartJobSet":
             status["restartsCountTowardsMax"] = status.get("restartsCountTowardsMax", 0) + 1
@@ -255,7 +266,7 @@ class JobSetController(Controller):
         that could not be created, one ``job "<name>" creation failed with error: <err>`` line each (errors.Join)."""
         failed = []
         for index in range(rjob.get("replicas", 1)):
-            job = construct_job(js, rjob, index)
+            job = construct_job(js, rjob, index, restart_job=self.restart_job)
             if job["metadata"]["name"] in existing:
                 continue
             try:

@@ -1,5 +1,13 @@
 """Pure pieces of the JobSet controller (docs/jobset.md §3, §5, §6): child Job construction, replicatedJob status,
-conditions, and the success, failure, dependsOn and startup policies. Strings are upstream's constants."""
+conditions, and the success, failure, dependsOn and startup policies. Strings are upstream's constants.
+
+With the ``RestartJob`` feature gate (JobSet 0.12+, alpha; ``cluster up --jobset-feature-gates RestartJob=true``),
+the failure-policy actions ``RestartJob`` and ``RestartJobAndIgnoreMaxRestarts`` recreate only the failed child Job,
+as upstream's ``pkg/controllers/failure_policy.go`` (``failurePolicyRecreateJob``, ``restartJobActionApplier``) and
+``jobset_controller.go`` (``getChildJobs``, ``constructJob``, ``replicatedJobStatuses``) do: a Job's individual
+attempt is counted in ``status.replicatedJobsStatus[].jobRestarts[jobIndex]`` (and, for ``RestartJob``, in
+``jobRestartsCountTowardsMax``, which with the global count is held to ``maxRestarts``); its child Job is labeled
+``job-restart-attempt`` and one of an older attempt is deleted and recreated."""
 
 from __future__ import annotations
 
@@ -23,6 +31,9 @@ GLOBAL_REPLICAS, JOB_INDEX, JOB_GLOBAL_INDEX = (
     PREFIX + "job-global-index",
 )
 JOB_KEY, RESTART_ATTEMPT, COORDINATOR = PREFIX + "job-key", PREFIX + "restart-attempt", PREFIX + "coordinator"
+JOB_RESTART_ATTEMPT = PREFIX + "job-restart-attempt"  #: constants.JobRestartAttemptKey (RestartJob gate)
+#: The actions behind the RestartJob feature gate (pkg/features/features.go).
+JOB_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 GROUP_NAME, GROUP_REPLICAS, JOB_GROUP_INDEX = (
     PREFIX + "group-name",
     PREFIX + "group-replicas",
@@ -42,6 +53,10 @@ MESSAGES = {
     "RestartJobSetFailurePolicyAction": "applying RestartJobSet failure policy action",
     "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction": (
         "applying RestartJobSetAndIgnoreMaxRestarts failure policy action"
+    ),
+    "RestartJobFailurePolicyAction": "applying RestartJob failure policy action",
+    "RestartJobAndIgnoreMaxRestartsFailurePolicyAction": (
+        "applying RestartJobAndIgnoreMaxRestarts failure policy action"
     ),
 }
 
@@ -67,19 +82,56 @@ def job_finished_type(job: Obj) -> str:
     return ""
 
 
-def bucket(js: Obj, jobs: list[Obj]) -> ChildJobs:
+def bucket(js: Obj, jobs: list[Obj], *, restart_job: bool = False) -> ChildJobs:
     restarts = (js.get("status") or {}).get("restarts", 0)
     owned = ChildJobs()
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
-        attempt = (job["metadata"].get("labels") or {}).get(RESTART_ATTEMPT, "")
-        if not attempt.isdigit() or int(attempt) < restarts:
+        labels = job["metadata"].get("labels") or {}
+        attempt = labels.get(RESTART_ATTEMPT, "")
+        if not attempt.isdigit() or int(attempt) < restarts or (restart_job and _older_job_attempt(js, labels)):
             owned.previous.append(job)
         else:
             {"": owned.active, "Failed": owned.failed, "Complete": owned.successful}[job_finished_type(job)].append(job)
     return owned
 
 
-def replicated_job_statuses(js: Obj, owned: ChildJobs) -> list[dict[str, Any]]:
+def _older_job_attempt(js: Obj, labels: dict[str, str]) -> bool:
+    """The Job's individual attempt is below its target (a label that is missing is kept, as upstream logs it)."""
+    attempt, index = labels.get(JOB_RESTART_ATTEMPT, ""), labels.get(JOB_INDEX, "")
+    targets = job_restarts(js, labels.get(RJOB_NAME, ""))
+    return attempt.isdigit() and index.isdigit() and int(index) < len(targets) and int(attempt) < targets[int(index)]
+
+
+def job_restarts(js: Obj, rjob: str, key: str = "jobRestarts") -> list[int]:
+    """``getJobRestarts``: the individual restart attempts (or ``jobRestartsCountTowardsMax``) of each Job."""
+    replicas = next((r.get("replicas", 1) for r in js["spec"]["replicatedJobs"] if r["name"] == rjob), 0)
+    for status in (js.get("status") or {}).get("replicatedJobsStatus") or []:
+        if status["name"] == rjob and status.get(key):
+            return list(status[key])
+    return [0] * replicas
+
+
+def total_restarts_counted(js: Obj) -> int:
+    """``totalRestartsCountTowardsMax``: the global count plus every Job's individual counted restarts."""
+    status = js.get("status") or {}
+    return status.get("restartsCountTowardsMax", 0) + sum(
+        sum(s.get("jobRestartsCountTowardsMax") or []) for s in status.get("replicatedJobsStatus") or []
+    )
+
+
+def recreate_job(js: Obj, job: Obj, *, counted: bool) -> None:
+    """``failurePolicyRecreateJob``: raise the failed Job's individual attempt (and counted attempts)."""
+    labels = job["metadata"].get("labels") or {}
+    rjob, index = labels[RJOB_NAME], int(labels[JOB_INDEX])
+    for status in js["status"]["replicatedJobsStatus"]:
+        if status["name"] == rjob:
+            for key in ("jobRestarts", "jobRestartsCountTowardsMax") if counted else ("jobRestarts",):
+                values = job_restarts(js, rjob, key)
+                values[index] += 1
+                status[key] = values
+
+
+def replicated_job_statuses(js: Obj, owned: ChildJobs, *, restart_job: bool = False) -> list[dict[str, Any]]:
     counts = {
         r["name"]: dict.fromkeys(("ready", "succeeded", "failed", "active", "suspended"), 0)
         for r in js["spec"]["replicatedJobs"]
@@ -102,7 +154,13 @@ def replicated_job_statuses(js: Obj, owned: ChildJobs) -> list[dict[str, Any]]:
             rjob = (job["metadata"].get("labels") or {}).get(RJOB_NAME)
             if rjob in counts:
                 counts[rjob][key] += 1
-    return [{"name": name, **values} for name, values in counts.items()]
+    statuses: list[dict[str, Any]] = [{"name": name, **values} for name, values in counts.items()]
+    old = {s["name"]: s for s in (js.get("status") or {}).get("replicatedJobsStatus") or []}
+    for status in statuses if restart_job else ():  # kept: the failure policy may change them below
+        for key in ("jobRestarts", "jobRestartsCountTowardsMax"):
+            if values := (old.get(status["name"]) or {}).get(key):
+                status[key] = list(values)
+    return statuses
 
 
 def set_condition(status: dict[str, Any], kind: str, state: str, reason: str, message: str) -> bool:
@@ -212,7 +270,7 @@ def all_started(rjob: dict[str, Any], statuses: list[dict[str, Any]]) -> bool:
     return status is not None and status["ready"] + status["succeeded"] >= rjob.get("replicas", 1)
 
 
-def _labels(js: Obj, rjob: dict[str, Any], index: int) -> dict[str, str]:
+def _labels(js: Obj, rjob: dict[str, Any], index: int, restart_job: bool) -> dict[str, str]:
     name, namespace = js["metadata"]["name"], js["metadata"]["namespace"]
     rjobs = js["spec"]["replicatedJobs"]
     job_name = f"{name}-{rjob['name']}-{index}"
@@ -234,6 +292,8 @@ def _labels(js: Obj, rjob: dict[str, Any], index: int) -> dict[str, str]:
         GROUP_REPLICAS: str(sum(r.get("replicas", 1) for r in in_group)),
         JOB_GROUP_INDEX: str(group_before + index),
     }
+    if restart_job:
+        keys[JOB_RESTART_ATTEMPT] = str(job_restarts(js, rjob["name"])[index])
     if coordinator := js["spec"].get("coordinator"):
         keys[COORDINATOR] = (
             f"{name}-{coordinator['replicatedJob']}-{coordinator.get('jobIndex', 0)}-"
@@ -256,7 +316,7 @@ def _label_and_annotate(meta: dict[str, Any], js: Obj, rjob: dict[str, Any], key
     meta["annotations"] = annotations
 
 
-def construct_job(js: Obj, rjob: dict[str, Any], index: int) -> Obj:
+def construct_job(js: Obj, rjob: dict[str, Any], index: int, *, restart_job: bool = False) -> Obj:
     """``constructJob``: the child Job ``<js>-<rjob>-<index>`` with its labels, annotations and owner."""
     template = copy.deepcopy(rjob["template"])
     meta = {
@@ -276,7 +336,7 @@ def construct_job(js: Obj, rjob: dict[str, Any], index: int) -> Obj:
         ],
     }
     spec = template["spec"]
-    keys = _labels(js, rjob, index)
+    keys = _labels(js, rjob, index, restart_job)
     _label_and_annotate(meta, js, rjob, keys)
     pod_template = spec.setdefault("template", {})
     _label_and_annotate(pod_template.setdefault("metadata", {}), js, rjob, keys)

@@ -19,7 +19,7 @@ from airflow_elastic.kube.labels import GROUP_LABEL as GROUP_LABEL
 from airflow_elastic.kube.labels import MANAGED_BY_LABEL as MANAGED_BY_LABEL
 from airflow_elastic.kube.labels import MANAGER as MANAGER
 from airflow_elastic.kube.labels import QUEUE_LABEL as QUEUE_LABEL
-from airflow_elastic.training.render import elastic
+from airflow_elastic.training.render import elastic, fault_tolerance
 from airflow_elastic.training.render.pod import pod_template
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
 from airflow_elastic.training.validation import is_label_key, is_label_value
@@ -77,6 +77,11 @@ def render_jobset(
         "failurePolicy": _failure_policy(group),
         "replicatedJobs": [_replicated_job(group, role, jobset, common) for role in group.roles],
     }
+    if group.fault_tolerance is not None:  # the lighthouse and the replica groups (render/fault_tolerance.py)
+        rules = (DISRUPTION_RULE, DISRUPTION_MESSAGE_PATTERN, FAILURE_RULE)
+        spec |= fault_tolerance.jobset_parts(
+            group, jobset=jobset, namespace=namespace, labels=common, role_label=ROLE_LABEL, rules=rules
+        )
     if ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = ttl_seconds_after_finished
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}

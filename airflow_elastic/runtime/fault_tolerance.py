@@ -1,0 +1,122 @@
+"""What a torchft trainer needs from the product, and nothing torchft already does (standard library only).
+
+In a group with ``FaultTolerance(...)`` torchft keeps the replica groups training: a lost replica group drops out of
+the quorum and its replacement heals from a live peer. What torchft does not do is survive losing *every* replica
+group; then the operator restarts the whole group, and it resumes from the durable checkpoint. So:
+
+* :func:`is_writer`: the one pod of the current quorum that writes durable checkpoints and reports (rank 0 of
+  the replica group that is rank 0 of the quorum); every other pod skips, so the quorum does not write
+  ``replica_groups`` copies.
+* :func:`save_checkpoint`: :func:`airflow_elastic.runtime.save_checkpoint` on that pod, with the manager's state
+  (torchft's step and committed batches; torchft says to save it with every periodic checkpoint) in the marker.
+* :func:`resume`: on start, the manager's state and the caller's from the latest durable checkpoint. A replica
+  group that starts while others train also reads it, and torchft then heals it from a live peer (the quorum's
+  step is ahead of the checkpoint's).
+
+The manager is torchft's ``Manager``; this module never imports torchft (the trainer does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from airflow_elastic.contract import torchft
+from airflow_elastic.contract.checkpoints import Checkpoint
+from airflow_elastic.runtime.checkpoint import WriteFn, latest_checkpoint
+from airflow_elastic.runtime.checkpoint import save_checkpoint as _save
+from airflow_elastic.runtime.context import Context, context
+
+__all__ = ["MANAGER_KEY", "Manager", "ReplicaGroup", "is_writer", "replica_group", "resume", "save_checkpoint"]
+
+#: Where the manager's state is kept in a checkpoint's ``COMPLETE`` marker.
+MANAGER_KEY = "torchft"
+
+
+class Manager(Protocol):
+    """The part of ``torchft.Manager`` used here."""
+
+    def participating_rank(self) -> int | None:
+        """This replica group's rank in the current quorum (``None``: not participating in this step)."""
+
+    def current_step(self) -> int:
+        """The step the quorum agreed on (the manager's own counter, restored by healing)."""
+
+    def state_dict(self) -> dict[str, int]:
+        """The manager's state to keep with a durable checkpoint (its step and batches committed)."""
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """Restore the manager's state from a durable checkpoint after a whole-group restart."""
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """This pod's replica group, from torchft's own variables."""
+
+    id: int
+    count: int
+    lighthouse: str
+
+
+def replica_group(env: Mapping[str, str] | None = None) -> ReplicaGroup | None:
+    """The pod's replica group, or ``None`` outside a fault-tolerant group."""
+    env = os.environ if env is None else env
+    if torchft.REPLICA_GROUP_ID not in env or torchft.NUM_REPLICA_GROUPS not in env:
+        return None
+    return ReplicaGroup(
+        int(env[torchft.REPLICA_GROUP_ID]), int(env[torchft.NUM_REPLICA_GROUPS]), env.get(torchft.LIGHTHOUSE, "")
+    )
+
+
+def is_writer(manager: Manager, ctx: Context | None = None) -> bool:
+    """True on the one pod of the quorum that writes checkpoints and reports: rank 0 of its replica group, in the
+    replica group that is rank 0 of the current quorum (waits for the quorum, as ``participating_rank`` does)."""
+    ctx = ctx or context()
+    return ctx.rank == 0 and manager.participating_rank() == 0
+
+
+def save_checkpoint(
+    manager: Manager,
+    write: WriteFn | None = None,
+    *,
+    step: int | None = None,
+    files: Mapping[str, bytes | str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    ctx: Context | None = None,
+    **options: Any,
+) -> Checkpoint | None:
+    """Save a durable checkpoint of the quorum's state on the writer (:func:`is_writer`), with the manager's state.
+
+    ``step`` defaults to the manager's step; ``write``, ``files``, ``metadata`` and ``options`` are those of
+    :func:`airflow_elastic.runtime.save_checkpoint`. Returns the checkpoint on the writer, ``None`` elsewhere.
+    """
+    ctx = ctx or context()
+    if not is_writer(manager, ctx):
+        return None
+    state = manager.state_dict()
+    done = state["step"] if step is None else step
+    marker = {**(metadata or {}), MANAGER_KEY: state}
+    return _save(done, write, files=files, metadata=marker, ctx=ctx, **options)
+
+
+def resume(
+    manager: Manager, load: Callable[[Checkpoint], object] | None = None, *, ctx: Context | None = None
+) -> Checkpoint | None:
+    """Restore the manager's state and, through ``load``, the caller's from the latest durable checkpoint.
+
+    Call it after building the manager and before the first step: the manager then joins the quorum at the
+    checkpoint's step. Returns the checkpoint, or ``None`` when there is none (a first start).
+    """
+    found = latest_checkpoint(ctx=ctx or context())
+    if found is None:
+        return None
+    state = found.marker.get(MANAGER_KEY)
+    if isinstance(state, Mapping):
+        manager.load_state_dict({"step": int(state["step"]), "batches_committed": int(state["batches_committed"])})
+    else:  # written without the manager's state: its step is the checkpoint's
+        manager.load_state_dict({"step": found.step, "batches_committed": 0})
+    if load is not None:
+        load(found)
+    return found

@@ -1,0 +1,80 @@
+"""A plain torchft DDP trainer on synthetic data (``dags/example_torch_fault_tolerant.py``).
+
+Written as torchft's own examples are (``train_ddp.py``), and run as they are, under torchrun: a ``Manager`` over
+gloo reads ``TORCHFT_LIGHTHOUSE`` (rendered) and joins the store torchrun serves on its replica group's pod 0;
+``REPLICA_GROUP_ID`` names the replica group. A replica group that dies drops out of the quorum while the others
+train on; its replacement heals from a live peer. The product adds only the durable checkpoint (one pod of the
+quorum writes it, with the manager's state) and the resume from it after a whole-group restart.
+
+Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn, optim
+from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+
+from airflow_elastic import runtime
+from airflow_elastic.runtime import fault_tolerance
+
+logging.basicConfig(level=logging.WARNING)
+STEPS = int(os.environ.get("TRAIN_STEPS", "40"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
+CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
+REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+
+
+def main() -> None:
+    torch.manual_seed(0)  # the same initial weights in every replica group
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    inner = optim.SGD(model.parameters(), lr=0.05)
+
+    def state_dict() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optim": inner.state_dict()}
+
+    def load_state_dict(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        inner.load_state_dict(state["optim"])
+
+    manager = Manager(
+        pg=ProcessGroupGloo(timeout=timedelta(seconds=5)),
+        min_replica_size=1,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        replica_id=f"train_torchft_{REPLICA_GROUP_ID}",
+        timeout=timedelta(seconds=10),
+    )
+    durable = bool(runtime.context().checkpoint_uri)
+    if durable:
+        fault_tolerance.resume(manager, lambda found: load_state_dict(torch.load(f"{found.path}/state.pt")))
+    ddp = DistributedDataParallel(manager, model)
+    optimizer = Optimizer(manager, inner)
+    loss = torch.zeros(())
+    while manager.current_step() < STEPS:
+        generator = torch.Generator().manual_seed(REPLICA_GROUP_ID * 100_003 + manager.current_step())
+        x = torch.randn(32, 16, generator=generator)
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
+        loss.backward()
+        optimizer.step()
+        step = manager.current_step()
+        print(
+            f"replica group {REPLICA_GROUP_ID} step {step} quorum {manager.num_participants()} loss {loss.item():.4f}"
+        )
+        if durable and step % CHECKPOINT_EVERY == 0:
+            fault_tolerance.save_checkpoint(manager, lambda d: torch.save(state_dict(), f"{d}/state.pt"))
+        time.sleep(STEP_SECONDS)
+    if fault_tolerance.is_writer(manager):
+        runtime.report({"step": manager.current_step(), "loss": loss.item(), "batches": manager.batches_committed()})
+    manager.shutdown(wait=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""runtime.fault_tolerance: one durable checkpoint per quorum, with torchft's manager state, and the resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_elastic.runtime import Context
+from airflow_elastic.runtime.fault_tolerance import MANAGER_KEY, is_writer, replica_group, resume, save_checkpoint
+
+
+@dataclass
+class FakeManager:
+    """What the helpers use of ``torchft.Manager``."""
+
+    participating: int | None = 0
+    state: dict[str, int] = field(default_factory=lambda: {"step": 0, "batches_committed": 0})
+
+    def participating_rank(self) -> int | None:
+        return self.participating
+
+    def current_step(self) -> int:
+        return self.state["step"]
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(self.state)
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self.state = dict(state_dict)
+
+
+def test_replica_group_from_torchfts_env():
+    env = {"REPLICA_GROUP_ID": "2", "NUM_REPLICA_GROUPS": "3", "TORCHFT_LIGHTHOUSE": "http://lh:29510"}
+    found = replica_group(env)
+    assert found is not None and (found.id, found.count, found.lighthouse) == (2, 3, "http://lh:29510")
+    assert replica_group({}) is None
+
+
+def test_only_rank_0_of_the_quorums_rank_0_replica_group_writes(tmp_path: Path):
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    assert is_writer(FakeManager(0), ctx)
+    assert not is_writer(FakeManager(1), ctx)  # another replica group of the quorum
+    assert not is_writer(FakeManager(None), ctx)  # healing: not in the quorum
+    assert not is_writer(FakeManager(0), Context(checkpoint_uri=str(tmp_path), rank=1))
+    assert save_checkpoint(FakeManager(1), files={"w": "x"}, ctx=ctx) is None
+    assert not list(tmp_path.iterdir())
+
+
+def test_save_then_resume_restores_the_managers_step_and_the_state(tmp_path: Path):
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    writer = FakeManager(0, {"step": 40, "batches_committed": 110})
+    saved = save_checkpoint(writer, files={"weights": "w40"}, metadata={"loss": 0.5}, ctx=ctx)
+    assert saved is not None and saved.step == 40
+    assert saved.marker[MANAGER_KEY] == {"step": 40, "batches_committed": 110} and saved.marker["loss"] == 0.5
+
+    restarted, loaded = FakeManager(None), []
+    found = resume(restarted, lambda c: loaded.append(Path(c.path, "weights").read_text()), ctx=ctx)
+    assert found is not None and found.step == 40
+    assert restarted.state == {"step": 40, "batches_committed": 110}
+    assert loaded == ["w40"]
+
+
+def test_resume_on_a_first_start_changes_nothing(tmp_path: Path):
+    manager = FakeManager()
+    assert resume(manager, lambda c: None, ctx=Context(checkpoint_uri=str(tmp_path))) is None
+    assert manager.state == {"step": 0, "batches_committed": 0}
