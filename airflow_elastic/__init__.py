@@ -10,6 +10,7 @@ from airflow_elastic import _aliases
 from airflow_elastic.stages.spec import BatchStage
 from airflow_elastic.training.fault_tolerance import FaultTolerance
 from airflow_elastic.training.spec import (
+    Budgets,
     Checkpointing,
     Elastic,
     FailurePolicy,
@@ -20,6 +21,7 @@ from airflow_elastic.training.spec import (
     SuccessPolicy,
     TrainingGroup,
 )
+from airflow_elastic.waiting.settings import RunOptions, WaitSettings
 
 _aliases.install()  # the module paths of earlier releases (airflow_elastic/_aliases.py)
 
@@ -27,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchStage",
+    "Budgets",
     "Checkpointing",
     "Elastic",
     "FailurePolicy",
@@ -34,8 +37,10 @@ __all__ = [
     "Placement",
     "Resources",
     "Role",
+    "RunOptions",
     "SpecError",
     "SuccessPolicy",
     "TrainingGroup",
+    "WaitSettings",
     "__version__",
 ]

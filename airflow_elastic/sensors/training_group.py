@@ -104,11 +104,12 @@ class TrainingGroupSensor(BaseSensorOperator):
         transient API errors end the wait once they outlast ``api_outage_tolerance``; in ``reschedule`` mode the
         sensor ``timeout`` does)."""
         from airflow_elastic.operators.training.waiting import observe, settle
+        from airflow_elastic.waiting.settings import WaitSettings
         from airflow_elastic.waiting.watch import Watch
 
         if self._watch is None or self._watch.namespace != namespace:
-            tolerance = self.api_outage_tolerance
-            self._watch = Watch(self.name, namespace, metrics_role=self.metrics_role, api_outage_tolerance=tolerance)
+            settings = WaitSettings(metrics_role=self.metrics_role, api_outage_tolerance=self.api_outage_tolerance)
+            self._watch = Watch(self.name, namespace, settings)
         step = settle(self._watch, hook, observe(hook, namespace, self.name), self.log)
         if step.verdict is None:
             self.log.info("JobSet %s/%s is %s", namespace, self.name, step.status.phase if step.status else "unseen")
@@ -122,6 +123,7 @@ class TrainingGroupSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+        from airflow_elastic.waiting.settings import WaitSettings
 
         hook = self.hook()
         namespace = self._namespace(hook)
@@ -132,12 +134,14 @@ class TrainingGroupSensor(BaseSensorOperator):
             self.name,
             namespace,
             self.kubernetes_conn_id,
-            poll_interval=self.poke_interval,
-            deadline=time.time() + self.timeout,
-            metrics_role=self.metrics_role,
+            wait=WaitSettings(
+                poll_interval=self.poke_interval,
+                deadline=time.time() + self.timeout,
+                metrics_role=self.metrics_role,
+                api_outage_tolerance=self.api_outage_tolerance,
+            ),
             on_kill_action="keep",
             connection_extras=hook.get_connection_extras(),
-            api_outage_tolerance=self.api_outage_tolerance,
         )
         # The trigger's deadline answers first; the deferral timeout is a backstop for a lost triggerer.
         backstop = timedelta(seconds=self.timeout + max(60.0, 2 * self.poke_interval))

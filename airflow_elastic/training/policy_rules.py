@@ -231,6 +231,19 @@ def _checkpoint(group: TrainingGroup) -> Iterator[Problem]:
             "checkpoint.conn_id",
             f"must be an Airflow connection id (a non-empty string) or None, got {ckpt.conn_id!r}",
         )
+    seconds = ckpt.write_seconds
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0):
+        yield "checkpoint.write_seconds", f"must be seconds > 0 or None, got {seconds!r}"
+
+
+@rule("report-roles")
+def _report_roles(group: TrainingGroup) -> Iterator[Problem]:
+    """``log_role`` and ``metrics_role`` name roles of the group."""
+    known = role_names_of(group)
+    for attr in ("log_role", "metrics_role"):
+        role = getattr(group, attr)
+        if role is not None and role not in known:
+            yield attr, f"{role!r} is not a role of group {group.name!r}: {known}{did_you_mean(str(role), known)}"
 
 
 @rule("elastic")

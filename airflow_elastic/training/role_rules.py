@@ -19,6 +19,7 @@ from airflow_elastic.training.rulebook import (
     roles_of,
 )
 from airflow_elastic.training.spec import (
+    Budgets,
     Checkpointing,
     Elastic,
     FailurePolicy,
@@ -42,6 +43,7 @@ def _types(group: TrainingGroup) -> Iterator[Problem]:
         ("placement", group.placement, Placement),
         ("checkpoint", group.checkpoint, (Checkpointing, type(None))),
         ("elastic", group.elastic, (Elastic, type(None))),
+        ("budgets", group.budgets, Budgets),
     ]
     for path, role in roles_of(group):
         expected += [

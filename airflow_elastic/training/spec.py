@@ -8,6 +8,8 @@ the DAG file is parsed, not with a 422 from the API server an hour later.
 
 from __future__ import annotations
 
+import datetime
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from airflow_elastic.training.fault_tolerance import FaultTolerance
 
 __all__ = [
+    "Budgets",
     "Checkpointing",
     "Elastic",
     "FailurePolicy",
@@ -163,14 +166,48 @@ class FailurePolicy(_Spec):
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """Limits across every attempt of one training (all the groups a task instance ran since it last finished,
+    retries adopting the running group included; for a sweep, across all its trials).
+
+    Args:
+        max_wall_clock: seconds (or a ``timedelta``) since the first attempt started; past it the group is deleted
+            and the task fails.
+        max_gpu_hours: GPU-hours (the group's GPU requests times each attempt's lifetime); past them the group is
+            deleted and the task fails.
+
+    Raises:
+        SpecError: a limit that is not a positive number, named (``budgets.max_wall_clock``).
+    """
+
+    max_wall_clock: float | None = None
+    max_gpu_hours: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_wall_clock, datetime.timedelta):
+            object.__setattr__(self, "max_wall_clock", self.max_wall_clock.total_seconds())
+        problems = []
+        for name in ("max_wall_clock", "max_gpu_hours"):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and (not number or not math.isfinite(value) or value <= 0):
+                problems.append((f"budgets.{name}", f"must be a positive number or None, got {value!r}"))
+        if problems:
+            raise SpecError(problems)
+
+
+@dataclass(frozen=True)
 class Checkpointing:
     """Where the group's checkpoints live (``file://``, a plain absolute path, ``s3://``, ``gs://`` ...), and how
     many complete checkpoints to keep. ``conn_id``: the Airflow connection the operator lists them with (through
-    ``ObjectStoragePath``, for schemes an installed provider registers); the pods use their own credentials."""
+    ``ObjectStoragePath``, for schemes an installed provider registers); the pods use their own credentials.
+    ``write_seconds``: how long one checkpoint takes to write, for the Young/Daly advice logged at the end (a
+    ``write_seconds`` field in the checkpoint marker wins)."""
 
     uri: str
     keep: int = 3
     conn_id: str | None = None
+    write_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +277,10 @@ class TrainingGroup(_Spec):
         pod_overrides: partial pod merged into every pod (volumes, service account, security context, ...).
         coordinator_port: port of the rendezvous on the coordinator (``MASTER_PORT``).
         fault_tolerance: optional :class:`~airflow_elastic.training.fault_tolerance.FaultTolerance` (torchft).
+        budgets: :class:`Budgets` (``max_wall_clock``, ``max_gpu_hours``) across the attempts of one training.
+        log_role: the role whose first pod's log is copied into the task log (default: the leader).
+        metrics_role: the role whose first pod's termination message holds the final metrics (default: the
+            leader).
 
     Raises:
         SpecError: listing every broken rule with its field path.
@@ -257,6 +298,9 @@ class TrainingGroup(_Spec):
     pod_overrides: Mapping[str, Any] | None = None
     coordinator_port: int = 29500
     fault_tolerance: FaultTolerance | None = None
+    budgets: Budgets = field(default_factory=Budgets)
+    log_role: str | None = None
+    metrics_role: str | None = None
 
     _tuples = ("roles",)
     _dicts: ClassVar[tuple[str, ...]] = ("env", "pod_overrides")  # TrialGroup adds one

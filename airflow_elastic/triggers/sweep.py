@@ -100,11 +100,12 @@ class SweepTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, dict[str, Any]]
     """Fire once when any running trial of a sweep ends, should be stopped early, or the sweep's budget runs out.
 
     Args:
-        trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (the
-            :class:`~airflow_elastic.waiting.watch.Watch` keyword arguments the operator computes for it: ``uid``,
-            ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``, ``api_outage_tolerance``, ...;
-            the first trial's ``api_outage_tolerance`` holds for all), and ``logs``, how far
-            an earlier wait showed its leader's log (the event's ``logs``), so a re-deferral repeats no line.
+        trials: one dict per running trial: ``number``, ``name`` (its JobSet), ``watch`` (its
+            :class:`~airflow_elastic.waiting.settings.WaitSettings` as
+            :meth:`~airflow_elastic.waiting.settings.WaitSettings.to_dict` wrote it, computed by the operator:
+            ``uid``, ``deadline``, ``startup_deadline``, ``metrics_role``, ``max_preemptions``,
+            ``api_outage_tolerance``, ...; the first trial's ``api_outage_tolerance`` holds for all), and ``logs``,
+            how far an earlier wait showed its leader's log (the event's ``logs``), so a re-deferral repeats no line.
         namespace: the trials' namespace.
         kubernetes_conn_id: the Airflow ``kubernetes`` connection.
         history: the sweep's history (``SweepHistory.to_json()``), what the stopping rule compares against.
@@ -173,11 +174,10 @@ class SweepTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, dict[str, Any]]
             trial["name"],
             self.namespace,
             self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
+            wait={**trial.get("watch", {}), "poll_interval": self.poll_interval},
             log_role=self.log_role,
             on_kill_action=self.on_kill_action,
             connection_extras=self.connection_extras,
-            **trial.get("watch", {}),
         )
         number = int(trial["number"])
         # TrialLog is a logger's stand-in (the calls the view makes), prefixing the trial.

@@ -25,7 +25,6 @@ from typing import Any
 
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import AsyncTrainingGroupHookProtocol
-from airflow_elastic.preemption.cascade import SETTLE_SECONDS
 from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent, PodFailure
 from airflow_elastic.triggers.hooked import HookedTrigger
@@ -40,7 +39,7 @@ from airflow_elastic.triggers.observer import (
     selects,
 )
 from airflow_elastic.waiting import backend_watch as bw
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.waiting.settings import WaitSettings
 from airflow_elastic.waiting.trigger_output import Summarized, event_payload
 from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
 
@@ -58,40 +57,26 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         name: the JobSet's name.
         namespace: its namespace.
         kubernetes_conn_id: the Airflow ``kubernetes`` connection to the cluster.
-        uid: the uid of the JobSet that was created or adopted; a JobSet of the same name with another uid is
-            someone else's (``missing``). Empty: follow whatever JobSet has that name.
-        poll_interval: seconds between observations (shared with other triggers: the smallest wins).
-        deadline: epoch seconds (the task's ``execution_timeout``); past it the event is ``timeout`` (unless the
-            group is seen finished first: its real outcome wins). The trigger
-            does not delete anything then: the operator decides.
-        startup_deadline: epoch seconds; a group still ``Pending`` past it (and never seen running) fires
-            ``startup_timeout`` with :func:`~airflow_elastic.training.state.pending_diagnosis` as the message.
-        metrics_role: the role whose termination-message JSON is the group's metrics (usually the leader).
+        wait: the :class:`~airflow_elastic.waiting.settings.WaitSettings` of this wait (or its
+            :meth:`~airflow_elastic.waiting.settings.WaitSettings.to_dict`): ``poll_interval`` (shared with other
+            triggers: the smallest wins), the awaited ``uid``, the ``deadline`` (``execution_timeout``: past it the
+            event is ``timeout`` unless the group is seen finished first; the trigger deletes nothing then, the
+            operator decides), the ``startup_deadline``, the ``metrics_role``, ``capture_evidence`` (the event's
+            ``evidence``), ``max_preemptions`` (one more free restart fires ``preemption_budget_exhausted``),
+            ``suspend_timeout``, ``transient_exit_codes``, the elastic watch (``elastic_below_min``; its clock
+            lives in the trigger instance: a triggerer restart resets it), ``settle_seconds`` (a failure held to
+            see whether a node was lost) and ``api_outage_tolerance`` (seconds of transient API failures ridden
+            out before ``error``).
         log_role: the role whose first pod's log is copied to the task log while waiting; ``None``: no logs.
         on_kill_action: ``"delete"`` (delete the JobSet, foreground, when a user kills the task) or ``"keep"``.
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
-        capture_evidence: list the group's pods on every observation and classify each pod that stops (the
-            evidence is gone seconds after an in-cluster restart); the records are the event's ``evidence``.
-        max_preemptions: free (uncounted) restarts the group may still take; one more fires
-            ``preemption_budget_exhausted`` (the operator stops the group). ``None``: unbounded.
-        suspend_timeout: seconds the group may stay suspended (e.g. queued by Kueue) before
-            ``suspend_timeout`` fires; suspension is waiting, not failure. ``None``: wait forever.
-        transient_exit_codes: exit codes the classifier treats as transient.
-        elastic_role: the group's elastic role, whose Ready pods are counted on every observation (with
-            ``below_min_timeout``); ``None``: not watched.
-        elastic_min_replicas: the role's ``min_replicas``.
-        below_min_timeout: seconds the role may stay below ``elastic_min_replicas`` Ready pods (once it reached
-            them in the current restart attempt) before ``elastic_below_min`` fires (the operator then restarts
-            the group from its checkpoint). The clock lives in the trigger instance: a triggerer restart resets it.
-        settle_seconds: how long a failure is held while a pod has not reported its end, to see whether its node
-            was lost (a node-loss cascade, :mod:`airflow_elastic.preemption.cascade`); 0: never held.
         backend: ``jobset``, or ``trainjob`` / ``pytorchjob``: ``name`` is then a TrainJob (observed with its JobSet,
             and its build-error events while that JobSet does not exist) or a PyTorchJob, judged as the JobSet-shaped
             view of :func:`airflow_elastic.waiting.backend_watch.view`; the evidence is saved on that object.
         roles: the group's role names, leader first (a PyTorchJob's pods are labelled with them).
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
-        api_outage_tolerance: seconds of transient Kubernetes API failures in a row the wait rides out before it
-            fires ``error`` (:mod:`airflow_elastic.waiting.outage`); the outage's start and end are logged.
+        **legacy: the wait settings one by one (``uid=``, ``poll_interval=``, ``deadline=``, ...) as a trigger
+            serialized by an earlier release stored them: such a row still rebuilds its trigger after an upgrade.
     """
 
     hook_class = "airflow_elastic.hooks.async_group.AsyncTrainingGroupHook"
@@ -102,26 +87,14 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         namespace: str,
         kubernetes_conn_id: str = "kubernetes_default",
         *,
-        uid: str = "",
-        poll_interval: float = 10.0,
-        deadline: float | None = None,
-        startup_deadline: float | None = None,
-        metrics_role: str = "",
+        wait: WaitSettings | Mapping[str, Any] | None = None,
         log_role: str | None = None,
         on_kill_action: str = "delete",
         connection_extras: dict[str, Any] | None = None,
-        capture_evidence: bool = False,
-        max_preemptions: int | None = None,
-        suspend_timeout: float | None = None,
-        transient_exit_codes: list[int] | None = None,
-        elastic_role: str | None = None,
-        elastic_min_replicas: int = 0,
-        below_min_timeout: float | None = None,
-        settle_seconds: float = SETTLE_SECONDS,
         backend: str = bw.JOBSET,
         roles: list[str] | None = None,
         not_before: float | None = None,
-        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        **legacy: Any,
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -129,49 +102,38 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         self.name = name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.uid = uid
-        self.poll_interval = poll_interval
-        self.deadline = deadline
-        self.startup_deadline = startup_deadline
-        self.metrics_role = metrics_role
+        self.wait = _settings(wait, legacy)
         self.log_role = log_role
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
-        self.capture_evidence = capture_evidence
-        self.max_preemptions = max_preemptions
-        self.suspend_timeout = suspend_timeout
-        self.transient_exit_codes = list(transient_exit_codes or [])
-        self.elastic_role = elastic_role
-        self.elastic_min_replicas = elastic_min_replicas
-        self.below_min_timeout = below_min_timeout
-        self.settle_seconds = settle_seconds
         self.backend = backend
         self.roles = list(roles or [])
         self.not_before = not_before
-        self.api_outage_tolerance = float(api_outage_tolerance)
         self._objects = bw.objects(backend)
-        self._watch = Watch(
-            name,
-            namespace,
-            uid=uid,
-            deadline=deadline,
-            startup_deadline=startup_deadline,
-            metrics_role=metrics_role,
-            capture_evidence=capture_evidence,
-            max_preemptions=max_preemptions,
-            suspend_timeout=suspend_timeout,
-            transient_exit_codes=self.transient_exit_codes,
-            elastic_role=elastic_role,
-            elastic_min_replicas=elastic_min_replicas,
-            below_min_timeout=below_min_timeout,
-            settle_seconds=settle_seconds,
-            api_outage_tolerance=self.api_outage_tolerance,
-        )
+        self._watch = Watch(name, namespace, self.wait)
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
         self._observer: JobSetObserver | None = None
         self._subscription: Subscription | None = None
         self._version = ""  # the resourceVersion of the JobSet being judged
         self._logs = LogFollower(self, self._group_pods)
+
+    @property
+    def uid(self) -> str:
+        """The awaited object's uid (empty: whatever object has that name)."""
+        return self.wait.uid
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between observations (``wait.poll_interval``)."""
+        return self.wait.poll_interval
+
+    @poll_interval.setter
+    def poll_interval(self, seconds: float) -> None:
+        self.wait = self.wait.for_attempt(poll_interval=seconds)
+
+    def serialized_kwargs(self) -> dict[str, Any]:
+        """The constructor's keyword arguments, ``wait`` as its dict (primitives only)."""
+        return {**super().serialized_kwargs(), "wait": self.wait.to_dict()}
 
     # ----------------------------------------------------------------------------------------------- run
 
@@ -407,3 +369,19 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         else:
             await self.hook.delete_training_job(self._objects.plural, self.namespace, self.name, "Foreground")
         await self._close_hook()
+
+#: Legacy keywords whose ``None`` meant "none" (the others' ``None`` meant "the default").
+_NONE_OK = frozenset({"deadline", "startup_deadline", "max_preemptions", "suspend_timeout", "elastic_role"})
+
+
+def _settings(wait: WaitSettings | Mapping[str, Any] | None, legacy: Mapping[str, Any]) -> WaitSettings:
+    """The trigger's :class:`WaitSettings`: ``wait`` (the object, or its dict) or, for a row serialized by an earlier
+    release, the settings it stored one by one (``legacy``). An unknown keyword is refused, as Python would."""
+    if isinstance(wait, WaitSettings) and not legacy:
+        return wait
+    unknown = sorted(set(legacy) - set(WaitSettings.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"TrainingGroupTrigger got unexpected keyword argument(s): {', '.join(unknown)}")
+    base = wait.to_dict() if isinstance(wait, WaitSettings) else dict(wait or {})
+    given = {k: v for k, v in legacy.items() if v is not None or k in _NONE_OK}
+    return WaitSettings.from_dict({**base, **given})

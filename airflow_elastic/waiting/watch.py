@@ -36,7 +36,8 @@ from airflow_elastic.training.state import (
     pod_failures,
     reported_metrics,
 )
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
+from airflow_elastic.waiting.outage import Outage
+from airflow_elastic.waiting.settings import WaitSettings
 
 Obj = Mapping[str, Any]
 #: Failed observations in a row (each already retried by the hook) before the wait can end with ``status="error"``,
@@ -134,35 +135,17 @@ class Step:
 
 
 class Watch:
-    """The decision state of one wait on JobSet ``namespace/name``.
+    """The decision state of one wait on JobSet ``namespace/name``, judged by ``settings``.
 
     Args:
-        uid: the awaited JobSet's uid; a same-named JobSet with another uid is someone else's (``missing``).
-        deadline: epoch seconds (``execution_timeout``) -> ``timeout``, unless the group is seen finished first.
-        startup_deadline: epoch seconds; a group still ``Pending`` past it and never seen started ->
-            ``startup_timeout`` with :func:`~airflow_elastic.training.state.pending_diagnosis` as the message.
-        metrics_role: the role whose termination-message JSON is the group's metrics.
-        capture_evidence: classify every pod that stops (:class:`~airflow_elastic.preemption.evidence.Evidence`); the
-        records
-            are the verdict's ``evidence``.
+        settings: the :class:`~airflow_elastic.waiting.settings.WaitSettings` of this wait (its ``uid``,
+            deadlines, ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``, transient
+            exit codes, elastic watch, ``settle_seconds`` and ``api_outage_tolerance``); default: all defaults.
         list_pods: look at the pods on every observation even when no decision needs them (a log follower).
-        max_preemptions: free restarts (and preemptions absorbed in cluster, ``Evidence.absorbed``) still allowed;
-            one more -> ``preemption_budget_exhausted``.
-        suspend_timeout: seconds suspended (e.g. queued by Kueue) before ``suspend_timeout``; ``None``: forever.
-        transient_exit_codes: exit codes the classifier treats as transient.
-        elastic_role, elastic_min_replicas: the elastic role counts as started at ``min_replicas`` Ready pods.
-        below_min_timeout: seconds the elastic role may stay below ``min_replicas`` (once reached in the restart
-            attempt) before ``elastic_below_min``.
         max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once), and
             only once the transient ones lasted ``api_outage_tolerance`` seconds.
-        api_outage_tolerance: seconds of transient API failures in a row the wait rides out (see
-            :mod:`airflow_elastic.waiting.outage`).
-        outage: the :class:`~airflow_elastic.waiting.outage.Outage` to account failed looks in (several watches that
-        look
-            together share one, so an outage is logged once); default: one of this watch's own.
-        settle_seconds: how long a failure charged to the failure budget is held while a pod of the attempt has
-            not reported its end, to see whether its node was lost (:mod:`airflow_elastic.preemption.cascade`; needs
-            ``capture_evidence``); 0: never held.
+        outage: the :class:`~airflow_elastic.waiting.outage.Outage` to account failed looks in (several watches
+            that look together share one, so an outage is logged once); default: one of this watch's own.
         evidence: the evidence gathered so far; default: what the JobSet's annotation saved
             (:func:`airflow_elastic.preemption.saved.restore`), read on the first look at it, else none yet.
     """
@@ -171,43 +154,33 @@ class Watch:
         self,
         name: str,
         namespace: str,
+        settings: WaitSettings | None = None,
         *,
-        uid: str = "",
-        deadline: float | None = None,
-        startup_deadline: float | None = None,
-        metrics_role: str = "",
-        capture_evidence: bool = False,
         list_pods: bool = False,
-        max_preemptions: int | None = None,
-        suspend_timeout: float | None = None,
-        transient_exit_codes: Iterable[int] = (),
-        elastic_role: str | None = None,
-        elastic_min_replicas: int = 0,
-        below_min_timeout: float | None = None,
         max_errors: int = MAX_CONSECUTIVE_ERRORS,
-        settle_seconds: float = cascade.SETTLE_SECONDS,
         evidence: Evidence | None = None,
-        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         outage: Outage | None = None,
     ) -> None:
-        self.name, self.namespace, self.uid = name, namespace, uid
-        self.deadline, self.startup_deadline = deadline, startup_deadline
-        self.metrics_role = metrics_role
-        self.capture_evidence, self.list_pods = capture_evidence, list_pods
-        self.max_preemptions, self.suspend_timeout = max_preemptions, suspend_timeout
-        self.transient_exit_codes = tuple(transient_exit_codes)
-        self.minimum = {elastic_role: elastic_min_replicas} if elastic_role else {}
+        s = self.settings = settings if settings is not None else WaitSettings()
+        self.name, self.namespace, self.uid = name, namespace, s.uid
+        self.deadline, self.startup_deadline = s.deadline, s.startup_deadline
+        self.metrics_role = s.metrics_role
+        self.capture_evidence, self.list_pods = s.capture_evidence, list_pods
+        self.max_preemptions, self.suspend_timeout = s.max_preemptions, s.suspend_timeout
+        self.transient_exit_codes = s.transient_exit_codes
+        elastic_role = s.elastic_role
+        self.minimum = {elastic_role: s.elastic_min_replicas} if elastic_role else {}
         self.below_min = (
-            BelowMin(elastic_role, elastic_min_replicas, below_min_timeout)
-            if elastic_role and below_min_timeout is not None
+            BelowMin(elastic_role, s.elastic_min_replicas, s.below_min_timeout)
+            if elastic_role and s.below_min_timeout is not None
             else None
         )
         self.max_errors = max_errors
-        self.outage = outage if outage is not None else Outage(api_outage_tolerance, max_errors)
-        self.settle_seconds = settle_seconds
+        self.outage = outage if outage is not None else Outage(s.api_outage_tolerance, max_errors)
+        self.settle_seconds = cascade.SETTLE_SECONDS if s.settle_seconds is None else s.settle_seconds
         self.held_since: float | None = None
         self.evidence = evidence if evidence is not None else Evidence()
-        self._restored = evidence is not None or not capture_evidence
+        self._restored = evidence is not None or not s.capture_evidence
         self.errors = 0
         self.started = False
         self.suspended_since: float | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import threading
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.logs import LOG_BACKLOG_LINES
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from airflow_elastic.waiting.settings import WaitSettings
 from tests.triggers.fakes import FakeHook, condition, jobset, pod
 
 NS = "team-a"
@@ -29,7 +31,11 @@ FAST = 0.01  # poll interval of these tests (seconds)
 
 
 def make(hook: FakeHook, name: str = "train", *, poll_interval: float = FAST, **kwargs: Any) -> TrainingGroupTrigger:
-    trigger = TrainingGroupTrigger(name, NS, "elastic", poll_interval=poll_interval, **kwargs)
+    """The trigger, ``kwargs`` split into its :class:`WaitSettings` and its own arguments."""
+    fields = WaitSettings.__dataclass_fields__
+    wait = WaitSettings(poll_interval=poll_interval, **{k: v for k, v in kwargs.items() if k in fields})
+    own = {k: v for k, v in kwargs.items() if k not in fields}
+    trigger = TrainingGroupTrigger(name, NS, "elastic", wait=wait, **own)
     trigger.hook = hook  # type: ignore[misc]  # cached_property: an instance value replaces it
     return trigger
 
@@ -55,24 +61,57 @@ def hook() -> FakeHook:
 # ------------------------------------------------------------------------------------------ serialize
 
 
+#: The keyword arguments ``TrainingGroupTrigger.serialize()`` wrote before the wait settings became one object: a
+#: trigger row stored by that release (Airflow keeps trigger kwargs in its database) must survive the upgrade.
+PREVIOUS_RELEASE_ROW = {
+    "name": "train-1",
+    "namespace": "ml",
+    "kubernetes_conn_id": "k8s",
+    "uid": "u-1",
+    "poll_interval": 5.0,
+    "deadline": 1700000000.0,
+    "startup_deadline": 1699990000.0,
+    "metrics_role": "leader",
+    "log_role": "leader",
+    "on_kill_action": "keep",
+    "connection_extras": {"namespace": "ml"},
+    "capture_evidence": True,
+    "max_preemptions": 2,
+    "suspend_timeout": 60.0,
+    "transient_exit_codes": [42],
+    "elastic_role": None,
+    "elastic_min_replicas": 0,
+    "below_min_timeout": None,
+    "settle_seconds": SETTLE_SECONDS,
+    "backend": "jobset",
+    "roles": [],
+    "api_outage_tolerance": 900.0,
+    "not_before": 1699990010.0,
+}
+SETTINGS = WaitSettings(
+    poll_interval=5.0,
+    uid="u-1",
+    deadline=1700000000.0,
+    startup_deadline=1699990000.0,
+    metrics_role="leader",
+    capture_evidence=True,
+    max_preemptions=2,
+    suspend_timeout=60.0,
+    transient_exit_codes=(42,),
+    settle_seconds=SETTLE_SECONDS,
+    api_outage_tolerance=900.0,
+)
+
+
 def test_serialize_round_trip():
     trigger = TrainingGroupTrigger(
         "train-1",
         "ml",
         "k8s",
-        uid="u-1",
-        poll_interval=5.0,
-        deadline=1700000000.0,
-        startup_deadline=1699990000.0,
-        metrics_role="leader",
+        wait=SETTINGS,
         log_role="leader",
         on_kill_action="keep",
         connection_extras={"namespace": "ml"},
-        capture_evidence=True,
-        max_preemptions=2,
-        suspend_timeout=60.0,
-        transient_exit_codes=[42],
-        api_outage_tolerance=900.0,
         not_before=1699990010.0,
     )
     classpath, kwargs = trigger.serialize()
@@ -81,30 +120,53 @@ def test_serialize_round_trip():
         "name": "train-1",
         "namespace": "ml",
         "kubernetes_conn_id": "k8s",
-        "uid": "u-1",
-        "poll_interval": 5.0,
-        "deadline": 1700000000.0,
-        "startup_deadline": 1699990000.0,
-        "metrics_role": "leader",
+        "wait": SETTINGS.to_dict(),
         "log_role": "leader",
         "on_kill_action": "keep",
         "connection_extras": {"namespace": "ml"},
-        "capture_evidence": True,
-        "max_preemptions": 2,
-        "suspend_timeout": 60.0,
-        "transient_exit_codes": [42],
-        "elastic_role": None,
-        "elastic_min_replicas": 0,
-        "below_min_timeout": None,
-        "settle_seconds": SETTLE_SECONDS,
         "backend": "jobset",
         "roles": [],
-        "api_outage_tolerance": 900.0,
         "not_before": 1699990010.0,
     }
+    assert json.loads(json.dumps(kwargs)) == kwargs  # primitives only
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
+    assert rebuilt.wait == SETTINGS
+
+
+def test_a_row_serialized_by_the_previous_release_still_deserializes():
+    module, _, cls = "airflow_elastic.triggers.training_group.TrainingGroupTrigger".rpartition(".")
+    old = getattr(importlib.import_module(module), cls)(**PREVIOUS_RELEASE_ROW)
+    assert old.wait == SETTINGS
+    assert (old.name, old.namespace, old.kubernetes_conn_id, old.uid, old.poll_interval) == (
+        "train-1",
+        "ml",
+        "k8s",
+        "u-1",
+        5.0,
+    )
+    assert (old.log_role, old.on_kill_action, old.not_before) == ("leader", "keep", 1699990010.0)
+    watch = old._watch
+    assert (watch.deadline, watch.max_preemptions, watch.transient_exit_codes) == (1700000000.0, 2, (42,))
+    assert watch.outage.tolerance == 900.0
+    # Rewritten in the new shape the next time it is serialized.
+    assert old.serialize()[1]["wait"] == SETTINGS.to_dict()
+
+
+def test_a_previous_release_row_runs_to_its_verdict(hook):
+    hook.jobsets["train-1"] = jobset("train-1", uid="u-1", conditions=[condition("Completed", "AllJobsCompleted")])
+    hook.pods = [pod("train-1", "leader", phase="Succeeded", exit_code=0, message='{"loss": 0.5}')]
+    row = {**PREVIOUS_RELEASE_ROW, "namespace": NS, "poll_interval": FAST, "deadline": time.time() + 60}
+    trigger = TrainingGroupTrigger(**{**row, "not_before": None})
+    trigger.hook = hook  # type: ignore[misc]
+    event = GroupEvent.from_payload(run(trigger))
+    assert (event.status, event.uid, event.metrics) == ("succeeded", "u-1", {"loss": 0.5})
+
+
+def test_an_unknown_keyword_is_refused():
+    with pytest.raises(TypeError, match="poll_seconds"):
+        TrainingGroupTrigger("a", "b", poll_seconds=3)
 
 
 def test_on_kill_action_is_checked():

@@ -16,6 +16,7 @@ from airflow_elastic.operators.training.waiting import wait_for_group
 from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from airflow_elastic.waiting.settings import WaitSettings
 from tests.operators.fakes import Logger
 from tests.triggers import fakes
 
@@ -149,9 +150,8 @@ class SyncSource(fakes.FakeHook):
 
 
 def sync_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
-    return wait_for_group(
-        SyncSource(scenario), NS, NAME, poll_interval=0.001, log_role=None, log=Logger(), **scenario.kwargs(**extra)
-    )
+    settings = WaitSettings(poll_interval=0.001, **scenario.kwargs(**extra))
+    return wait_for_group(SyncSource(scenario), NS, NAME, settings, log_role=None, log=Logger())
 
 
 def async_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
@@ -168,7 +168,7 @@ def async_verdict(scenario: Scenario, **extra: Any) -> GroupEvent:
             hook.jobsets[NAME] = shown[0]
 
     hook.on_list = poll
-    trigger = TrainingGroupTrigger(NAME, NS, "c", poll_interval=0.001, **scenario.kwargs(**extra))
+    trigger = TrainingGroupTrigger(NAME, NS, "c", wait=WaitSettings(poll_interval=0.001, **scenario.kwargs(**extra)))
     trigger.hook = hook  # type: ignore[misc]
 
     async def events() -> list[dict[str, Any]]:

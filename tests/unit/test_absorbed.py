@@ -11,6 +11,7 @@ import pytest
 
 from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.preemption import attempts
+from airflow_elastic.waiting.settings import WaitSettings
 from airflow_elastic.waiting.watch import Observation, Watch
 from tests.unit.test_state import jobset
 
@@ -131,7 +132,7 @@ SCENARIOS = {
 
 @pytest.mark.parametrize(("looks", "absorbed"), SCENARIOS.values(), ids=SCENARIOS.keys())
 def test_which_stops_the_cluster_absorbed(looks, absorbed):
-    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     restarts = 0
     for now, pods in enumerate(looks):
         restarts = max([restarts, *(int(p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]) for p in pods)])
@@ -146,7 +147,7 @@ def test_which_stops_the_cluster_absorbed(looks, absorbed):
 
 
 def test_absorbed_preemptions_spend_the_budget_while_the_group_runs():
-    watch = Watch("g", "ml", capture_evidence=True, max_preemptions=1, settle_seconds=0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, max_preemptions=1, settle_seconds=0))
     first = [pod("a", "Failed", **RECLAIMED), pod("b")]
     assert look(watch, 1.0, jobset(), first).verdict is None
     second = [*first, pod("b", "Failed", **RECLAIMED), pod("c")]
@@ -156,7 +157,7 @@ def test_absorbed_preemptions_spend_the_budget_while_the_group_runs():
 
 
 def test_an_absorbed_stop_does_not_explain_the_genuine_failure_that_ends_the_attempt():
-    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     look(watch, 1.0, jobset(), [pod("a", "Failed", **RECLAIMED), pod("c")])
     verdict = look(watch, 2.0, FAILED, [pod("a", "Failed", **RECLAIMED), pod("c", "Failed", **CRASHED)]).verdict
     decision = attempts.decide(verdict, attempts.History(), max_preemptions=5, started=0.0, gpus=0)
@@ -170,7 +171,7 @@ def test_an_absorbed_stop_does_not_explain_the_genuine_failure_that_ends_the_att
 
 def test_a_reclaim_that_fails_the_group_is_one_preemption():
     """backoffLimit 0: no replacement comes, the group fails, and the reclaim is the attempt's end, counted once."""
-    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     look(watch, 1.0, jobset(), [pod("a")])
     verdict = look(watch, 2.0, FAILED, [pod("a", "Failed", **RECLAIMED)]).verdict
     decision = attempts.decide(verdict, attempts.History(), max_preemptions=5, started=0.0, gpus=0)
@@ -182,7 +183,7 @@ def test_a_reclaim_that_fails_the_group_is_one_preemption():
 
 
 def test_a_stranded_pod_spends_the_budget_and_a_restarted_waiter_does_not_count_it_again():
-    first = Watch("g", "ml", capture_evidence=True, max_preemptions=0, settle_seconds=0)
+    first = Watch("g", "ml", WaitSettings(capture_evidence=True, max_preemptions=0, settle_seconds=0))
     pods = [pod("a", **STRANDED), pod("c")]
     step = look(first, 1.0, jobset(), pods)
     assert step.verdict is not None and step.verdict.status == "preemption_budget_exhausted", step.verdict
@@ -190,17 +191,17 @@ def test_a_stranded_pod_spends_the_budget_and_a_restarted_waiter_does_not_count_
         ("node_loss", "taint-manager", "g-node-0-1-c")
     ]
     assert "still Terminating on node spot-1" in step.records[0]["evidence"][-1]
-    second = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    second = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     assert step.save is not None
     verdict = look(second, 2.0, merge_patch(jobset(SUCCEEDED), step.save), pods).verdict
     assert [r["cause"] for r in verdict.absorbed] == ["node_loss"], verdict.absorbed
 
 
 def test_a_restarted_waiter_keeps_the_absorbed_count():
-    first = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    first = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     step = look(first, 1.0, jobset(), [pod("a", "Failed", **RECLAIMED), pod("c")])
     assert step.save is not None and [r.get("absorbed") for r in step.records] == [True]
-    second = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    second = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     verdict = look(
         second, 2.0, merge_patch(jobset(SUCCEEDED), step.save), [pod("a", "Failed", **RECLAIMED), pod("c")]
     ).verdict

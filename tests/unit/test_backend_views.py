@@ -14,6 +14,7 @@ from airflow_elastic.waiting.backend_views import (
     trainjob_observed,
 )
 from airflow_elastic.waiting.logfollow import leader_pod
+from airflow_elastic.waiting.settings import WaitSettings
 from airflow_elastic.waiting.watch import Observation, Watch
 
 ROLES = {"Master": "leader", "Worker": "worker"}
@@ -60,7 +61,7 @@ def jobset(*conditions: dict, ready: int = 1, owner: str = "tj-uid") -> dict:
 
 
 def verdict(view: dict, uid: str = "tj-uid"):
-    watch = Watch("tj", "ml", uid=uid)
+    watch = Watch("tj", "ml", WaitSettings(uid=uid))
     step = watch.observe(Observation(1.0, view))
     while step.need is not None:
         step = watch.observe(step.observation.given(pods=[], events=[]))

@@ -232,6 +232,15 @@ CASES = {
         "checkpoint.keep",
         "at least 1",
     ),
+    "checkpoint-write-seconds": Bad(
+        "checkpoint",
+        lambda: group(checkpoint=Checkpointing("/ckpt", write_seconds=-1)),
+        "checkpoint.write_seconds",
+        "seconds > 0",
+    ),
+    "log-role-unknown": Bad("report-roles", lambda: group(log_role="workr"), "log_role", "not a role"),
+    "metrics-role-unknown": Bad("report-roles", lambda: group(metrics_role="ps"), "metrics_role", "not a role"),
+    "budgets-not-budgets": Bad("types", lambda: group(budgets={"max_gpu_hours": 1}), "budgets", "expected Budgets"),
     "checkpoint-conn-id": Bad(
         "checkpoint",
         lambda: group(checkpoint=Checkpointing("gs://b/run", conn_id="")),

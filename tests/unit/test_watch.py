@@ -7,6 +7,7 @@ from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.preemption import attempts
 from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION
 from airflow_elastic.training.state import group_status
+from airflow_elastic.waiting.settings import WaitSettings
 from airflow_elastic.waiting.watch import Need, Observation, Watch
 from tests.unit.test_state import jobset
 
@@ -26,10 +27,10 @@ def test_an_elastic_role_runs_at_min_replicas():
 
 
 def test_a_short_handed_elastic_group_has_started():
-    watch = Watch("g", "ml", startup_deadline=0.0, elastic_role="worker", elastic_min_replicas=2)
+    watch = Watch("g", "ml", WaitSettings(startup_deadline=0.0, elastic_role="worker", elastic_min_replicas=2))
     step = watch.observe(Observation(10.0, SHORT_HANDED))
     assert step.verdict is None and step.status is not None and step.status.phase == "Running"
-    rigid = Watch("g", "ml", startup_deadline=0.0)
+    rigid = Watch("g", "ml", WaitSettings(startup_deadline=0.0))
     step = rigid.observe(Observation(10.0, SHORT_HANDED))
     assert step.need == Need(pods=True, events=True)  # for the diagnosis
     step = rigid.observe(step.observation.given(pods=[], events=[]))
@@ -37,7 +38,7 @@ def test_a_short_handed_elastic_group_has_started():
 
 
 def test_transient_errors_are_ridden_out_for_the_outage_tolerance_then_error():
-    watch = Watch("g", "ml", max_errors=3, api_outage_tolerance=60.0)
+    watch = Watch("g", "ml", WaitSettings(api_outage_tolerance=60.0), max_errors=3)
     first = watch.observe(Observation.failed(1.0, "503", transient=True))
     assert first.verdict is None and "503" in first.notice and "up to 60 s" in first.notice
     back = watch.observe(Observation(2.0, jobset()))  # a good look ends the outage
@@ -65,18 +66,18 @@ def test_the_default_outage_tolerance_is_at_least_five_minutes():
     for now in range(0, 300, 10):  # a failed look every 10 s for 5 minutes
         assert watch.observe(Observation.failed(float(now), "503", transient=True)).verdict is None
     _, kwargs = TrainingGroupTrigger("g", "ml").serialize()
-    assert kwargs["api_outage_tolerance"] >= 300  # carried to the triggerer
+    assert kwargs["wait"]["api_outage_tolerance"] >= 300  # carried to the triggerer
 
 
 def test_a_permanent_error_ends_at_once_and_a_deadline_beats_errors():
     assert Watch("g", "ml").observe(Observation.failed(1.0, "403", transient=False)).verdict.status == "error"
-    watch = Watch("g", "ml", deadline=5.0)
+    watch = Watch("g", "ml", WaitSettings(deadline=5.0))
     assert watch.observe(Observation.tick(4.0)).verdict is None
     assert watch.observe(Observation.failed(6.0, "403", transient=False)).verdict.status == "timeout"
 
 
 def test_pods_that_cannot_be_listed_leave_the_verdict_without_evidence():
-    watch = Watch("g", "ml", capture_evidence=True)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
     step = watch.observe(Observation(1.0, jobset([("Failed", "True", "FailedJobs", "boom")])))
     assert step.need == Need(pods=True)
     step = watch.observe(step.observation.given(unavailable=["pods"]))
@@ -86,7 +87,7 @@ def test_pods_that_cannot_be_listed_leave_the_verdict_without_evidence():
 
 def test_stopped_pods_are_classified_with_their_nodes():
     failed = FAILED_POD
-    watch = Watch("g", "ml", capture_evidence=True)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
     step = watch.observe(Observation(1.0, jobset()))
     step = watch.observe(step.observation.given(pods=[failed]))
     assert step.need == Need(nodes=frozenset({"spot-1"}))
@@ -97,14 +98,14 @@ def test_stopped_pods_are_classified_with_their_nodes():
 
 def test_a_new_watch_resumes_with_the_evidence_saved_on_the_jobset():
     failed = FAILED_POD
-    first = Watch("g", "ml", capture_evidence=True)
+    first = Watch("g", "ml", WaitSettings(capture_evidence=True))
     step = first.observe(Observation(1.0, jobset()).given(pods=[failed]))
     step = first.observe(step.observation.given(nodes={"spot-1": None}))
     assert step.save is not None and step.records
     saved_on = merge_patch(jobset(), step.save)  # what the loop's PATCH leaves on the JobSet
     assert first.observe(Observation(2.0, saved_on).given(pods=[failed])).save is None  # nothing new to save
 
-    second = Watch("g", "ml", capture_evidence=True)  # a restarted waiter
+    second = Watch("g", "ml", WaitSettings(capture_evidence=True))  # a restarted waiter
     step = second.observe(Observation(3.0, saved_on).given(pods=[failed]))
     assert step.need is None and step.records == () and step.save is None  # not classified twice
     assert [r["pod"] for r in second.evidence.records] == ["g-worker-0-0-x"]
@@ -114,7 +115,7 @@ def test_a_new_watch_resumes_with_the_evidence_saved_on_the_jobset():
 
 def test_an_unreadable_saved_evidence_is_ignored():
     garbled = merge_patch(jobset(), {"metadata": {"annotations": {EVIDENCE_ANNOTATION: "{not json"}}})
-    watch = Watch("g", "ml", capture_evidence=True)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
     assert watch.observe(Observation(1.0, garbled).given(pods=[])).verdict is None
     assert watch.evidence.records == []
 
@@ -156,7 +157,7 @@ def charge(verdict) -> tuple[str, str, str]:
 
 
 def test_survivors_failing_after_a_peers_node_vanished_are_a_node_loss():
-    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=90.0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=90.0))
     held = look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY})  # n2 still looks Ready
     assert held.verdict is None and [r["cause"] for r in held.records] == ["user_error"]
     step = look(watch, 45.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_UNKNOWN})  # the grace period passed
@@ -169,12 +170,12 @@ def test_survivors_failing_after_a_peers_node_vanished_are_a_node_loss():
 
 
 def test_a_silent_pod_whose_node_is_gone_is_the_root_cause_at_once():
-    step = look(Watch("g", "ml", capture_evidence=True), 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY})
+    step = look(Watch("g", "ml", WaitSettings(capture_evidence=True)), 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY})
     assert step.verdict is not None and charge(step.verdict) == ("resubmit", "node_loss", "g-worker-1-0-x")
 
 
 def test_a_genuine_failure_is_held_only_until_every_pod_reported():
-    watch = Watch("g", "ml", capture_evidence=True)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
     assert look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY}).verdict is None
     stopped = group_pod(1, "n2", "Failed", exit_code=143)  # the JobSet stopped it; its kubelet reported
     step = look(watch, 2.0, [SURVIVOR, stopped], {"n1": NODE_READY, "n2": NODE_READY})
@@ -182,17 +183,17 @@ def test_a_genuine_failure_is_held_only_until_every_pod_reported():
 
 
 def test_the_hold_is_bounded_and_can_be_turned_off():
-    watch = Watch("g", "ml", capture_evidence=True, settle_seconds=30.0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=30.0))
     nodes = {"n1": NODE_READY, "n2": NODE_READY}
     assert look(watch, 0.0, [SURVIVOR, SILENT], nodes).verdict is None
     assert look(watch, 29.0, [SURVIVOR, SILENT], nodes).verdict is None
     assert look(watch, 30.0, [SURVIVOR, SILENT], nodes).verdict.status == "failed"
-    unheld = Watch("g", "ml", capture_evidence=True, settle_seconds=0)
+    unheld = Watch("g", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
     assert look(unheld, 0.0, [SURVIVOR, SILENT], nodes).verdict.status == "failed"
 
 
 def test_a_deadline_passing_during_the_hold_does_not_hide_the_outcome():
-    watch = Watch("g", "ml", capture_evidence=True, deadline=5.0)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True, deadline=5.0))
     assert look(watch, 0.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_READY}).verdict is None
     assert watch.until_deadline(6.0) is None  # a trigger waits for its next look instead of a deadline tick
     step = look(watch, 7.0, [SURVIVOR, SILENT], {"n1": NODE_READY, "n2": NODE_UNKNOWN})
@@ -200,7 +201,7 @@ def test_a_deadline_passing_during_the_hold_does_not_hide_the_outcome():
 
 
 def test_a_node_that_cannot_be_read_is_not_taken_as_lost():
-    watch = Watch("g", "ml", capture_evidence=True)
+    watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
     step = watch.observe(Observation(0.0, FAILED_GROUP))
     step = watch.observe(step.observation.given(pods=[SURVIVOR, SILENT]))
     assert step.need == Need(nodes=frozenset({"n1", "n2"}))

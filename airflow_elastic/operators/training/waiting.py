@@ -19,6 +19,7 @@ from airflow_elastic.hooks.protocol import PodHookProtocol, TrainingGroupHookPro
 from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent
 from airflow_elastic.waiting.logfollow import LogFollow
+from airflow_elastic.waiting.settings import WaitSettings
 from airflow_elastic.waiting.watch import Need, Observation, Step, Watch
 
 
@@ -112,31 +113,22 @@ def _fetch(hook: TrainingGroupHookProtocol, watch: Watch, obs: Observation, need
 
 
 def wait_for_group(
-    hook: TrainingGroupHookProtocol,
-    namespace: str,
-    name: str,
-    *,
-    poll_interval: float,
-    log_role: str | None,
-    log: Any,
-    **watch: Any,
+    hook: TrainingGroupHookProtocol, namespace: str, name: str, settings: WaitSettings, *, log_role: str | None, log: Any
 ) -> GroupEvent:
     """Poll JobSet ``namespace/name`` until the :class:`~airflow_elastic.waiting.watch.Watch` gives its verdict.
 
     Args:
-        poll_interval: seconds between looks (less when a deadline comes first).
+        settings: the wait's :class:`~airflow_elastic.waiting.settings.WaitSettings`, exactly as the trigger takes
+            them (``poll_interval`` between looks, less when a deadline comes first; transient API errors are
+            tolerated as the trigger tolerates them).
         log_role: whose log is copied into the task log (``None``: no logs).
         log: the task logger (evidence records and read problems are logged there).
-        **watch: the :class:`~airflow_elastic.waiting.watch.Watch` arguments (``uid``, ``deadline``,
-            ``startup_deadline``, ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``,
-            the elastic watch, ...), exactly as the trigger takes them. Transient API errors are tolerated as the
-            trigger tolerates them.
 
     Returns:
         The verdict, as the trigger would have yielded it.
     """
     reader = LogReader(hook, namespace, log_role, log) if log_role else None
-    judge = Watch(name, namespace, list_pods=reader is not None, **watch)
+    judge = Watch(name, namespace, settings, list_pods=reader is not None)
     while True:
         step = settle(judge, hook, observe(hook, namespace, name), log)
         for record in step.records:
@@ -145,4 +137,4 @@ def wait_for_group(
             reader.read(step.observation.pods, final=step.verdict is not None)
         if step.verdict is not None:
             return step.verdict
-        time.sleep(max(0.0, judge.sleep_for(time.time(), poll_interval)))
+        time.sleep(max(0.0, judge.sleep_for(time.time(), settings.poll_interval)))
