@@ -118,7 +118,15 @@ def in_cluster_preemptions(event: GroupEvent) -> tuple[int, int]:
     return max(event.restarts - event.restarts_counted, 0) + lost + len(event.absorbed), lost
 
 
-def decide(event: GroupEvent, history: History, *, max_preemptions: int, started: float, gpus: int) -> Decision:
+def decide(
+    event: GroupEvent,
+    history: History,
+    *,
+    max_preemptions: int,
+    started: float,
+    gpus: int,
+    now: float | None = None,
+) -> Decision:
     """Judge an attempt that ended with ``event`` (``succeeded``, ``failed``, ``missing``,
     ``preemption_budget_exhausted`` or ``elastic_below_min``), given the attempts before it.
 
@@ -126,6 +134,7 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
     to the preemption budget and that budget has room for one more; otherwise it fails (a preemption past the
     budget: ``preemption_budget_exhausted``). An elastic role below ``min_replicas`` past its timeout
     (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`.
+    ``now``: when the attempt ended (default: the clock).
     """
     free, lost = in_cluster_preemptions(event)
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
@@ -153,7 +162,7 @@ def decide(event: GroupEvent, history: History, *, max_preemptions: int, started
         outcome = "resubmit" if fits else "preemption_budget_exhausted"
     else:
         outcome = "failed"
-    ended = time.time()
+    ended = time.time() if now is None else now
     # Only attempts that were restarted: pods stopped in the last attempt (e.g. workers the success policy stops
     # once the leader finished) explain how the group ended, not a restart. Every restart has an entry, except those
     # older than the oldest record when the evidence reached its bound (their records may have been dropped).
@@ -217,6 +226,14 @@ class Guards:
         if not found:
             return None, ""
         return min(found)
+
+    def spent(self, history: History, *, now: float) -> str:
+        """The guardrail spent across all attempts of ``history`` at ``now`` (empty: none)."""
+        if self.max_wall_clock is not None and now - history.started >= self.max_wall_clock:
+            return f"max_wall_clock ({self.max_wall_clock:.0f} s)"
+        if self.max_gpu_hours is not None and history.gpu_hours >= self.max_gpu_hours:
+            return f"max_gpu_hours ({self.max_gpu_hours:g}; used {history.gpu_hours:.4f})"
+        return ""
 
 
 def lost_work(attempt: Mapping[str, Any], resume: Any, *, gpus: int) -> dict[str, Any]:

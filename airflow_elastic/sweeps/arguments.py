@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import datetime
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.kube import names
-from airflow_elastic.training.spec import SpecError, TrainingGroup
+from airflow_elastic.training.spec import Budgets, SpecError, TrainingGroup
 
 Problem = tuple[str, str]
 
@@ -105,3 +109,44 @@ def sweep_problems(
         for problem in name_problems(group, max_trials):
             problems.append(("group.name", f"{group.name!r} is too long for trial JobSet names: {problem}"))
     return problems
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep runs, as its operator was given it (templated counts rendered): what a sweep's run needs from
+    ``HyperparameterSweepOperator``, without the operator (see its arguments of the same names)."""
+
+    group: TrainingGroup
+    space: Mapping[str, Any]
+    objective: str
+    mode: str = "min"
+    algorithm: str = "tpe"
+    max_trials: int = 1
+    max_parallel: int = 1
+    max_failed_trials: int = 0
+    seed: int | None = None
+    early_stopping: str | None = None
+    stopping_options: Mapping[str, Any] = field(default_factory=dict)
+    warm_start: Mapping[str, Any] | str | None = None
+    report_uri: str | None = None
+    report_conn_id: str | None = None
+    budgets: Budgets = field(default_factory=Budgets)
+    execution_timeout: datetime.timedelta | None = None
+
+
+def load_warm_start(value: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
+    """A previous sweep's result as a dict (an XCom rendered into a template arrives as its ``str``)."""
+    if value is None or value == "" or value == "None":
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        try:
+            loaded = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise SpecError([("warm_start", f"is not a sweep result (a dict): {value!r:.200}")]) from None
+    if not isinstance(loaded, dict):
+        raise SpecError([("warm_start", f"must be a previous sweep's result (a dict), got {type(loaded).__name__}")])
+    return loaded

@@ -27,6 +27,13 @@ from airflow_elastic.training import fault_tolerance
 from airflow_elastic.training.spec import Role, SpecError, TrainingGroup
 
 BACKENDS = ("jobset", "trainjob", "pytorchjob")
+#: What each backend's object is called (for messages).
+KINDS = {"jobset": "JobSet", "trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
+#: The TrainJob runtime used unless another is named.
+DEFAULT_RUNTIME = "torch-distributed"
+#: Backends whose disrupted object is deleted before the next attempt (a failed PyTorchJob keeps its running pods
+#: under the default ``cleanPodPolicy``); a failed JobSet has no running pods and stays for inspection until its TTL.
+DELETED_BEFORE_RESUBMISSION = frozenset({"trainjob", "pytorchjob"})
 #: The Kubeflow Trainer minor version the TrainJob renderer targets. The TrainJob API changed shape between v2.0
 #: and v2.2 without a new API version (still ``v1alpha1``): ``spec.labels``/``spec.annotations`` and
 #: ``podSpecOverrides``/``podTemplateOverrides`` were replaced by ``runtimePatches`` (kubeflow/trainer #3309) and

@@ -91,8 +91,8 @@ class WaitSettings:
     below_min_timeout: float | None = None
 
     def __post_init__(self) -> None:
-        for name in (*_SECONDS, *_OPTIONAL_SECONDS):
-            value = getattr(self, name)
+        given = {name: getattr(self, name) for name in (*_SECONDS, *_OPTIONAL_SECONDS)}
+        for name, value in given.items():
             if isinstance(value, datetime.timedelta):
                 object.__setattr__(self, name, value.total_seconds())
             elif _number(value):
@@ -100,17 +100,17 @@ class WaitSettings:
         codes = self.transient_exit_codes
         if isinstance(codes, list | tuple):
             object.__setattr__(self, "transient_exit_codes", tuple(codes))
-        problems = list(self._problems())
+        problems = list(self._problems(given))
         if problems:
             raise SpecError(problems)
 
-    def _problems(self) -> Iterator[tuple[str, str]]:
-        for name in (*_SECONDS, *_OPTIONAL_SECONDS):
+    def _problems(self, given: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+        for name, raw in given.items():
             value = getattr(self, name)
             if value is None and name in _OPTIONAL_SECONDS:
                 continue
             if not _number(value) or value < 0 or not math.isfinite(value):
-                yield f"wait.{name}", f"must be finite seconds >= 0 or a timedelta, got {value!r}"
+                yield f"wait.{name}", f"must be finite seconds >= 0 or a timedelta, got {raw!r}"
         if self.poll_interval == 0:
             yield "wait.poll_interval", "must be more than 0 seconds"
         codes = self.transient_exit_codes

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_elastic import Checkpointing, Role, TrainingGroup, contract
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training.checkpoint_storage import CheckpointStorageUnavailable, checkpoint_storage
+from airflow_elastic.operators.training.run_spec import RunSpec
 from airflow_elastic.training.state import GroupEvent
 from tests.operators.fakes import FakeHook, StateStore, TaskInstance
 
@@ -50,7 +51,7 @@ def memory_uri():
 
 def test_a_memory_filesystem_checkpoint_is_found(memory_uri):
     op = operator(FakeHook(), Checkpointing(memory_uri))
-    op._run_group = op.group
+    op._run = RunSpec(op.group, None)
     latest = op._attempts.latest_checkpoint()
     assert latest is not None and (latest.step, latest.path) == (3, f"{memory_uri}/step-000000003")
 

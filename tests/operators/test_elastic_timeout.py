@@ -18,6 +18,7 @@ from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
 from airflow_elastic.training.state import BelowMin, GroupEvent, GroupStatus, elastic_ready
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from airflow_elastic.waiting.settings import WaitSettings
 from tests.operators.fakes import FakeHook, Logger, StateStore, TaskInstance
 from tests.triggers import fakes as async_fakes
 
@@ -98,21 +99,15 @@ class SequenceHook(FakeHook):
 def test_the_sync_waiter_ends_with_elastic_below_min():
     hook = SequenceHook([three(3), three(1)])
     hook.jobsets[("ns", "tg")] = {"metadata": {"name": "tg", "uid": "u1"}, "spec": {}, "status": {}}
-    event = wait_for_group(
-        hook,
-        "ns",
-        "tg",
+    settings = WaitSettings(
         uid="u1",
         poll_interval=0.01,
-        deadline=None,
-        startup_deadline=None,
         metrics_role="worker",
-        log_role=None,
-        log=Logger(),
         elastic_role="worker",
         elastic_min_replicas=2,
         below_min_timeout=0.05,
     )
+    event = wait_for_group(hook, "ns", "tg", settings, log_role=None, log=Logger())
     assert event.status == "elastic_below_min" and "below min_replicas=2" in event.message, event
 
 
@@ -121,17 +116,12 @@ def test_the_trigger_ends_with_elastic_below_min_and_serializes_the_watch():
     hook.jobsets["tg"] = async_fakes.jobset("tg", uid="u1")
     hook.pods = three(3)
     hook.on_list = lambda n: setattr(hook, "pods", three(3) if n < 3 else three(1))
-    trigger = TrainingGroupTrigger(
-        "tg",
-        "ns",
-        uid="u1",
-        poll_interval=0.01,
-        elastic_role="worker",
-        elastic_min_replicas=2,
-        below_min_timeout=0.05,
+    settings = WaitSettings(
+        uid="u1", poll_interval=0.01, elastic_role="worker", elastic_min_replicas=2, below_min_timeout=0.05
     )
+    trigger = TrainingGroupTrigger("tg", "ns", wait=settings)
     trigger.hook = hook  # type: ignore[misc]
-    kwargs = trigger.serialize()[1]
+    kwargs = trigger.serialize()[1]["wait"]
     assert (kwargs["elastic_role"], kwargs["elastic_min_replicas"], kwargs["below_min_timeout"]) == ("worker", 2, 0.05)
 
     async def first() -> dict:
@@ -187,12 +177,16 @@ def test_the_operator_deletes_and_resubmits_from_the_checkpoint(tmp_path):
     op.hook = lambda: hook  # type: ignore[method-assign]
     ctx = {"ti": TaskInstance(), "task_state_store": StateStore()}
     first = deferred(op, ctx)
-    assert (first.elastic_role, first.elastic_min_replicas, first.below_min_timeout) == ("worker", 2, 30.0)
+    assert (first.wait.elastic_role, first.wait.elastic_min_replicas, first.wait.below_min_timeout) == (
+        "worker",
+        2,
+        30.0,
+    )
     short = GroupEvent("elastic_below_min", first.name, "ns", uid=first.uid, message="worker below min")
     nxt = deferred(op, ctx, short.to_payload())
     assert ("delete", first.name) in hook.calls and ("ns", first.name) not in hook.jobsets
     # Same Airflow try: the next attempt's group under the next epoch, not an exception that would spend a retry.
-    assert nxt.name != first.name and nxt.max_preemptions == 1
+    assert nxt.name != first.name and nxt.wait.max_preemptions == 1
     reserved = ident.recorded(ctx["task_state_store"])
     assert reserved is not None and (reserved.name, reserved.epoch) == (nxt.name, 1)
     containers = hook.jobsets[("ns", nxt.name)]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]

@@ -30,6 +30,9 @@ ALLOWED = {
     "airflow_elastic.operators.training.resubmission",
     "airflow_elastic.operators.training.training_group",
     "airflow_elastic.waiting.outage",  # pure and import-free: the operators' api_outage_tolerance default
+    "airflow_elastic.waiting.settings",  # RunOptions and WaitSettings (pure)
+    "airflow_elastic.operators.training.arguments",  # the deprecated keywords, mapped onto them
+    "airflow_elastic.training.backends",  # BACKENDS, checked at parse time
     "airflow_elastic.kube.platforms",
     "airflow_elastic.kube.schemas",
     "airflow_elastic.training.spec",

@@ -29,8 +29,8 @@ def test_the_trigger_gets_the_settle_window(given, expected):
     with pytest.raises(TaskDeferred) as deferred:
         operator(FakeHook(), namespace="ns", **kwargs).execute(context())
     trigger = deferred.value.trigger
-    assert trigger.settle_seconds == expected and trigger._watch.settle_seconds == expected
-    assert trigger.serialize()[1]["settle_seconds"] == expected
+    assert trigger._watch.settle_seconds == expected
+    assert trigger.serialize()[1]["wait"]["settle_seconds"] == (None if given is None else expected)
 
 
 def test_the_sync_waiter_gets_the_settle_window(monkeypatch):

@@ -119,12 +119,12 @@ class FakeTi:
 def test_a_wait_that_keeps_failing_for_every_trial_fails_the_task_instead_of_waiting_forever():
     from airflow.sdk.exceptions import AirflowException
 
-    from airflow_elastic.operators.sweeps.run import MAX_REDEFERS, SweepRun
+    from airflow_elastic.operators.sweeps.run import MAX_REDEFERS
     from airflow_elastic.sweeps.history import SweepHistory, Trial
     from airflow_elastic.training.state import GroupEvent
 
     op = HyperparameterSweepOperator(task_id="s", **GOOD)
-    run = SweepRun(op, {"task_state_store": DictStore(), "ti": FakeTi()}, hook=None, namespace="ns")
+    run = op.run_of({"task_state_store": DictStore(), "ti": FakeTi()}, None, "ns")
     run.history = SweepHistory([Trial(1, {"x": 0.5}, "running", jobset="sw-t1-abc")])
     unobservable = GroupEvent("error", "sw-t1-abc", "ns", message="cannot observe JobSet ns/sw-t1-abc: 503")
     event = {"status": "verdicts", "verdicts": [{"number": 1, "event": unobservable.to_payload()}]}
@@ -174,7 +174,6 @@ def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its
 
 def finished_sweep(tmp_path) -> tuple[HyperparameterSweepOperator, DictStore, dict]:
     """A sweep that try 1 finished (its two trials complete), as its state store keeps it; and its result."""
-    from airflow_elastic.operators.sweeps.run import SweepRun
     from airflow_elastic.sweeps.history import SweepHistory, Trial
     from airflow_elastic.training.spec import Checkpointing
 
@@ -183,7 +182,7 @@ def finished_sweep(tmp_path) -> tuple[HyperparameterSweepOperator, DictStore, di
         task_id="s", **{**GOOD, "group": group, "space": {"x": choice([0.3, 0.5])}, "algorithm": "grid"}
     )
     store = DictStore()
-    run = SweepRun(op, retry_context(store, try_number=1), hook=None, namespace="ns")
+    run = op.run_of(retry_context(store, try_number=1), None, "ns")
     run.history = SweepHistory([Trial(n, {"x": x}, "complete", value=x) for n, x in ((1, 0.3), (2, 0.5))])
     return op, store, run.finish()
 

@@ -12,9 +12,6 @@ records what happened, refills the freed slots at once, and defers again.
 
 from __future__ import annotations
 
-import ast
-import datetime
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,8 +19,12 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic.operators.links import SweepPlotLink, SweepReportLink
-from airflow_elastic.training.spec import SpecError, TrainingGroup
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.operators.training import arguments
+from airflow_elastic.sweeps.arguments import load_warm_start
+from airflow_elastic.training.spec import Budgets, SpecError, TrainingGroup
+from airflow_elastic.waiting.settings import RunOptions
+
+__all__ = ["HyperparameterSweepOperator", "load_warm_start"]
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,16 +54,18 @@ class HyperparameterSweepOperator(BaseOperator):
         max_failed_trials: genuinely failed trials tolerated; one more fails the sweep (preemptions never count).
         seed: the sampler's seed (the same seed and history give the same suggestions).
         early_stopping: ``None``, ``"median"`` or ``"asha"``; ``stopping_options`` are the rule's keyword options.
-        kubernetes_conn_id, namespace, poll_interval, startup_timeout, on_kill_action, ttl_seconds_after_finished:
-            as for ``TrainingGroupOperator``, per trial (``on_kill_action`` applies to every running trial).
         warm_start: a previous sweep's result (its XCom, or that XCom rendered as a string): its best parameters
             are tried first and its trials seed the sampler.
-        max_gpu_hours, max_wall_clock: budgets of the whole sweep; once spent, running trials are stopped and
-            recorded ``stopped``, and the best so far is returned.
+        budgets: :class:`~airflow_elastic.Budgets` of the whole sweep (``max_gpu_hours``, ``max_wall_clock``);
+            once spent, running trials are stopped and recorded ``stopped``, and the best so far is returned. (The
+            group's own ``budgets`` bound each trial.)
         report_uri: where the report goes (default: the group's checkpoint URI); ``report_conn_id`` its connection.
-        deferrable: wait in the triggerer (default) or on the worker (the same trigger's decisions, run there).
-        api_outage_tolerance: as for ``TrainingGroupOperator``: seconds of Kubernetes API failures a wait rides out.
-        **kwargs: ``BaseOperator`` arguments.
+        options: :class:`~airflow_elastic.RunOptions`, as for ``TrainingGroupOperator``, per trial (``namespace``,
+            ``kubernetes_conn_id``, ``deferrable``, ``on_kill_action`` for every running trial,
+            ``ttl_seconds_after_finished``, ``wait``); a sweep keeps its finished trials (``on_finish_action``
+            must stay ``"keep"``).
+        **kwargs: ``BaseOperator`` arguments; the keywords of earlier releases (``kubernetes_conn_id=``,
+            ``poll_interval=``, ``max_gpu_hours=``, ...) still work, with a ``DeprecationWarning``.
 
     Returns (XCom ``return_value``):
         ``{"best_params", "best_value", "best_trial", "trials": [{number, params, state, value, intermediate, cause,
@@ -96,28 +99,20 @@ class HyperparameterSweepOperator(BaseOperator):
         seed: int | None = None,
         early_stopping: str | None = None,
         stopping_options: Mapping[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        namespace: str | None = None,
-        poll_interval: float = 10.0,
-        startup_timeout: float | datetime.timedelta | None = 600.0,
         warm_start: Mapping[str, Any] | str | None = None,
-        max_gpu_hours: float | None = None,
-        max_wall_clock: float | datetime.timedelta | None = None,
+        budgets: Budgets | None = None,
         report_uri: str | None = None,
         report_conn_id: str | None = None,
-        deferrable: bool = True,
-        on_kill_action: Literal["delete", "keep"] = "delete",
-        ttl_seconds_after_finished: int | None = 86400,
-        api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        options: RunOptions | None = None,
         **kwargs: Any,
     ) -> None:
+        old = arguments.take(kwargs, arguments.SWEEP_KEYWORDS)
         super().__init__(**kwargs)
         from airflow_elastic.sweeps.arguments import sweep_problems
 
-        if isinstance(max_wall_clock, datetime.timedelta):
-            max_wall_clock = max_wall_clock.total_seconds()
-        if isinstance(startup_timeout, datetime.timedelta):
-            startup_timeout = startup_timeout.total_seconds()
+        owner = type(self).__name__
+        self.options = arguments.run_options(options, old, owner=owner)
+        self.budgets = _budgets(budgets, old, owner=owner)
         problems = sweep_problems(
             group=group,
             space=space,
@@ -129,11 +124,13 @@ class HyperparameterSweepOperator(BaseOperator):
             max_failed_trials=max_failed_trials,
             early_stopping=early_stopping,
             stopping_options=stopping_options,
-            poll_interval=poll_interval,
-            on_kill_action=on_kill_action,
-            max_gpu_hours=max_gpu_hours,
-            max_wall_clock=max_wall_clock,
+            poll_interval=self.options.wait.poll_interval,
+            on_kill_action=self.options.on_kill_action,
+            max_gpu_hours=self.budgets.max_gpu_hours,
+            max_wall_clock=self.budgets.max_wall_clock,
         )
+        if self.options.on_finish_action != "keep":
+            problems.append(("options.on_finish_action", "a sweep keeps its trials' groups (their TTL removes them)"))
         if problems:
             raise SpecError(problems)
         self.group = group
@@ -142,14 +139,10 @@ class HyperparameterSweepOperator(BaseOperator):
         self.max_trials, self.max_parallel, self.max_failed_trials = max_trials, max_parallel, max_failed_trials
         self.seed, self.early_stopping = seed, early_stopping
         self.stopping_options = dict(stopping_options or {})
-        self.kubernetes_conn_id, self.namespace = kubernetes_conn_id, namespace
-        self.poll_interval, self.startup_timeout = float(poll_interval), startup_timeout
+        self.namespace = self.options.namespace  # template fields: rendered per run
+        self.kubernetes_conn_id = self.options.kubernetes_conn_id
         self.warm_start = warm_start
-        self.max_gpu_hours, self.max_wall_clock = max_gpu_hours, max_wall_clock
         self.report_uri, self.report_conn_id = report_uri, report_conn_id
-        self.deferrable, self.on_kill_action = deferrable, on_kill_action
-        self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        self.api_outage_tolerance = float(api_outage_tolerance)
         self._running: SweepRun | None = None
 
     # ----------------------------------------------------------------------------------------------- the run
@@ -162,13 +155,41 @@ class HyperparameterSweepOperator(BaseOperator):
 
     def _sweep(self, context: Context) -> SweepRun:
         """This resumption's sweep, its state loaded afresh from ``task_state_store``."""
+        hook = self.hook()
+        return self.run_of(context, hook, self.namespace or hook.get_namespace() or "default")
+
+    def run_of(self, context: Context, hook: Any, namespace: str) -> SweepRun:
+        """The sweep run of ``context`` in ``namespace``: what the run needs of this operator (its spec, with the
+        counts rendered, and its options), never the operator itself."""
         from airflow_elastic.operators.sweeps.run import SweepRun
-        from airflow_elastic.sweeps.arguments import rendered_count
+        from airflow_elastic.sweeps.arguments import SweepSpec, rendered_count
 
         self.max_trials = rendered_count("max_trials", self.max_trials, 1)
         self.max_parallel = rendered_count("max_parallel", self.max_parallel, 1)
-        hook = self.hook()
-        return SweepRun(self, context, hook, self.namespace or hook.get_namespace() or "default")
+        spec = SweepSpec(
+            self.group,
+            self.space,
+            self.objective,
+            self.mode,
+            self.algorithm,
+            self.max_trials,
+            self.max_parallel,
+            self.max_failed_trials,
+            self.seed,
+            self.early_stopping,
+            self.stopping_options,
+            self.warm_start,
+            self.report_uri,
+            self.report_conn_id,
+            self.budgets,
+            self.execution_timeout,
+        )
+        options = self.options.with_changes(namespace=namespace, kubernetes_conn_id=self.kubernetes_conn_id)
+
+        def render(value: Any) -> Any:
+            return self.render_template(value, context)
+
+        return SweepRun(spec, options, context, hook, namespace, render=render, log=self.log)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Start (or resume, from the stored history) the sweep: fill the slots, then wait; a retry of the try that
@@ -196,7 +217,7 @@ class HyperparameterSweepOperator(BaseOperator):
             if not run.history.running():
                 return run.finish()
             trigger = run.trigger()
-            if self.deferrable:
+            if self.options.deferrable:
                 run.save()
                 from airflow_elastic.operators import deferral
 
@@ -206,7 +227,7 @@ class HyperparameterSweepOperator(BaseOperator):
     def on_kill(self) -> None:
         """Delete the running trials' groups unless ``on_kill_action="keep"`` (sync mode; deferred, the trigger's
         ``on_kill`` does the same)."""
-        if self._running is not None and self.on_kill_action == "delete":
+        if self._running is not None and self.options.on_kill_action == "delete":
             self._running.stop_all("the task was killed", state="stopped")
 
 
@@ -222,19 +243,17 @@ def _run_here(trigger: Any) -> Mapping[str, Any]:
     return asyncio.run(first())
 
 
-def load_warm_start(value: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
-    """A previous sweep's result as a dict (an XCom rendered into a template arrives as its ``str``)."""
-    if value is None or value == "" or value == "None":
-        return None
-    if isinstance(value, Mapping):
-        return dict(value)
-    try:
-        loaded = json.loads(value)
-    except ValueError:
-        try:
-            loaded = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            raise SpecError([("warm_start", f"is not a sweep result (a dict): {value!r:.200}")]) from None
-    if not isinstance(loaded, dict):
-        raise SpecError([("warm_start", f"must be a previous sweep's result (a dict), got {type(loaded).__name__}")])
-    return loaded
+def _budgets(budgets: Budgets | None, old: dict[str, Any], *, owner: str) -> Budgets:
+    """The sweep's ``budgets``, with the old ``max_gpu_hours=`` / ``max_wall_clock=`` keywords applied."""
+    from dataclasses import replace
+
+    if budgets is not None and not isinstance(budgets, Budgets):
+        raise SpecError([("budgets", f"must be a Budgets, got {type(budgets).__name__}")])
+    given = {k: old[k] for k in arguments.BUDGET_KEYWORDS if k in old}
+    for name in given:
+        arguments.warn(owner, name, f"budgets=Budgets({name}=...)")
+    with arguments.renamed(old):
+        return replace(budgets or Budgets(), **{k: v for k, v in given.items() if v is not None})
+
+
+arguments.accept_in_partial(HyperparameterSweepOperator, arguments.SWEEP_KEYWORDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -9,21 +10,21 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 
 if TYPE_CHECKING:
-    from airflow_elastic.operators.sweeps.operator import HyperparameterSweepOperator
+    from airflow_elastic.sweeps.arguments import SweepSpec
 
 #: A trial as the result lists it.
 RESULT_FIELDS = ("number", "params", "state", "value", "intermediate", "cause", "jobset", "gpu_hours", "preemptions")
 
 
-def write(history: SweepHistory, op: HyperparameterSweepOperator, context: Any, log: Any) -> dict[str, str] | None:
-    """Write the report under ``op.report_uri``, else the group's checkpoint URI (rendered); its paths, logged
-    (``None``: neither is set)."""
+def write(history: SweepHistory, op: SweepSpec, render: Callable[[Any], Any], log: Any) -> dict[str, str] | None:
+    """Write the report under ``op.report_uri``, else the group's checkpoint URI (``render``-ed: Airflow's Jinja);
+    its paths, logged (``None``: neither is set)."""
     from airflow_elastic.operators.training.checkpoint_storage import checkpoint_storage
     from airflow_elastic.sweeps.report import write_report
     from airflow_elastic.training.spec import Checkpointing
 
     checkpoint = op.group.checkpoint
-    uri = op.report_uri or (op.render_template(checkpoint.uri, context) if checkpoint else None)
+    uri = op.report_uri or (render(checkpoint.uri) if checkpoint else None)
     if not uri:
         log.info("No sweep report: the group has no checkpoint URI and no report_uri was given")
         return None
@@ -34,9 +35,7 @@ def write(history: SweepHistory, op: HyperparameterSweepOperator, context: Any, 
     return report
 
 
-def result(
-    history: SweepHistory, op: HyperparameterSweepOperator, report: dict[str, str] | None, log: Any
-) -> dict[str, Any]:
+def result(history: SweepHistory, op: SweepSpec, report: dict[str, str] | None, log: Any) -> dict[str, Any]:
     """``{"best_params", "best_value", "best_trial", "trials", "report"}``.
 
     Raises:

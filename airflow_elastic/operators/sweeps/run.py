@@ -24,9 +24,8 @@ from airflow_elastic.operators.sweeps import outcome
 from airflow_elastic.operators.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, TrialStore, sweep_id, trial_port
 from airflow_elastic.operators.training.resubmission import Attempts
 from airflow_elastic.preemption import attempts as group_attempts
-from airflow_elastic.preemption import cascade
 from airflow_elastic.sweeps import sampler
-from airflow_elastic.sweeps.arguments import trial_base
+from airflow_elastic.sweeps.arguments import load_warm_start, trial_base
 from airflow_elastic.sweeps.budgets import Budgets
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 from airflow_elastic.training.render import render_jobset
@@ -35,11 +34,14 @@ from airflow_elastic.training.state import GroupEvent, PodFailure
 from airflow_elastic.training.templating import render_group
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from airflow.sdk import Context
 
-    from airflow_elastic.operators.sweeps.operator import HyperparameterSweepOperator
+    from airflow_elastic.sweeps.arguments import SweepSpec
     from airflow_elastic.training.spec import TrainingGroup
     from airflow_elastic.triggers.sweep import SweepTrigger
+    from airflow_elastic.waiting.settings import RunOptions
 
 STATE_KEY = "sweep"
 #: Failed waits in a row tolerated (waiting again) before the task fails; the trial groups keep running.
@@ -51,10 +53,21 @@ PREEMPTED = "preempted: "
 class SweepRun:
     """The sweep as one resumption of the task sees it (see the module docstring)."""
 
-    def __init__(self, op: HyperparameterSweepOperator, context: Any, hook: Any, namespace: str) -> None:
-        self.op, self.context, self.hook, self.namespace = op, context, hook, namespace
-        self.group: TrainingGroup = op.group  # as given: each trial renders its own copy (:meth:`attempts`)
-        self.log = op.log
+    def __init__(
+        self,
+        spec: SweepSpec,
+        options: RunOptions,
+        context: Any,
+        hook: Any,
+        namespace: str,
+        *,
+        render: Callable[[Any], Any],
+        log: Any,
+    ) -> None:
+        self.spec, self.options, self.context, self.hook, self.namespace = spec, options, context, hook, namespace
+        self.render = render  # Airflow's Jinja with the task's context (``render_template``)
+        self.group: TrainingGroup = spec.group  # as given: each trial renders its own copy (:meth:`attempts`)
+        self.log = log
         self.store = context["task_state_store"]
         self.identity = ident.TaskIdentity.from_ti(context["ti"])
         self.state: dict[str, Any] = dict(self.store.get(STATE_KEY) or {})
@@ -118,9 +131,9 @@ class SweepRun:
 
     @property
     def budgets(self) -> Budgets:
-        op = self.op
+        limits = self.spec.budgets
         return Budgets(
-            op.max_wall_clock, op.max_gpu_hours, self._gpus(), float(self.state.get("started") or time.time())
+            limits.max_wall_clock, limits.max_gpu_hours, self._gpus(), float(self.state.get("started") or time.time())
         )
 
     def budget_spent(self, now: float) -> str:
@@ -133,13 +146,13 @@ class SweepRun:
 
     @property
     def max_trials(self) -> int:
-        """The operator's ``max_trials``, an ``int`` once rendered (``execute`` renders it before any run)."""
-        return int(self.op.max_trials)
+        """The operator's ``max_trials``, rendered."""
+        return int(self.spec.max_trials)
 
     @property
     def max_parallel(self) -> int:
-        """The operator's ``max_parallel``, an ``int`` once rendered."""
-        return int(self.op.max_parallel)
+        """The operator's ``max_parallel``, rendered."""
+        return int(self.spec.max_parallel)
 
     def over(self) -> bool:
         """No more trials may start: the trial budget, the grid or a sweep budget is spent."""
@@ -153,17 +166,15 @@ class SweepRun:
 
     def fill(self) -> None:
         """Start trials until ``max_parallel`` run (or no more may start), each recorded before it is created."""
-        from airflow_elastic.operators.sweeps.operator import load_warm_start
-
-        warm = load_warm_start(self.op.warm_start)
+        warm = load_warm_start(self.spec.warm_start)
         warm_history = SweepHistory.from_json({"trials": warm.get("trials") or []}) if warm else None
         while len(self.history.running()) < self.max_parallel and not self.over():
             try:
                 params = sampler.suggest(
-                    self.op.space,
-                    algorithm=self.op.algorithm,
-                    seed=self.op.seed,
-                    mode=self.op.mode,
+                    self.spec.space,
+                    algorithm=self.spec.algorithm,
+                    seed=self.spec.seed,
+                    mode=self.spec.mode,
                     history=self.history,
                     warm_start=warm_history,
                     max_trials=self.max_trials,
@@ -179,7 +190,7 @@ class SweepRun:
             self.save()
             self.log.info(
                 "%s as JobSet %s/%s",
-                self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.max_trials),
+                self.history.summary_line(trial.number, self.spec.objective, self.spec.mode, self.max_trials),
                 self.namespace,
                 trial.jobset,
             )
@@ -194,26 +205,11 @@ class SweepRun:
         """The trial's attempt logic (budgets, resubmission from its checkpoint), as for one training group."""
         if trial.number not in self._attempts:
             # ``{{ trial.* }}`` first (Airflow's context has no ``trial``), then the Airflow templates, per trial.
-            raw = trial_group(self.op.group, trial.params, number=trial.number, sweep=self.sweep)
-            group = render_group(raw, lambda value: self.op.render_template(value, self.context))
+            raw = trial_group(self.spec.group, trial.params, number=trial.number, sweep=self.sweep)
+            group = render_group(raw, self.render)
             group = group.with_changes(coordinator_port=trial_port(group.coordinator_port, trial.number))
-            ttl = self.op.ttl_seconds_after_finished
-
-            def render(name: str, namespace: str, identity: Any, *, group: Any = None) -> dict[str, Any]:
-                spec = group or trial_spec
-                return render_jobset(
-                    spec, name=name, namespace=namespace, labels=identity.labels(), ttl_seconds_after_finished=ttl
-                )
-
-            trial_spec = group
             self._attempts[trial.number] = Attempts(
-                group=group,
-                manifest=None,
-                base_name=trial_base(self.group.name, trial.number),
-                render=render,
-                finish=self._trial_end,
-                delete=self._delete,
-                log=self.log,
+                group=group, manifest=None, base_name=trial_base(self.group.name, trial.number), log=self.log
             )
         return self._attempts[trial.number]
 
@@ -230,37 +226,42 @@ class SweepRun:
             identity,
             base=logic.base_name,
             namespace=self.namespace,
-            build=lambda name: logic.attempt_manifest(name, self.namespace, identity, history),
+            build=lambda name: self._manifest(logic, name, identity, history),
             log=self.log,
         )
         trial.jobset = submission.name
 
+    def _manifest(self, logic: Attempts, name: str, identity: TrialIdentity, history: Any) -> dict[str, Any]:
+        """The trial's next JobSet (its group after its preemptions, resuming from its checkpoint)."""
+        group = logic.next_group(history)
+        assert group is not None  # a trial always runs a group
+        ttl = self.options.ttl_seconds_after_finished
+        labels = identity.labels()
+        manifest = render_jobset(
+            group, name=name, namespace=self.namespace, labels=labels, ttl_seconds_after_finished=ttl
+        )
+        return logic.resumed(manifest, name, identity, history)
+
     def _watch(self, trial: Trial) -> dict[str, Any]:
-        """The trial's :class:`~airflow_elastic.waiting.watch.Watch` arguments, as ``TrainingGroupOperator`` gives
-        them."""
+        """The trial's :class:`~airflow_elastic.waiting.settings.WaitSettings` (as a dict), as
+        ``TrainingGroupOperator`` makes them for one attempt."""
         store, logic = self._store(trial), self.attempts(trial)
-        submission = ident.recorded(store)
-        uid, submitted = (submission.uid, submission.submitted_at) if submission else ("", time.time())
+        submission = ident.recorded(store) or ident.Submission("", self.namespace, time.time(), "")
         deadlines = [d for d in (self._execution_deadline(), self.budget_deadline(time.time())) if d is not None]
-        timeout = self.op.startup_timeout
-        return {
-            "uid": uid,
-            "deadline": min(deadlines) if deadlines else None,
-            "startup_deadline": submitted + timeout if timeout is not None else None,
-            "metrics_role": self.group.leader.name,
-            "capture_evidence": True,
-            "max_preemptions": logic.preemptions_left(group_attempts.History.load(store)),
-            "transient_exit_codes": list(logic.policy.transient_exit_codes),
-            "settle_seconds": cascade.SETTLE_SECONDS,
-            "api_outage_tolerance": self.op.api_outage_tolerance,
-            **logic.elastic_watch,
-        }
+        settings = logic.wait_settings(
+            self.options.wait,
+            group_attempts.History.load(store),
+            submission,
+            execution_deadline=min(deadlines) if deadlines else None,
+            metrics_role=self.group.metrics_role or self.group.leader.name,
+        )
+        return settings.to_dict()
 
     def _execution_deadline(self) -> float | None:
-        if self.op.execution_timeout is None:
+        if self.spec.execution_timeout is None:
             return None
         start = getattr(self.context["ti"], "start_date", None)
-        return (start.timestamp() if start is not None else time.time()) + self.op.execution_timeout.total_seconds()
+        return (start.timestamp() if start is not None else time.time()) + self.spec.execution_timeout.total_seconds()
 
     def trigger(self) -> SweepTrigger:
         """One trigger for every running trial."""
@@ -273,16 +274,16 @@ class SweepRun:
                 for t in self.history.running()
             ],
             self.namespace,
-            self.op.kubernetes_conn_id,
-            history=self.history.to_json() if self.op.early_stopping else None,  # only the rule reads it
-            objective=self.op.objective,
-            mode=self.op.mode,
-            early_stopping=self.op.early_stopping,
-            stopping_options=self.op.stopping_options,
+            self.options.kubernetes_conn_id,
+            history=self.history.to_json() if self.spec.early_stopping else None,  # only the rule reads it
+            objective=self.spec.objective,
+            mode=self.spec.mode,
+            early_stopping=self.spec.early_stopping,
+            stopping_options=self.spec.stopping_options,
             deadline=self.budget_deadline(time.time()),
-            poll_interval=self.op.poll_interval,
-            log_role=self.group.leader.name,
-            on_kill_action=self.op.on_kill_action,
+            poll_interval=self.options.wait.poll_interval,
+            log_role=self.group.log_role or self.group.leader.name,
+            on_kill_action=self.options.on_kill_action,
             connection_extras=self.hook.get_connection_extras(),
             gather_successes=self.over(),  # no trial can take a freed slot: one round trip for the tail
         )
@@ -341,25 +342,25 @@ class SweepRun:
             if not spent:
                 self.state["finished"] = True
                 self.save()
-                raise AirflowTaskTimeout(f"execution_timeout ({self.op.execution_timeout}) reached; trials stopped")
+                raise AirflowTaskTimeout(f"execution_timeout ({self.spec.execution_timeout}) reached; trials stopped")
             return
         store = self._store(trial)
         submission = ident.recorded(store)
         if submission is None or submission.name != event.name:
             submission = ident.Submission(event.name, event.namespace, 0, event.uid)
+        # The trial's store stands in for the task's (the same get/set, under the trial's prefix).
+        context = cast("Context", {**self.context, "task_state_store": store})
+        logic = self.attempts(trial)
         try:
-            result = self.attempts(trial).settle(
-                # The trial's store stands in for the task's (the same get/set, under the trial's prefix).
-                cast("Context", {**self.context, "task_state_store": store}),
-                self.hook,
-                submission,
-                event,
-            )
+            verdict = logic.judge(context, self.hook, submission, event)
         except AirflowException as error:  # the group's own budgets or guardrails: the trial failed
             message = str(error)
             charged = "preemption budget" not in message
             self._end(trial, "failed", cause=message if charged else PREEMPTED + message)
             return
+        result = None
+        if verdict.action != "resubmit":
+            result = logic.conclude(context, verdict, self._trial_end(submission, event))
         history = group_attempts.History.load(store)
         trial.preemptions, trial.gpu_hours = history.preemptions, round(history.gpu_hours, 6)
         if result is None:
@@ -370,18 +371,18 @@ class SweepRun:
             )
             self._submit(trial)
             return
-        value = (result.get("metrics") or {}).get(self.op.objective)
+        value = (result.get("metrics") or {}).get(self.spec.objective)
         if result["status"] != "succeeded":
             self._end(trial, "failed", cause=result["cause"])
         elif isinstance(value, int | float) and not isinstance(value, bool):
             self._end(trial, "complete", value=float(value))
         else:
-            self._end(trial, "failed", cause=f"it reported no numeric {self.op.objective!r} (runtime.report)")
+            self._end(trial, "failed", cause=f"it reported no numeric {self.spec.objective!r} (runtime.report)")
 
-    def _trial_end(self, context: Any, hook: Any, submission: ident.Submission, event: GroupEvent) -> dict[str, Any]:
-        """``Attempts``'s finish for a trial: the verdict as a small dict, never an exception."""
+    def _trial_end(self, submission: ident.Submission, event: GroupEvent) -> dict[str, Any]:
+        """A trial's finish: the verdict as a small dict, never an exception."""
         if event.status == "startup_timeout":
-            self._delete(hook, submission, "it did not start in time")
+            self._delete(self.hook, submission, "it did not start in time")
         cause = {
             "startup_timeout": f"did not start in time: {event.message}",
             "missing": "its JobSet disappeared before it finished",
@@ -413,7 +414,7 @@ class SweepRun:
                 max(trial.finished_at - (trial.started_at or trial.finished_at), 0.0) * self._gpus() / 3600, 6
             )
         self.save()
-        line = self.history.summary_line(trial.number, self.op.objective, self.op.mode, self.max_trials)
+        line = self.history.summary_line(trial.number, self.spec.objective, self.spec.mode, self.max_trials)
         (self.log.warning if state == "failed" else self.log.info)("%s", line)
 
     def stop_all(self, why: str, state: str = "stopped") -> None:
@@ -427,16 +428,16 @@ class SweepRun:
 
     def _check_failures(self) -> None:
         charged = [t for t in self.history.failed() if not t.cause.startswith(PREEMPTED)]
-        if len(charged) <= self.op.max_failed_trials:
+        if len(charged) <= self.spec.max_failed_trials:
             return
         listing = "; ".join(f"trial {t.number} {t.params}: {t.cause}" for t in charged)
-        self.stop_all(f"{len(charged)} trials failed, more than max_failed_trials={self.op.max_failed_trials}")
+        self.stop_all(f"{len(charged)} trials failed, more than max_failed_trials={self.spec.max_failed_trials}")
         self.state["finished"] = True
         self.save()
-        outcome.write(self.history, self.op, self.context, self.log)  # what ran, for the post-mortem
+        outcome.write(self.history, self.spec, self.render, self.log)  # what ran, for the post-mortem
         raise AirflowFailException(
             f"The sweep failed: {len(charged)} trial(s) failed, more than max_failed_trials="
-            f"{self.op.max_failed_trials}: {listing}"
+            f"{self.spec.max_failed_trials}: {listing}"
         )
 
     # ------------------------------------------------------------------------------------------ the end
@@ -444,10 +445,10 @@ class SweepRun:
     def finish(self) -> dict[str, Any]:
         """The result: the best trial, every trial, the report (paths logged); raises when none completed. Kept
         with the try that finished, so that a retry of this task instance returns it (:meth:`begin`)."""
-        report = outcome.write(self.history, self.op, self.context, self.log)
+        report = outcome.write(self.history, self.spec, self.render, self.log)
         self.state["finished"] = True  # saved with the result, or failed: a worker dying before finishes again
         try:
-            result = outcome.result(self.history, self.op, report, self.log)
+            result = outcome.result(self.history, self.spec, report, self.log)
         except AirflowFailException:
             self.save()
             raise

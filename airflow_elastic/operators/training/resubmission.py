@@ -19,17 +19,19 @@ would clear ``next_method`` and restart at ``execute()`` anyway. Everything need
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_elastic.training.spec import FailurePolicy, TrainingGroup
+from airflow_elastic.preemption.verdicts import GUARD_HINT, ON_DEMAND_HINT, Judgement
+from airflow_elastic.training.spec import Budgets, FailurePolicy, TrainingGroup
 
 # The operator's base class is loaded when a DAG file is parsed; what only a running task needs is imported inside
 # the methods (tests/operators/test_parse_imports.py).
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from airflow.sdk import Context
 
     from airflow_elastic.contract import checkpoints
@@ -37,47 +39,54 @@ if TYPE_CHECKING:
     from airflow_elastic.operators import identity as ident
     from airflow_elastic.preemption import attempts
     from airflow_elastic.training.state import GroupEvent
+    from airflow_elastic.waiting.settings import WaitSettings
+
+__all__ = ["GUARD_HINT", "ON_DEMAND_HINT", "RESULT_KEY", "Attempts", "delete_group"]
 
 #: ``task_state_store`` key of the result a try finished the task with, and that try (``operators.reruns.TryMark``).
 RESULT_KEY = "training_group_result"
-ON_DEMAND_HINT = (
-    "The capacity keeps being reclaimed: run on on-demand capacity (Placement(spot=False), or "
-    "FailurePolicy(fallback_to_on_demand_after=K)), or raise max_preemptions."
-)
-GUARD_HINT = "Raise the guardrail on the operator if the work needs more, or checkpoint more often to lose less."
+
+
+def delete_group(hook: JobSetHook, submission: ident.Submission, why: str, *, kind: str, log: Any) -> None:
+    """Delete the group of ``submission`` (a JobSet, or a TrainJob/PyTorchJob through a backend hook), logging why;
+    an API error is logged, not raised."""
+    from airflow_elastic.hooks.errors import KubernetesApiError
+
+    where = f"{kind} {submission.namespace}/{submission.name}"
+    log.info("Deleting %s: %s", where, why)
+    try:
+        hook.delete_jobset(submission.namespace, submission.name)
+    except KubernetesApiError as error:
+        log.error("Could not delete %s: %s", where, error)
 
 
 @dataclass
 class Attempts:
-    """The attempt logic of one task run, composed by ``TrainingGroupOperator``: it is given the run's spec, the
-    guardrails and callbacks, and the three operator functions it needs, and calls back into nothing else.
+    """The attempt logic of one task run (or one sweep trial), given data only: the run's spec, its budgets and
+    the user's callbacks. The decisions are :mod:`airflow_elastic.preemption.verdicts`'s; this class loads and
+    saves the history in ``task_state_store``, lists checkpoints, deletes groups and logs.
 
     Args:
         group: the run's rendered ``TrainingGroup`` (``None`` for a user's own JobSet ``manifest``).
         manifest: the user's own JobSet manifest (``None`` for a group).
         base_name: the JobSet name prefix.
-        render: ``(name, namespace, identity, *, group=None) -> JobSet dict`` (the operator's manifest builder).
-        finish: ``(context, hook, submission, event) -> result`` for a verdict that ends the task (or raises).
-        delete: ``(hook, submission, why)``: delete a group, logging why.
         log: the task logger.
         kind: what the group is on its backend (``JobSet``, ``TrainJob``, ``PyTorchJob``), for messages.
-        max_wall_clock, max_gpu_hours, checkpoint_seconds, on_preemption, on_budget_exhausted: the operator's
-            arguments of the same names.
+        budgets: ``max_wall_clock`` and ``max_gpu_hours`` across the attempts (default: the group's).
+        checkpoint_seconds: a checkpoint's write time for the advice (default: the group's
+            ``checkpoint.write_seconds``).
+        on_preemption, on_budget_exhausted: the operator's callbacks of the same names (the user's).
     """
 
     group: TrainingGroup | None
     manifest: dict[str, Any] | None
     base_name: str
-    render: Callable[..., dict[str, Any]]
-    finish: Callable[..., dict[str, Any]]
-    delete: Callable[..., None]
     log: Any
-    max_wall_clock: float | None = None
-    max_gpu_hours: float | None = None
+    kind: str = "JobSet"
+    budgets: Budgets | None = None
     checkpoint_seconds: float | None = None
     on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None
     on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None
-    kind: str = "JobSet"
     _storage: checkpoints.Storage | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -87,11 +96,21 @@ class Attempts:
         """``max_wall_clock`` and ``max_gpu_hours``, across every attempt."""
         from airflow_elastic.preemption import attempts
 
-        return attempts.Guards(self.max_wall_clock, self.max_gpu_hours)
+        budgets = self.budgets or (self.group.budgets if self.group is not None else Budgets())
+        return attempts.Guards(budgets.max_wall_clock, budgets.max_gpu_hours)
 
     @property
     def policy(self) -> FailurePolicy:
+        """The group's ``FailurePolicy`` (the defaults for a user's manifest)."""
         return self.group.failure if self.group is not None else FailurePolicy()
+
+    @property
+    def write_seconds(self) -> float | None:
+        """How long a checkpoint takes to write, for the advice (``None``: unknown)."""
+        if self.checkpoint_seconds is not None:
+            return self.checkpoint_seconds
+        checkpoint = self.group.checkpoint if self.group is not None else None
+        return checkpoint.write_seconds if checkpoint is not None else None
 
     @property
     def gpus(self) -> int:
@@ -102,24 +121,43 @@ class Attempts:
 
         return manifests.gpu_count(self.manifest or {})
 
-    @property
-    def elastic_watch(self) -> dict[str, Any]:
-        """The waiter's keyword arguments for the below-``min_replicas`` watch (none without an elastic role)."""
-        group = self.group
-        if group is None or group.elastic is None:
-            return {}
+    def wait_settings(
+        self,
+        settings: WaitSettings,
+        history: attempts.History,
+        submission: ident.Submission,
+        *,
+        execution_deadline: float | None,
+        metrics_role: str,
+        role: Callable[[str], str] = str,
+    ) -> WaitSettings:
+        """``settings`` with this attempt's facts: its uid, the earlier of ``execution_deadline`` and the
+        guardrails' deadline, its startup deadline, the preemptions left, the transient exit codes and the elastic
+        watch (``role`` names a role as the waited pods' labels do)."""
+        from airflow_elastic.preemption import attempts
         from airflow_elastic.training.render.elastic import elastic_role
 
-        return {
-            "elastic_role": elastic_role(group),
-            "elastic_min_replicas": group.elastic.min_replicas,
-            "below_min_timeout": float(group.elastic.below_min_timeout),
-        }
-
-    def preemptions_left(self, history: attempts.History) -> int:
-        from airflow_elastic.preemption import attempts
-
-        return attempts.remaining(self.policy.max_preemptions, history.preemptions)
+        submitted = submission.submitted_at or time.time()
+        guard, _ = self.guards.deadline(history, now=submitted, gpus=self.gpus)
+        deadlines = [d for d in (execution_deadline, guard) if d is not None]
+        elastic: dict[str, Any] = {}
+        group = self.group
+        if group is not None and group.elastic is not None:
+            elastic = {
+                "elastic_role": role(elastic_role(group)),
+                "elastic_min_replicas": group.elastic.min_replicas,
+                "below_min_timeout": float(group.elastic.below_min_timeout),
+            }
+        return settings.for_attempt(
+            uid=submission.uid,
+            deadline=min(deadlines) if deadlines else None,
+            startup_deadline=settings.startup_deadline_after(submitted),
+            metrics_role=metrics_role,
+            capture_evidence=True,
+            max_preemptions=attempts.remaining(self.policy.max_preemptions, history.preemptions),
+            transient_exit_codes=tuple(self.policy.transient_exit_codes),
+            **elastic,
+        )
 
     def checkpoint_storage(self) -> checkpoints.Storage | None:
         """The filesystem of the group's checkpoints (``None``: it has none), resolved once per task run.
@@ -136,7 +174,7 @@ class Attempts:
         return self._storage
 
     def latest_checkpoint(self) -> checkpoints.Checkpoint | None:
-        """The group's newest complete checkpoint, listed through its storage (see :meth:`_checkpoint_storage`).
+        """The group's newest complete checkpoint, listed through its storage (see :meth:`checkpoint_storage`).
 
         A storage without a backend raises; a listing that fails (network, permissions) is logged and gives
         ``None``, as for a group that has not checkpointed yet."""
@@ -153,38 +191,35 @@ class Attempts:
             self.log.warning("Could not look for checkpoints under %s: %s", uri, error)
             return None
 
-    def attempt_manifest(
-        self, name: str, namespace: str, identity: ident.TaskIdentity, history: attempts.History
+    # ------------------------------------------------------------------------------------------ the next attempt
+
+    def next_group(self, history: attempts.History) -> TrainingGroup | None:
+        """The group of the next attempt (:func:`~airflow_elastic.preemption.verdicts.next_group`; ``None`` for a
+        user's manifest). Fails first when this worker cannot read the group's checkpoints."""
+        from airflow_elastic.preemption.verdicts import next_group
+
+        self.checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
+        if self.group is None:
+            return None
+        group, on_demand = next_group(self.group, history)
+        if on_demand:
+            self.log.warning("%d preemption(s) so far: this group runs on on-demand capacity", history.preemptions)
+        return group
+
+    def resumed(
+        self, manifest: dict[str, Any], name: str, identity: ident.TaskIdentity, history: attempts.History
     ) -> dict[str, Any]:
-        """This attempt's JobSet (or TrainJob, PyTorchJob): ``maxRestarts`` = what is left of ``max_failures``,
-        on-demand after ``fallback_to_on_demand_after`` preemptions, and ``AE_RESUME_FROM`` = the latest complete
-        checkpoint for every attempt after the first (resubmissions and Airflow retries)."""
+        """The attempt's rendered manifest with ``maxRestarts`` = what is left of ``max_failures`` and
+        ``AE_RESUME_FROM`` = the latest complete checkpoint for every attempt after the first (resubmissions and
+        Airflow retries)."""
         from airflow_elastic.preemption import attempts
         from airflow_elastic.waiting.backend_watch import with_resume
 
-        self.checkpoint_storage()  # fail before submitting a group whose checkpoints this worker cannot read
-        policy = self.policy
-        left = attempts.remaining(policy.max_failures, history.failures)
-        group = self.group
-        if group is not None:
-            group = attempts.with_max_failures(group, left)
-            after = policy.fallback_to_on_demand_after
-            if after is not None and history.preemptions >= after:
-                self.log.warning("%d preemption(s) so far: this group runs on on-demand capacity", history.preemptions)
-                group = attempts.on_demand(group)
-        manifest = self.render(name, namespace, identity, group=group)
+        left = attempts.remaining(self.policy.max_failures, history.failures)
         resume = self.latest_checkpoint() if history.attempts or identity.try_number > 1 else None
         if resume is not None:
             self.log.info("%s %s resumes from checkpoint step %d (%s)", self.kind, name, resume.step, resume.path)
         return with_resume(manifest, resume_from=resume.path if resume else None, max_restarts=left)
-
-    def wait_deadline(
-        self, execution_deadline: float | None, history: attempts.History, submission: ident.Submission
-    ) -> float | None:
-        """The earlier of ``execution_timeout`` and the guardrails' deadline for this attempt."""
-        guard, _ = self.guards.deadline(history, now=submission.submitted_at or time.time(), gpus=self.gpus)
-        found = [d for d in (execution_deadline, guard) if d is not None]
-        return min(found) if found else None
 
     # ------------------------------------------------------------------------------------------ tries
 
@@ -234,28 +269,86 @@ class Attempts:
 
     # ------------------------------------------------------------------------------------------ verdicts
 
-    def settle(
-        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
-    ) -> dict[str, Any] | None:
-        """Finish the task with ``event`` (return the result or raise), or prepare a resubmission (``None``).
+    def judge(self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> Judgement:
+        """Judge the attempt that ended with ``event`` (:func:`~airflow_elastic.preemption.verdicts.judge`), record
+        it in the history, and act on what only this class can: a spent budget or guardrail, or a suspension past
+        its timeout, deletes the group and fails the task (no Airflow retry: a retry would start a fresh history);
+        a resubmission deletes a short-handed elastic group and advances the identity to the next JobSet name.
+        ``finish`` is left to the caller (then :meth:`conclude`).
 
-        Once the finishing code is done, the attempt history is closed (:meth:`attempts.History.close`), so the
-        next try trains afresh; not when the trigger erred (``error``): the group may still run, to be adopted.
+        Raises:
+            AirflowFailException: a budget or guardrail is spent, or the group stayed suspended too long.
         """
-        from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+        from airflow_elastic.operators import identity as ident
+        from airflow_elastic.preemption import attempts
+        from airflow_elastic.preemption.evidence import describe
+        from airflow_elastic.preemption.verdicts import judge
 
+        store = context["task_state_store"]
+        history = attempts.History.load(store)
+        started = submission.submitted_at or history.started
+        now = time.time()
+        verdict = judge(
+            event, history, policy=self.policy, guards=self.guards, gpus=self.gpus, started=started, now=now
+        )
+        if verdict.cause is not None:
+            self.log.info("%s %s ended because of %s", self.kind, submission.name, describe(verdict.cause))
+        if verdict.attempt is not None:
+            attempt = dict(verdict.attempt)
+            if verdict.action == "resubmit":
+                attempt.update(attempts.lost_work(attempt, self.latest_checkpoint(), gpus=self.gpus))
+            history.add(attempt)
+            history.save(store)
+            if attempt["preemptions"] and self.on_preemption is not None:
+                self.on_preemption(context, attempt)
+        if verdict.action == "suspended":
+            delete_group(hook, submission, "it stayed suspended too long", kind=self.kind, log=self.log)
+            attempts.History.close(store)
+            raise AirflowFailException(verdict.reason)
+        if verdict.action == "exhausted":
+            self._exhausted(context, hook, submission, history, verdict)
+        if verdict.action == "resubmit":
+            if verdict.delete_first:
+                delete_group(hook, submission, verdict.delete_first, kind=self.kind, log=self.log)
+            ident.advance(store, submission)
+            self.log.warning(
+                "%s %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
+                "latest checkpoint (same Airflow try)",
+                self.kind,
+                submission.namespace,
+                submission.name,
+                history.attempts[-1]["cause"],
+                history.preemptions,
+                self.policy.max_preemptions,
+            )
+        elif verdict.attempt is not None and verdict.attempt.get("outcome") != "stopped":
+            self._advise(history)
+        return verdict
+
+    def conclude(self, context: Context, verdict: Judgement, result: dict[str, Any]) -> dict[str, Any]:
+        """The task's result once its finishing code returned ``result``: the attempt summary added (for an attempt
+        that was judged), the history closed (the next try trains afresh), the result kept for a retry."""
         from airflow_elastic.preemption import attempts
 
-        try:
-            result = self._judge(context, hook, submission, event)
-        except (AirflowException, AirflowTaskTimeout):
-            if event.status != "error":
-                attempts.History.close(context["task_state_store"])
-            raise
-        if result is not None:
-            attempts.History.close(context["task_state_store"])
-            self._keep(context, result)
+        store = context["task_state_store"]
+        history = attempts.History.load(store)
+        if verdict.attempt is not None:
+            self._log_attempts(history)
+            result = {**result, **attempts.summary(history), "attempts": history.attempts}
+        attempts.History.close(store)
+        self._keep(context, result)
         return result
+
+    def failed(self, context: Context, event: GroupEvent, verdict: Judgement | None) -> None:
+        """The finishing code raised: close the history (not when the trigger erred: the group may still run, to
+        be adopted), after logging the attempts that were judged."""
+        from airflow_elastic.preemption import attempts
+
+        store = context["task_state_store"]
+        if verdict is not None and verdict.attempt is not None:
+            self._log_attempts(attempts.History.load(store))
+        if event.status != "error":
+            attempts.History.close(store)
 
     def _keep(self, context: Context, result: dict[str, Any]) -> None:
         """Keep the result the task finishes with, and the try: a retry of that try returns it (:meth:`finished`)."""
@@ -290,83 +383,7 @@ class Attempts:
         )
         return result
 
-    def _judge(
-        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
-    ) -> dict[str, Any] | None:
-        from airflow_elastic.operators import identity as ident
-        from airflow_elastic.preemption import attempts
-        from airflow_elastic.preemption.evidence import describe
-
-        store = context["task_state_store"]
-        history = attempts.History.load(store)
-        started = submission.submitted_at or history.started
-        if event.status == "suspend_timeout":
-            self.delete(hook, submission, "it stayed suspended too long")
-            raise AirflowFailException(f"{event.message}; the group was deleted (suspend_timeout)")
-        if event.status == "timeout":
-            decision = attempts.decide(event, history, max_preemptions=0, started=started, gpus=self.gpus)
-            history.add({**decision.attempt, "outcome": "stopped"})
-            guard = self._guard_spent(history)
-            if guard:
-                history.save(store)
-                self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
-            return self.finish(context, hook, submission, event)
-        if event.status not in ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min"):
-            return self.finish(context, hook, submission, event)
-        policy = self.policy
-        decision = attempts.decide(
-            event, history, max_preemptions=policy.max_preemptions, started=started, gpus=self.gpus
-        )
-        if decision.cause is not None:
-            self.log.info("%s %s ended because of %s", self.kind, submission.name, describe(decision.cause))
-        if decision.outcome == "resubmit":
-            resume = self.latest_checkpoint()
-            decision.attempt.update(attempts.lost_work(decision.attempt, resume, gpus=self.gpus))
-        history.add(decision.attempt)
-        history.save(store)
-        if decision.attempt["preemptions"] and self.on_preemption is not None:
-            self.on_preemption(context, decision.attempt)
-        if decision.outcome == "resubmit":
-            if guard := self._guard_spent(history):
-                self._exhausted(context, hook, submission, history, f"{guard} reached", hint=GUARD_HINT)
-            if event.status == "elastic_below_min":  # still running, short-handed: make room for the next group
-                self.delete(hook, submission, event.message)
-            ident.advance(store, submission)
-            self.log.warning(
-                "%s %s/%s was preempted (%s); %d of max_preemptions=%d used; resubmitting a fresh group from the "
-                "latest checkpoint (same Airflow try)",
-                self.kind,
-                submission.namespace,
-                submission.name,
-                decision.attempt["cause"],
-                history.preemptions,
-                policy.max_preemptions,
-            )
-            return None
-        if decision.outcome == "preemption_budget_exhausted":
-            self._exhausted(
-                context,
-                hook,
-                submission,
-                history,
-                f"preemption budget exhausted: {history.preemptions} preemption(s), max_preemptions="
-                f"{policy.max_preemptions}",
-            )
-        self._advise(history)
-        try:
-            result = self.finish(context, hook, submission, event)
-        finally:
-            self._log_attempts(history)
-        return {**result, **attempts.summary(history), "attempts": history.attempts}
-
-    def _guard_spent(self, history: attempts.History) -> str:
-        """The guardrail that is spent across all attempts so far (empty: none)."""
-        guards = self.guards
-        if guards.max_wall_clock is not None and time.time() - history.started >= guards.max_wall_clock:
-            return f"max_wall_clock ({guards.max_wall_clock:.0f} s)"
-        if guards.max_gpu_hours is not None and history.gpu_hours >= guards.max_gpu_hours:
-            return f"max_gpu_hours ({guards.max_gpu_hours:g}; used {history.gpu_hours:.4f})"
-        return ""
+    # ------------------------------------------------------------------------------------------ reporting
 
     def _exhausted(
         self,
@@ -374,27 +391,27 @@ class Attempts:
         hook: JobSetHook,
         submission: ident.Submission,
         history: attempts.History,
-        why: str,
-        hint: str = ON_DEMAND_HINT,
+        verdict: Judgement,
     ) -> None:
         """Stop the group and fail the task (no Airflow retry: a retry would start a fresh history, budgets and
         guardrails spent again)."""
         from airflow_elastic.preemption import attempts
 
-        self.delete(hook, submission, why)
+        delete_group(hook, submission, verdict.reason, kind=self.kind, log=self.log)
         self._log_attempts(history)
         self._advise(history)
-        info: dict[str, Any] = {"reason": why, "name": submission.name, "namespace": submission.namespace}
+        attempts.History.close(context["task_state_store"])
+        info: dict[str, Any] = {"reason": verdict.reason, "name": submission.name, "namespace": submission.namespace}
         info |= {**attempts.summary(history), "attempts": history.attempts}
         if self.on_budget_exhausted is not None:
             self.on_budget_exhausted(context, info)
+        where = f"{self.kind} {submission.namespace}/{submission.name}"
         raise AirflowFailException(
-            f"{self.kind} {submission.namespace}/{submission.name}: {why}; the group was stopped and deleted. {hint}"
+            f"{where}: {verdict.reason}; the group was stopped and deleted. {verdict.hint or ON_DEMAND_HINT}"
         )
 
-    # ------------------------------------------------------------------------------------------ reporting
-
     def _log_attempts(self, history: attempts.History) -> None:
+        """Log every attempt of ``history``, and the restarts no wait saw."""
         from airflow_elastic.preemption import attempts
 
         for i, attempt in enumerate(history.attempts):
@@ -433,12 +450,12 @@ class Attempts:
         from airflow_elastic.preemption import attempts
 
         checkpointed = self.group is not None and self.group.checkpoint is not None
-        if not checkpointed and not self.checkpoint_seconds:
+        if not checkpointed and not self.write_seconds:
             return
         latest = self.latest_checkpoint() if history.preemptions else None
         advice = attempts.checkpoint_advice(
             history,
-            checkpoint_seconds=self.checkpoint_seconds,
+            checkpoint_seconds=self.write_seconds,
             marker=latest.marker if latest else None,
             now=time.time(),
         )

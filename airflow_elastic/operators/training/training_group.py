@@ -14,7 +14,6 @@ kubectl at). Give the connection an explicit kubeconfig (``AIRFLOW_CONN_LOCAL_CL
 from __future__ import annotations
 
 import datetime
-import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -22,8 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators.training import arguments
 from airflow_elastic.training.spec import SpecError, TrainingGroup
-from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
+from airflow_elastic.waiting.settings import RunOptions
 
 # Only the running task needs the rest (state, evidence, attempts, identity, rendering, hooks): they are imported
 # inside the methods, so a DAG file using the operator stays as cheap to parse as one using only airflow.sdk
@@ -34,16 +34,15 @@ if TYPE_CHECKING:
     from airflow_elastic.hooks.jobset import JobSetHook
     from airflow_elastic.operators import identity as ident
     from airflow_elastic.operators.training.resubmission import Attempts
+    from airflow_elastic.operators.training.run_spec import RunSpec
     from airflow_elastic.preemption import attempts
+    from airflow_elastic.preemption.verdicts import Judgement
     from airflow_elastic.training.state import GroupEvent
+    from airflow_elastic.waiting.settings import WaitSettings
 
-#: Re-defer at most this often when the trigger reports an error while the group still runs.
-MAX_REDEFERS = 3
 _REDEFER_KEY = "training_group_redefers"
-#: What a group can run as (``backend=``), and the TrainJob runtime used unless ``runtime=`` names another.
-BACKENDS = ("jobset", "trainjob", "pytorchjob")
+#: The TrainJob runtime used unless ``runtime=`` names another (``training.backends.DEFAULT_RUNTIME``).
 DEFAULT_RUNTIME = "torch-distributed"
-_KINDS = {"jobset": "JobSet", "trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
 
 
 class TrainingGroupOperator(BaseOperator):
@@ -61,54 +60,29 @@ class TrainingGroupOperator(BaseOperator):
     namespace; the ``kubectl`` command printing the whole manifest) is the ``rendered_jobset`` template field,
     short enough for Airflow's ``[core] max_templated_field_length``.
 
+    What describes the group is on the spec: ``TrainingGroup(log_role=, metrics_role=, budgets=Budgets(
+    max_wall_clock=, max_gpu_hours=))``, ``Checkpointing(write_seconds=)`` (the Young/Daly advice logged at the end).
+    Where and how it runs, waits and is cleaned up is ``options`` (:class:`~airflow_elastic.RunOptions`, shared with
+    ``HyperparameterSweepOperator``). The keywords of earlier releases (``kubernetes_conn_id=``, ``poll_interval=``,
+    ``max_wall_clock=``, ...) still work, with a ``DeprecationWarning`` naming the replacement
+    (:mod:`airflow_elastic.operators.training.arguments`).
+
     Args:
         group: the training group. Give either ``group`` or ``jobset``.
         jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix. It
             is checked when the DAG file is parsed (templated parts once rendered), the CRD schema included.
-        namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
-        kubernetes_conn_id: a ``kubernetes`` connection (templated) with an explicit cluster: see the module
-            docstring (no fallback to ``~/.kube/config``).
-        deferrable: wait in the triggerer (default) instead of on the worker.
-        poll_interval: seconds between status checks.
-        startup_timeout: seconds (or a ``timedelta``) for the group to be running once; then it is deleted and the
-            task fails with the cluster's reason (unschedulable, image pull, quota, ...). ``None``: wait forever.
-        on_kill_action: ``"delete"`` the group when the task is killed (marked failed/success, cleared), or
-            ``"keep"`` it. In sync mode ``on_kill`` also runs when the *worker* gets SIGTERM (e.g. evicted), so
-            ``"keep"`` lets training survive worker loss; deferrable mode needs no worker. ``"delete"`` also
-            deletes a still-running group when the task gives up waiting on it (the trigger kept failing after
-            ``MAX_REDEFERS`` re-deferrals), so it does not hold its nodes with nobody waiting.
-        on_finish_action: ``"keep"`` finished groups (``ttl_seconds_after_finished`` removes them), ``"delete"``
-            them at once, or ``"delete_succeeded"`` (keep failed ones for inspection).
-        ttl_seconds_after_finished: the JobSet's (or PyTorchJob's) TTL after it finished (default one day; ``None``:
-            none). A TrainJob has no TTL field: ``on_finish_action`` removes it.
-        log_role: the role whose first pod's log is copied into the task log (default: the leader).
-        metrics_role: the role whose first pod's termination message holds the final metrics (default: the
-            leader).
-        suspend_timeout: seconds (or a ``timedelta``) the group may stay suspended (queued by Kueue) before the
-            task fails; suspension is waiting, not failure. ``None``: wait forever.
-        max_wall_clock: a ``timedelta`` (or seconds) across the attempts since the task last finished (retries
-            adopting the running group included), counted from the first of them; past it the group is deleted
-            and the task fails.
-        max_gpu_hours: GPU-hours across the same attempts (the group's GPU requests times each attempt's
-            lifetime); past them the group is deleted and the task fails.
-        checkpoint_seconds: how long one checkpoint takes to write, for the Young/Daly advice logged at the end
-            (a ``write_seconds`` field in the checkpoint marker wins).
-        settle_seconds: seconds (or a ``timedelta``) a failure is held while a pod of the attempt has not reported
-            its end, to see whether its node was lost: the survivors' errors are then a node-loss cascade, charged
-            to the preemption budget and resumed from the checkpoint, not a failure. ``None``: 90 s
-            (``cascade.SETTLE_SECONDS``: the node-monitor grace period plus a few polls); 0: never held. The
-            trigger and the sync waiter both use it.
-        api_outage_tolerance: seconds (or a ``timedelta``) of Kubernetes API failures in a row (5xx, 429, no reply;
-            each request already retried) the wait rides out before the task fails, 300 s by default (a managed
-            control plane's upgrade); the outage's start and end are logged. Other API errors (403, 401) end the
-            wait at once. The trigger and the sync waiter both use it.
-        on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
-        on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a guardrail is spent.
+        options: :class:`~airflow_elastic.RunOptions`: ``namespace`` and ``kubernetes_conn_id`` (both templated;
+            the connection needs an explicit cluster, see the module docstring), ``deferrable``,
+            ``on_kill_action``, ``on_finish_action``, ``ttl_seconds_after_finished`` and ``wait``
+            (:class:`~airflow_elastic.WaitSettings`: ``poll_interval``, ``startup_timeout``, ``suspend_timeout``,
+            ``settle_seconds``, ``api_outage_tolerance``; the trigger and the sync waiter use the same settings).
+            ``execution_timeout`` and the group's budgets, once past, delete the group and fail the task.
         backend: what the group runs as: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on
             ``runtime``) or ``"pytorchjob"`` (a training-operator v1 PyTorchJob, legacy). What the backend cannot
             express is refused when the DAG is parsed (``SpecError`` naming the field); waiting, evidence, budgets and
             resubmission are the same for all three. The cluster is checked before the first create: the backend's
             CRD must be installed (for a TrainJob, of the Trainer version targeted), else the task fails at once.
+            (The same group can run as any of them: how it runs, not what it is, so it stays an argument.)
         runtime: the TrainJob's runtime (``backend="trainjob"`` only): a ``TrainingRuntime`` of that name in the
             namespace, else the ``ClusterTrainingRuntime`` (a namespace's own runtime wins); neither existing fails
             the task before anything is created.
@@ -118,6 +92,8 @@ class TrainingGroupOperator(BaseOperator):
             ``args``, ``env`` and ``image`` is replaced, and checkpoints go under
             ``<checkpoint uri>/<task id>/trial-<n>-<params digest>`` with ``n`` the map index + 1 (see
             ``render.trial.trial_group``). Only with ``group=``.
+        on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
+        on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a budget is spent.
         **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
             ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
 
@@ -149,65 +125,24 @@ class TrainingGroupOperator(BaseOperator):
         *,
         group: TrainingGroup | None = None,
         jobset: Mapping[str, Any] | str | None = None,
-        namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        deferrable: bool = True,
-        poll_interval: float = 10.0,
-        startup_timeout: float | datetime.timedelta | None = 600.0,
-        on_kill_action: Literal["delete", "keep"] = "delete",
-        on_finish_action: Literal["keep", "delete", "delete_succeeded"] = "keep",
-        ttl_seconds_after_finished: int | None = 86400,
-        log_role: str | None = None,
-        metrics_role: str | None = None,
-        suspend_timeout: float | datetime.timedelta | None = None,
-        max_wall_clock: float | datetime.timedelta | None = None,
-        max_gpu_hours: float | None = None,
-        checkpoint_seconds: float | None = None,
-        settle_seconds: float | datetime.timedelta | None = None,
-        on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
-        on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
-        trial_params: Mapping[str, Any] | None = None,
+        options: RunOptions | None = None,
         backend: Literal["jobset", "trainjob", "pytorchjob"] = "jobset",
         runtime: str = DEFAULT_RUNTIME,
-        api_outage_tolerance: float | datetime.timedelta = DEFAULT_API_OUTAGE_TOLERANCE,
+        trial_params: Mapping[str, Any] | None = None,
+        on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
+        on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        old = arguments.take(kwargs, arguments.TRAINING_GROUP_KEYWORDS)
         super().__init__(**kwargs)
-        if (group is None) == (jobset is None):
-            raise SpecError([("group", f"give exactly one of group= or jobset= (task {kwargs.get('task_id')!r})")])
-        if group is not None and not isinstance(group, TrainingGroup):
-            raise SpecError([("group", f"must be a TrainingGroup, got {type(group).__name__}")])
-        problems = []
-        if trial_params is not None and jobset is not None:
-            problems.append(("trial_params", "needs group=: a JobSet manifest has no place for trial parameters"))
-        if backend not in BACKENDS:
-            problems.append(("backend", f"must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"))
-        elif backend != "jobset" and jobset is not None:
-            problems.append(("backend", f"{backend!r} needs group=: a JobSet manifest (jobset=) runs only as a JobSet"))
-        if runtime != DEFAULT_RUNTIME and backend != "trainjob":
-            problems.append(("runtime", f"is a TrainJob's runtime: only for backend='trainjob', got {backend!r}"))
-        if on_kill_action not in ("delete", "keep"):
-            problems.append(("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}"))
-        if on_finish_action not in ("keep", "delete", "delete_succeeded"):
-            problems.append(
-                ("on_finish_action", f"must be 'keep', 'delete' or 'delete_succeeded', got {on_finish_action!r}")
-            )
-        settle = _seconds(settle_seconds)
-        if settle is not None and (
-            isinstance(settle, bool) or not isinstance(settle, int | float) or not 0 <= settle < 1e9
-        ):
-            problems.append(("settle_seconds", f"must be finite seconds >= 0 or a timedelta, got {settle_seconds!r}"))
-        tolerance = _seconds(api_outage_tolerance)
-        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance < 1e9:
-            problems.append(
-                ("api_outage_tolerance", f"must be finite seconds >= 0 or a timedelta, got {api_outage_tolerance!r}")
-            )
-        roles = [r.name for r in group.roles] if group is not None else None
-        for field, role in (("log_role", log_role), ("metrics_role", metrics_role)):
-            if role is not None and group is not None and roles is not None and role not in roles:
-                problems.append((field, f"{role!r} is not a role of group {group.name!r}: {roles}"))
+        owner = type(self).__name__
+        problems = arguments.run_problems(
+            group, jobset, backend=backend, runtime=runtime, trial_params=trial_params, task_id=kwargs.get("task_id")
+        )
         if problems:
             raise SpecError(problems)
+        self.options = arguments.run_options(options, old, owner=owner)
+        group, self._described = arguments.described(group, old, owner=owner)
         if backend != "jobset" and group is not None:  # what the backend cannot express, refused while parsing
             from airflow_elastic.training.backends import check_backend
 
@@ -216,81 +151,66 @@ class TrainingGroupOperator(BaseOperator):
             from airflow_elastic.training.render.manifest import check_manifest
 
             check_manifest(jobset)
-        self.group = group
-        self.jobset = jobset
-        self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.deferrable = deferrable
-        self.poll_interval = float(poll_interval)
-        if isinstance(startup_timeout, datetime.timedelta):
-            startup_timeout = startup_timeout.total_seconds()
-        self.startup_timeout = startup_timeout
-        self.on_kill_action = on_kill_action
-        self.on_finish_action = on_finish_action
-        self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        self.log_role = log_role
-        self.metrics_role = metrics_role
-        self.suspend_timeout = _seconds(suspend_timeout)
-        self.max_wall_clock = _seconds(max_wall_clock)
-        self.max_gpu_hours = max_gpu_hours
-        self.checkpoint_seconds = checkpoint_seconds
-        self.settle_seconds = settle
-        # tolerance was checked above (a number or a timedelta, made seconds).
-        self.api_outage_tolerance = float(tolerance)  # type: ignore[arg-type]
-        self.on_preemption = on_preemption
-        self.on_budget_exhausted = on_budget_exhausted
-        self.trial_params = trial_params
-        self.backend = backend
-        self.runtime = runtime
-        self._runtime_kind: str | None = None  # the TrainJob runtime's kind, found before the first create
+        self.group, self.jobset, self.trial_params = group, jobset, trial_params
+        self.backend, self.runtime = backend, runtime
+        self.on_preemption, self.on_budget_exhausted = on_preemption, on_budget_exhausted
+        self.namespace = self.options.namespace  # template fields: rendered per run
+        self.kubernetes_conn_id = self.options.kubernetes_conn_id
         self.rendered_jobset = ""
-        self._run_group: TrainingGroup | None = None
-        self._run_manifest: dict[str, Any] | None = None
+        self._run: RunSpec | None = None  # the per-run spec, once rendered
         self._current: ident.Submission | None = None
         self._attempt_logic: Attempts | None = None
+
+    @property
+    def deferrable(self) -> bool:
+        """Wait in the triggerer (``options.deferrable``)."""
+        return self.options.deferrable
+
+    @property
+    def wait(self) -> WaitSettings:
+        """The wait settings (``options.wait``)."""
+        return self.options.wait
 
     # ------------------------------------------------------------------------------------- per-run spec
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Render the template fields, then the group's templated strings into a per-run copy of the spec."""
+        from airflow.sdk.configuration import conf
+
         from airflow_elastic.operators import identity as ident
 
         super().render_template_fields(context, jinja_env)
-        self._prepare(context)
-        from airflow.sdk.configuration import conf
-
-        from airflow_elastic.training.render.compact import compact_view
-
+        run = self._prepare(context)
         try:
             namespace: str | None = self._namespace(self.hook())
         except Exception as error:  # only the UI's view: execute() fails with the same error, in full
             self.log.warning("rendered_jobset: could not resolve the namespace: %s", error)
             namespace = None
         identity = ident.TaskIdentity.from_ti(context["ti"])
-        manifest = self._manifest(self._attempts.expected_name(context), namespace or "default", identity)
+        manifest = run.render(self._attempts.expected_name(context), namespace or "default", identity.labels())
         if namespace is None:
             manifest["metadata"]["namespace"] = "(the connection's namespace, else default)"
         # Airflow cuts a longer rendered field (and a group's whole manifest is longer): show a view that fits.
-        limit = conf.getint("core", "max_templated_field_length")
-        if self.backend == "jobset":
-            self.rendered_jobset = compact_view(manifest, limit=limit)
-        else:
-            from airflow_elastic.waiting.backend_watch import compact
+        self.rendered_jobset = run.compact(manifest, conf.getint("core", "max_templated_field_length"))
 
-            self.rendered_jobset = compact(manifest, self._roles, limit=limit)
-
-    def _prepare(self, context: Context) -> None:
-        if self._run_group is not None or self._run_manifest is not None:
-            return
+    def _prepare(self, context: Context) -> RunSpec:
+        """This run's spec: the group with its templates rendered (as a trial), or the manifest loaded."""
+        if self._run is not None:
+            return self._run
+        from airflow_elastic.operators.training.run_spec import RunSpec
         from airflow_elastic.training.render import manifest as user_manifest
         from airflow_elastic.training.templating import render_group
 
+        group, manifest = None, None
         if self.group is not None:
             group = self._trial_group(context, self.group) if self.trial_params is not None else self.group
-            self._run_group = render_group(group, lambda value: self.render_template(value, context))
+            group = render_group(group, lambda value: self.render_template(value, context))
         else:
             # __init__ requires jobset when group is None.
-            self._run_manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
+            manifest = user_manifest.load_manifest(self.jobset)  # type: ignore[arg-type]
+        ttl = self.options.ttl_seconds_after_finished
+        self._run = RunSpec(group, manifest, self.backend, self.runtime, ttl, self._described)
+        return self._run
 
     def _trial_group(self, context: Context, group: TrainingGroup) -> TrainingGroup:
         """``group`` as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
@@ -307,87 +227,38 @@ class TrainingGroupOperator(BaseOperator):
         if self._attempt_logic is None:
             from airflow_elastic.operators.training.resubmission import Attempts
 
+            run = self._run
+            assert run is not None, "the run's spec is prepared first"
             self._attempt_logic = Attempts(
-                group=self._run_group,
-                manifest=self._run_manifest,
-                base_name=self._base_name,
-                render=self._manifest,
-                finish=self._finish,
-                delete=self._delete,
+                group=run.group,
+                manifest=run.manifest,
+                base_name=run.base_name,
                 log=self.log,
-                max_wall_clock=self.max_wall_clock,
-                max_gpu_hours=self.max_gpu_hours,
-                checkpoint_seconds=self.checkpoint_seconds,
+                kind=run.kind,
+                budgets=self._described.budgets,
+                checkpoint_seconds=self._described.checkpoint_seconds,
                 on_preemption=self.on_preemption,
                 on_budget_exhausted=self.on_budget_exhausted,
-                kind=self._kind,
             )
         return self._attempt_logic
 
     @property
-    def _base_name(self) -> str:
-        if self._run_group is not None:
-            return self._run_group.name
-        from airflow_elastic.training.render import manifest as user_manifest
-
-        return user_manifest.base_name(self._run_manifest or {})
-
-    @property
-    def _leader(self) -> str:
-        if self._run_group is not None:
-            return self._role(self._run_group.leader.name)
-        from airflow_elastic.training.render import manifest as user_manifest
-
-        return user_manifest.leader_role(self._run_manifest or {})
-
-    def _role(self, role: str) -> str:
-        """The role as the waited pods' labels name it (a TrainJob's trainer pods are its JobSet's ``node``)."""
-        from airflow_elastic.waiting.backend_watch import watch_role
-
-        return watch_role(self.backend, role)
-
-    @property
     def _kind(self) -> str:
-        return _KINDS[self.backend]
+        from airflow_elastic.training.backends import KINDS
+
+        return KINDS[self.backend]
 
     @property
     def _roles(self) -> list[str]:
         """The group's role names, leader first (a PyTorchJob's Master, then its Worker)."""
-        group = self._run_group or self.group
-        if group is None:
-            return []
-        return [group.leader.name, *(r.name for r in group.roles if r.name != group.leader.name)]
+        from airflow_elastic.operators.training.run_spec import roles_of
 
-    def _manifest(
-        self, name: str, namespace: str, identity: ident.TaskIdentity, *, group: TrainingGroup | None = None
-    ) -> dict[str, Any]:
-        labels = identity.labels()
-        if self._run_group is not None:
-            from airflow_elastic.training import render
+        return roles_of(self._run.group if self._run is not None else self.group)
 
-            run_group = group or self._run_group
-            if self.backend == "trainjob":
-                kind = self._runtime_kind or "ClusterTrainingRuntime"  # found before the create; a guess for the UI
-                return render.render_trainjob(
-                    run_group, name=name, namespace=namespace, labels=labels, runtime=self.runtime, runtime_kind=kind
-                )
-            ttl = self.ttl_seconds_after_finished
-            if self.backend == "pytorchjob":
-                return render.render_pytorchjob(
-                    run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
-                )
-            return render.render_jobset(
-                run_group, name=name, namespace=namespace, labels=labels, ttl_seconds_after_finished=ttl
-            )
-        from airflow_elastic.training.render import manifest as user_manifest
-
-        return user_manifest.for_run(
-            self._run_manifest or {},
-            name=name,
-            namespace=namespace,
-            labels=labels,
-            ttl_seconds_after_finished=self.ttl_seconds_after_finished,
-        )
+    def _manifest(self, name: str, namespace: str, identity: ident.TaskIdentity) -> dict[str, Any]:
+        """The run's object named ``name`` for ``identity`` (the first attempt's)."""
+        assert self._run is not None, "the run's spec is prepared first"
+        return self._run.render(name, namespace, identity.labels())
 
     # ------------------------------------------------------------------------------------------- execute
 
@@ -409,6 +280,8 @@ class TrainingGroupOperator(BaseOperator):
         """Submit or adopt the group, then defer (or wait here in sync mode) until it ends; or, when this task
         instance's group already succeeded and only the task did not finish (its worker died), finish with it; a
         retry of the try that finished the task (failed afterwards) returns that try's result."""
+        from airflow_elastic.preemption import attempts
+
         self._prepare(context)
         done = self._attempts.finished(context)
         if done is not None:
@@ -418,66 +291,65 @@ class TrainingGroupOperator(BaseOperator):
         hook = self.hook()
         succeeded = self._attempts.start_try(context, hook)
         if succeeded is not None:
-            return self._adopt_verdict(context, hook, succeeded)
+            self.log.info(
+                "%s %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
+                "verdict instead of training again",
+                self._kind,
+                succeeded.namespace,
+                succeeded.name,
+            )
+            self._track(context, succeeded)
+            history = attempts.History.load(context["task_state_store"])
+            return self._settle(context, hook, succeeded, self._wait_here(context, hook, succeeded, history))
         return self._run_attempt(context, hook, self._namespace(hook))
 
     def _namespace(self, hook: JobSetHook) -> str:
         """``namespace``, else the connection's ``namespace`` extra, else ``default``."""
         return self.namespace or hook.get_namespace() or "default"
 
-    def _adopt_verdict(self, context: Context, hook: JobSetHook, submission: ident.Submission) -> dict[str, Any]:
-        """Finish with the verdict of a group that already ended (its metrics read from its pods as usual)."""
+    def _run_attempt(self, context: Context, hook: JobSetHook, namespace: str) -> dict[str, Any]:
+        """Submit (or adopt) this attempt's group and wait (defers; in sync mode the next attempt follows here)."""
+        from airflow_elastic.operators import identity as ident
         from airflow_elastic.preemption import attempts
 
-        self.log.info(
-            "%s %s/%s of this task instance already succeeded (the try that ran it ended first): adopting its "
-            "verdict instead of training again",
-            self._kind,
-            submission.namespace,
-            submission.name,
+        run = self._prepare(context)
+        history = attempts.History.load(context["task_state_store"])
+        identity = ident.TaskIdentity.from_ti(context["ti"])
+        if self.backend != "jobset":  # before anything is created: the CRD's version, the runtime
+            # For another backend, hook() returned a BackendHook, which has preflight.
+            run.runtime_kind = hook.preflight(namespace, self.runtime)  # type: ignore[attr-defined]
+
+        def build(name: str) -> dict[str, Any]:
+            manifest = run.render(name, namespace, identity.labels(), group=self._attempts.next_group(history))
+            return self._attempts.resumed(manifest, name, identity, history)
+
+        submission = ident.submit(
+            hook,
+            context["task_state_store"],
+            identity,
+            base=run.base_name,
+            namespace=namespace,
+            build=build,
+            log=self.log,
+            kind=self._kind,
         )
+        return self._follow(context, hook, submission)
+
+    def _follow(self, context: Context, hook: JobSetHook, submission: ident.Submission) -> dict[str, Any]:
+        """Track ``submission``, wait for it (defer, or here in sync mode) and settle its verdict."""
+        from airflow_elastic.preemption import attempts
+
         self._track(context, submission)
-        event = self._wait_here(context, hook, submission, attempts.History.load(context["task_state_store"]))
-        result = self._attempts.settle(context, hook, submission, event)
-        return result if result is not None else self._run_attempt(context, hook, submission.namespace)
+        history = attempts.History.load(context["task_state_store"])
+        if self.deferrable:
+            self._defer(context, hook, submission, history)
+        return self._settle(context, hook, submission, self._wait_here(context, hook, submission, history))
 
     def _track(self, context: Context, submission: ident.Submission) -> None:
         """Make ``submission`` the group this task waits on (``on_kill``, XComs)."""
         self._current = submission
         context["ti"].xcom_push(key="jobset_name", value=submission.name)
         context["ti"].xcom_push(key="jobset_namespace", value=submission.namespace)
-
-    def _run_attempt(self, context: Context, hook: JobSetHook, namespace: str) -> dict[str, Any]:
-        """Submit (or adopt) this attempt's group and wait; in sync mode, loop over resubmissions here."""
-        from airflow_elastic.operators import identity as ident
-        from airflow_elastic.preemption import attempts
-
-        while True:
-            history = attempts.History.load(context["task_state_store"])
-            identity = ident.TaskIdentity.from_ti(context["ti"])
-            if self.backend != "jobset":  # before anything is created: the CRD's version, the runtime
-                # For another backend, hook() returned a BackendHook, which has preflight.
-                self._runtime_kind = hook.preflight(namespace, self.runtime)  # type: ignore[attr-defined]
-            submission = ident.submit(
-                hook,
-                context["task_state_store"],
-                identity,
-                base=self._base_name,
-                namespace=namespace,
-                build=functools.partial(
-                    self._attempts.attempt_manifest, namespace=namespace, identity=identity, history=history
-                ),
-                log=self.log,
-                kind=self._kind,
-            )
-            self._track(context, submission)
-            if self.deferrable:
-                self._defer(context, hook, submission, history)
-            event = self._wait_here(context, hook, submission, history)
-            result = self._attempts.settle(context, hook, submission, event)
-            if result is not None:
-                return result
-            self._retire(hook, submission)
 
     def _wait_here(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
@@ -486,15 +358,11 @@ class TrainingGroupOperator(BaseOperator):
         from airflow_elastic.operators.training.waiting import wait_for_group
         from airflow_elastic.preemption import attempts
 
+        settings = self._wait_settings(context, submission, history)
+        log_role = self._prepare(context).report_role("log_role")
         try:
             return wait_for_group(
-                hook,
-                submission.namespace,
-                submission.name,
-                poll_interval=self.poll_interval,
-                log_role=self._role(self.log_role) if self.log_role else self._leader,
-                log=self.log,
-                **self._watch_args(context, submission, history),
+                hook, submission.namespace, submission.name, settings, log_role=log_role, log=self.log
             )
         except AirflowTaskTimeout:
             # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
@@ -502,66 +370,54 @@ class TrainingGroupOperator(BaseOperator):
             attempts.History.close(context["task_state_store"])
             raise
 
-    def _watch_args(self, context: Context, submission: ident.Submission, history: attempts.History) -> dict[str, Any]:
-        """What decides this attempt's wait (``watch.Watch``), the same for the trigger and the sync waiter."""
-        from airflow_elastic.preemption import cascade
-
-        return {
-            "uid": submission.uid,
-            "deadline": self._attempts.wait_deadline(self._deadline(context), history, submission),
-            "startup_deadline": self._startup_deadline(submission),
-            "metrics_role": self._role(self.metrics_role) if self.metrics_role else self._leader,
-            "capture_evidence": True,
-            "max_preemptions": self._attempts.preemptions_left(history),
-            "suspend_timeout": self.suspend_timeout,
-            "transient_exit_codes": list(self._attempts.policy.transient_exit_codes),
-            "settle_seconds": cascade.SETTLE_SECONDS if self.settle_seconds is None else float(self.settle_seconds),
-            "api_outage_tolerance": self.api_outage_tolerance,
-            **{k: self._role(v) if k == "elastic_role" else v for k, v in self._attempts.elastic_watch.items()},
-        }
-
-    def _startup_deadline(self, submission: ident.Submission) -> float | None:
-        return submission.submitted_at + self.startup_timeout if self.startup_timeout is not None else None
-
-    def _deadline(self, context: Context) -> float | None:
-        """``execution_timeout`` as epoch seconds, anchored on the try's start (stable across deferrals)."""
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context["ti"], "start_date", None)
-        started = start.timestamp() if start is not None else time.time()
-        return started + self.execution_timeout.total_seconds()
+    def _wait_settings(self, context: Context, submission: ident.Submission, history: attempts.History) -> WaitSettings:
+        """This attempt's wait (``watch.Watch``), the same for the trigger and the sync waiter."""
+        run = self._prepare(context)
+        execution_deadline = None
+        if self.execution_timeout is not None:  # anchored on the try's start (stable across deferrals)
+            start = getattr(context["ti"], "start_date", None)
+            started = start.timestamp() if start is not None else time.time()
+            execution_deadline = started + self.execution_timeout.total_seconds()
+        return self._attempts.wait_settings(
+            self.wait,
+            history,
+            submission,
+            execution_deadline=execution_deadline,
+            metrics_role=run.report_role("metrics_role"),
+            role=run.pod_role,
+        )
 
     def _defer(
         self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
     ) -> None:
+        from airflow_elastic.operators import deferral
         from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
-        watch = self._watch_args(context, submission, history)
-        deadline, timeout = watch["deadline"], None
-        if deadline is not None:
+        settings = self._wait_settings(context, submission, history)
+        timeout = None
+        if settings.deadline is not None:
             # Past the trigger's own deadline, so its "timeout" event (which deletes the group) comes first.
-            timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+            slack = max(60, 2 * settings.poll_interval)
+            timeout = datetime.timedelta(seconds=max(settings.deadline - time.time(), 0) + slack)
         trigger = TrainingGroupTrigger(
             submission.name,
             submission.namespace,
             self.kubernetes_conn_id,
-            poll_interval=self.poll_interval,
-            log_role=self._role(self.log_role) if self.log_role else self._leader,
-            on_kill_action=self.on_kill_action,
+            wait=settings,
+            log_role=self._prepare(context).report_role("log_role"),
+            on_kill_action=self.options.on_kill_action,
             connection_extras=hook.get_connection_extras(),
             backend=self.backend,
             roles=self._roles if self.backend == "pytorchjob" else None,
-            **watch,
         )
         # Resume state lives in task_state_store and the event: `airflow dags test` (3.3.2) drops defer kwargs.
-        from airflow_elastic.operators import deferral
-
         deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: finish with its verdict (re-defer if it erred while the group still runs)."""
         from airflow_elastic.operators import identity as ident
         from airflow_elastic.preemption import attempts
+        from airflow_elastic.preemption.verdicts import wants_redefer
         from airflow_elastic.training.state import GroupEvent
         from airflow_elastic.waiting.trigger_output import OUTPUT_KEY, replay
 
@@ -574,24 +430,31 @@ class TrainingGroupOperator(BaseOperator):
             submission = ident.Submission(verdict.name, verdict.namespace, 0, verdict.uid)
         self._current = submission
         hook = self.hook()
-        if verdict.status == "error":
-            redefers = int(store.get(_REDEFER_KEY) or 0)
-            if redefers < MAX_REDEFERS and self._still_running(hook, submission):
-                store.set(_REDEFER_KEY, redefers + 1)
-                self.log.warning("The trigger failed (%s); the group still runs, waiting again", verdict.message)
-                self._defer(context, hook, submission, attempts.History.load(store))
-        result = self._attempts.settle(context, hook, submission, verdict)
-        if result is not None:
-            return result
-        self._retire(hook, submission)
-        return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)
+        redefers = int(store.get(_REDEFER_KEY) or 0)
+        if wants_redefer(verdict, redefers) and self._still_running(hook, submission):
+            store.set(_REDEFER_KEY, redefers + 1)
+            self.log.warning("The trigger failed (%s); the group still runs, waiting again", verdict.message)
+            self._defer(context, hook, submission, attempts.History.load(store))
+        return self._settle(context, hook, submission, verdict)
 
-    def _retire(self, hook: JobSetHook, submission: ident.Submission) -> None:
-        """Before a resubmission: a TrainJob or PyTorchJob that ended disrupted is deleted (a failed PyTorchJob keeps
-        its running pods under the default ``cleanPodPolicy``); a failed JobSet has no running pods, so it stays
-        for inspection until its TTL."""
-        if self.backend != "jobset":
+    def _settle(
+        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
+    ) -> dict[str, Any]:
+        """Judge the ended attempt; finish the task with it, or submit the next attempt (a disrupted TrainJob or
+        PyTorchJob is deleted first; ``training.backends.DELETED_BEFORE_RESUBMISSION``)."""
+        from airflow_elastic.training.backends import DELETED_BEFORE_RESUBMISSION
+
+        verdict: Judgement | None = None
+        try:
+            verdict = self._attempts.judge(context, hook, submission, event)
+            if verdict.action != "resubmit":
+                return self._attempts.conclude(context, verdict, self._finish(hook, submission, event))
+        except (AirflowException, AirflowTaskTimeout):
+            self._attempts.failed(context, event, verdict)
+            raise
+        if self.backend in DELETED_BEFORE_RESUBMISSION:
             self._delete(hook, submission, "it was disrupted; the next attempt resumes from the checkpoint")
+        return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)
 
     def _still_running(self, hook: JobSetHook, submission: ident.Submission) -> bool:
         from airflow_elastic.hooks.errors import KubernetesApiError
@@ -604,47 +467,37 @@ class TrainingGroupOperator(BaseOperator):
 
     # -------------------------------------------------------------------------------------------- finish
 
-    def _finish(
-        self, context: Context, hook: JobSetHook, submission: ident.Submission, event: GroupEvent
-    ) -> dict[str, Any]:
-        where = f"{self._kind} {submission.namespace}/{submission.name}"
-        if event.status == "timeout":
-            self._delete(hook, submission, "execution_timeout reached")
-            raise AirflowTaskTimeout(f"{where}: execution_timeout ({self.execution_timeout}) reached; group deleted")
-        if event.status == "startup_timeout":
-            self._delete(hook, submission, "it did not start in time")
-            raise AirflowException(
-                f"{where} did not start within {self.startup_timeout:.0f} s and was deleted: {event.message}"
-            )
-        if event.status == "missing":
-            raise AirflowException(f"{where} disappeared before it finished (deleted by someone, or its TTL)")
-        if event.status == "error":
-            if self.on_kill_action == "delete" and self._still_running(hook, submission):
-                # Nobody waits on it any more: do not leave it holding its nodes (a retry resumes from the checkpoint).
-                self._delete(hook, submission, "waiting for it failed and the task fails (on_kill_action='delete')")
-            raise AirflowException(f"{where}: waiting for the group failed: {event.message}")
-        from airflow_elastic.preemption import attempts
+    def _finish(self, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> dict[str, Any]:
+        """End the task with ``event`` as :func:`~airflow_elastic.preemption.verdicts.finish_plan` says."""
+        from airflow_elastic.preemption import verdicts
 
-        preemptions, preempted_restarts = attempts.in_cluster_preemptions(event)
-        result = {
-            "name": submission.name,
-            "namespace": submission.namespace,
-            "uid": event.uid or submission.uid,
-            "backend": self.backend,
-            "state": event.phase or ("Succeeded" if event.status == "succeeded" else "Failed"),
-            "restarts": event.restarts,
-            "preemptions": preemptions,
-            "failures": event.restarts_counted - preempted_restarts,
-            "checkpoint": self._run_group.checkpoint.uri if self._run_group and self._run_group.checkpoint else None,
-            "metrics": event.metrics,
-        }
-        if self.trial_params is not None:
-            result["trial_params"] = dict(self.trial_params)
-        if event.status == "failed":
-            message = self._report_failure(hook, submission, event)
-            if self.on_finish_action == "delete":
-                self._delete(hook, submission, "it failed (on_finish_action='delete')")
+        where = f"{self._kind} {submission.namespace}/{submission.name}"
+        plan = verdicts.finish_plan(
+            event,
+            where=where,
+            on_kill_action=self.options.on_kill_action,
+            on_finish_action=self.options.on_finish_action,
+            execution_timeout=self.execution_timeout,
+            startup_timeout=self.wait.startup_timeout,
+        )
+        message = self._report_failure(hook, submission, event) if plan.report else plan.message
+        if plan.delete and (not plan.only_if_running or self._still_running(hook, submission)):
+            self._delete(hook, submission, plan.delete)
+        if plan.outcome == "timeout":
+            raise AirflowTaskTimeout(message)
+        if plan.outcome == "fail":
             raise AirflowException(message)
+        group = self._run.group if self._run is not None else None
+        checkpoint = group.checkpoint if group is not None else None
+        result = verdicts.group_result(
+            event,
+            name=submission.name,
+            namespace=submission.namespace,
+            uid=submission.uid,
+            backend=self.backend,
+            checkpoint=checkpoint.uri if checkpoint else None,
+            trial_params=self.trial_params,
+        )
         self.log.info(
             "%s succeeded after %d restart(s) (%d preemption(s), %d failure(s)); metrics: %s",
             where,
@@ -653,19 +506,17 @@ class TrainingGroupOperator(BaseOperator):
             result["failures"],
             result["metrics"],
         )
-        if self.on_finish_action in ("delete", "delete_succeeded"):
-            self._delete(hook, submission, f"it succeeded (on_finish_action={self.on_finish_action!r})")
         return result
 
     def _report_failure(self, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> str:
         """Log the evidence (failed pods, warning events) and return the exception message."""
         from airflow_elastic.hooks.errors import KubernetesApiError
         from airflow_elastic.operators.training.waiting import group_events
+        from airflow_elastic.preemption.verdicts import failure_message
         from airflow_elastic.training.state import PodFailure
 
-        failures = [PodFailure(**f).describe() for f in event.failures]
-        for line in failures:
-            self.log.error("%s", line)
+        for failure in event.failures:
+            self.log.error("%s", PodFailure(**failure).describe())
         try:
             for e in group_events(hook, submission.namespace, submission.name):
                 if e.get("type") == "Warning":
@@ -675,31 +526,37 @@ class TrainingGroupOperator(BaseOperator):
                     )
         except KubernetesApiError as error:
             self.log.warning("Could not list the group's events: %s", error)
-        why = f"{event.reason}: {event.message}".strip(": ")
-        detail = "; ".join(failures) if failures else "no failed pod was left to inspect"
-        return f"{self._kind} {submission.namespace}/{submission.name} failed ({why}); {detail}"
+        return failure_message(f"{self._kind} {submission.namespace}/{submission.name}", event)
 
     def _delete(self, hook: JobSetHook, submission: ident.Submission, why: str) -> None:
-        from airflow_elastic.hooks.errors import KubernetesApiError
+        from airflow_elastic.operators.training.resubmission import delete_group
 
-        where = f"{self._kind} {submission.namespace}/{submission.name}"
-        self.log.info("Deleting %s: %s", where, why)
-        try:
-            hook.delete_jobset(submission.namespace, submission.name)
-        except KubernetesApiError as error:
-            self.log.error("Could not delete %s: %s", where, error)
+        delete_group(hook, submission, why, kind=self._kind, log=self.log)
 
     def on_kill(self) -> None:
         """Delete the group unless ``on_kill_action="keep"`` (sync mode; runs on user kill, worker SIGTERM and
         ``execution_timeout``). In deferrable mode the trigger's ``on_kill`` does the same."""
         if self._current is None:
             return
-        if self.on_kill_action == "keep":
+        if self.options.on_kill_action == "keep":
             where = f"{self._kind} {self._current.namespace}/{self._current.name}"
             self.log.info("Keeping %s (on_kill_action='keep')", where)
             return
         self._delete(self.hook(), self._current, "the task was killed")
 
 
-def _seconds(value: float | datetime.timedelta | None) -> float | None:
-    return value.total_seconds() if isinstance(value, datetime.timedelta) else value
+arguments.accept_in_partial(TrainingGroupOperator, arguments.TRAINING_GROUP_KEYWORDS)
+
+
+def __getattr__(name: str) -> Any:
+    """``MAX_REDEFERS`` and ``BACKENDS``, which this module defined before they moved to the pure packages (loaded
+    on first use: parsing a DAG file needs neither)."""
+    if name == "MAX_REDEFERS":
+        from airflow_elastic.preemption.verdicts import MAX_REDEFERS
+
+        return MAX_REDEFERS
+    if name == "BACKENDS":
+        from airflow_elastic.training.backends import BACKENDS
+
+        return BACKENDS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
