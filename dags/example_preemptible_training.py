@@ -28,7 +28,17 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, SuccessPolicy, TrainingGroup
+from airflow_elastic import (
+    Checkpointing,
+    FailurePolicy,
+    Placement,
+    Resources,
+    Role,
+    RunOptions,
+    SuccessPolicy,
+    TrainingGroup,
+    WaitSettings,
+)
 from airflow_elastic.operators import TrainingGroupOperator
 
 #: The trainer image: its entrypoint runs ``dags/scripts/train_model.py`` (an image map on the local cluster).
@@ -78,7 +88,8 @@ with DAG(
     TrainingGroupOperator(
         task_id="train",
         group=spot_regression,
-        kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-        poll_interval=1,
-        startup_timeout=120,
+        options=RunOptions(
+            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+            wait=WaitSettings(poll_interval=1, startup_timeout=120),
+        ),
     )

@@ -24,7 +24,16 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, TrainingGroup
+from airflow_elastic import (
+    Checkpointing,
+    FailurePolicy,
+    Placement,
+    Resources,
+    Role,
+    RunOptions,
+    TrainingGroup,
+    WaitSettings,
+)
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
 #: torch 2.13 (CPU), scikit-learn and the digits scripts; its entrypoint is ``python /app/train_digits.py``.
@@ -77,9 +86,10 @@ with DAG(
         seed=7,
         early_stopping="median",
         stopping_options={"min_trials_required": 2, "start_step": 3},
-        kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-        poll_interval=1,
-        startup_timeout=180,
+        options=RunOptions(
+            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+            wait=WaitSettings(poll_interval=1, startup_timeout=180),
+        ),
     )
     # [END howto_hyperparameter_sweep_operator]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
-from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Role, TrainingGroup
+from airflow_elastic import Checkpointing, Elastic, FailurePolicy, Role, RunOptions, TrainingGroup, WaitSettings
 from airflow_elastic.operators import TrainingGroupOperator
 
 # Shared with example_trainjob. Airflow's dag processor puts the DAGs folder on sys.path; a bare DagBag does not.
@@ -117,7 +117,8 @@ for dag_id, group in GROUPS.items():
         TrainingGroupOperator(
             task_id="train",
             group=group,
-            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-            poll_interval=1,
-            startup_timeout=180,
+            options=RunOptions(
+                kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+                wait=WaitSettings(poll_interval=1, startup_timeout=180),
+            ),
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
+from airflow_elastic import RunOptions, WaitSettings
 from airflow_elastic.operators import TrainingGroupOperator
 
 # The shared example groups live next to this file. Airflow's dag processor puts the DAGs folder on sys.path; a
@@ -39,9 +40,10 @@ with DAG(
     train = TrainingGroupOperator(
         task_id="train",
         group=tiny_trainer.with_changes(env={"TRAIN_STEPS": "{{ params.steps }}"}),  # rendered per run
-        kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-        poll_interval=2,
-        startup_timeout=120,
+        options=RunOptions(
+            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+            wait=WaitSettings(poll_interval=2, startup_timeout=120),
+        ),
     )
     # [END howto_training_group_operator]
 

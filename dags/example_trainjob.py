@@ -30,7 +30,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
-from airflow_elastic import Checkpointing, FailurePolicy, Role, TrainingGroup
+from airflow_elastic import Checkpointing, FailurePolicy, Role, RunOptions, TrainingGroup, WaitSettings
 from airflow_elastic.operators import TrainingGroupOperator
 
 # The trainer image, its settings and params of example_torch_ddp (the DAGs folder is on sys.path under Airflow).
@@ -72,8 +72,9 @@ with DAG(
         group=GROUP,
         backend="trainjob",
         runtime="torch-distributed",  # the Trainer's default ClusterTrainingRuntime
-        kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-        poll_interval=1,
-        startup_timeout=180,
+        options=RunOptions(
+            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+            wait=WaitSettings(poll_interval=1, startup_timeout=180),
+        ),
     )
     # [END howto_training_group_operator_trainjob]

@@ -66,8 +66,10 @@ from airflow_elastic import (
     Placement,
     Resources,
     Role,
+    RunOptions,
     SuccessPolicy,
     TrainingGroup,
+    WaitSettings,
 )
 from airflow_elastic.operators import BatchStageOperator, InferenceServiceOperator, TrainingGroupOperator
 from airflow_elastic.operators.links import RunReportLink
@@ -265,16 +267,19 @@ with DAG(
         early_stopping="median",
         warm_start=previous_sweep(),
         report_uri=f"{ROOT}/reports/digits/{VERSION}/sweep",
-        kubernetes_conn_id=CONN_ID,
-        poll_interval=1,
+        options=RunOptions(
+            kubernetes_conn_id=CONN_ID,
+            wait=WaitSettings(poll_interval=1),
+        ),
     )
     # [START howto_training_group_operator_elastic]
     train = TrainingGroupOperator(
         task_id="train",
         group=final,
-        kubernetes_conn_id=CONN_ID,
-        poll_interval=1,
-        startup_timeout=300,
+        options=RunOptions(
+            kubernetes_conn_id=CONN_ID,
+            wait=WaitSettings(poll_interval=1, startup_timeout=300),
+        ),
     )
     # [END howto_training_group_operator_elastic]
     evaluate = BatchStageOperator(

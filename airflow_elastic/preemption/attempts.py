@@ -195,9 +195,11 @@ def decide(
 
 
 def on_demand(group: TrainingGroup) -> TrainingGroup:
-    """``group`` with every placement moved off spot (``spot=False``; other placement fields kept)."""
+    """``group`` with every placement moved off spot (``spot=False``; other placement fields kept), and no further
+    fallback to make (a group without spot capacity may not name one)."""
     roles = [r if r.placement is None else replace(r, placement=replace(r.placement, spot=False)) for r in group.roles]
-    return group.with_changes(placement=replace(group.placement, spot=False), roles=roles)
+    failure = replace(group.failure, fallback_to_on_demand_after=None)
+    return group.with_changes(placement=replace(group.placement, spot=False), roles=roles, failure=failure)
 
 
 def with_max_failures(group: TrainingGroup, left: int) -> TrainingGroup:

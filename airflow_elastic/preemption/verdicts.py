@@ -177,8 +177,8 @@ def finish_plan(
         delete = "it failed (on_finish_action='delete')" if on_finish_action == "delete" else ""
         return Finish("fail", delete=delete, report=True)
     if status == "succeeded":
-        delete = on_finish_action in ("delete", "delete_succeeded")
-        return Finish("return", delete=f"it succeeded (on_finish_action={on_finish_action!r})" if delete else "")
+        deleted = on_finish_action in ("delete", "delete_succeeded")
+        return Finish("return", delete=f"it succeeded (on_finish_action={on_finish_action!r})" if deleted else "")
     return Finish("fail", f"{where} ended with {status}: {event.message}")
 
 

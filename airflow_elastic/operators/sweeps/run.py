@@ -80,6 +80,7 @@ class SweepRun:
         return sweep_id(self.identity, int(self.state.get("generation") or 0))
 
     def save(self) -> None:
+        """Store the sweep's state (its history included) in ``task_state_store``."""
         self.state["history"] = self.history.to_json()
         self.store.set(STATE_KEY, self.state)
 
@@ -131,6 +132,7 @@ class SweepRun:
 
     @property
     def budgets(self) -> Budgets:
+        """The sweep's budgets as of its start, over the group's GPUs."""
         limits = self.spec.budgets
         return Budgets(
             limits.max_wall_clock, limits.max_gpu_hours, self._gpus(), float(self.state.get("started") or time.time())
@@ -246,7 +248,7 @@ class SweepRun:
         """The trial's :class:`~airflow_elastic.waiting.settings.WaitSettings` (as a dict), as
         ``TrainingGroupOperator`` makes them for one attempt."""
         store, logic = self._store(trial), self.attempts(trial)
-        submission = ident.recorded(store) or ident.Submission("", self.namespace, time.time(), "")
+        submission = ident.recorded(store) or ident.Submission("", self.namespace, 0, "", submitted_at=time.time())
         deadlines = [d for d in (self._execution_deadline(), self.budget_deadline(time.time())) if d is not None]
         settings = logic.wait_settings(
             self.options.wait,
@@ -279,7 +281,7 @@ class SweepRun:
             objective=self.spec.objective,
             mode=self.spec.mode,
             early_stopping=self.spec.early_stopping,
-            stopping_options=self.spec.stopping_options,
+            stopping_options=dict(self.spec.stopping_options),
             deadline=self.budget_deadline(time.time()),
             poll_interval=self.options.wait.poll_interval,
             log_role=self.group.log_role or self.group.leader.name,

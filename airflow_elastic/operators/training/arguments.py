@@ -19,6 +19,9 @@ A bad value still fails when the DAG file is parsed, with a ``SpecError`` naming
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -63,7 +66,19 @@ def warn(owner: str, name: str, replacement: str | None = None) -> None:
     """The ``DeprecationWarning`` for ``owner(name=...)``, naming its replacement (at the DAG file's line)."""
     instead = replacement or _REPLACEMENTS[name]
     message = f"{owner}({name}=...) is deprecated: use {instead}"
-    warnings.warn(message, DeprecationWarning, stacklevel=4)
+    warnings.warn(message, DeprecationWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside this package and Airflow's (the DAG file's line)."""
+    skipped = [os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
+    airflow = importlib.util.find_spec("airflow")
+    if airflow is not None and airflow.origin:
+        skipped.append(os.path.dirname(airflow.origin))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(tuple(skipped)):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def run_options(options: RunOptions | None, old: Mapping[str, Any], *, owner: str) -> RunOptions:

@@ -144,7 +144,7 @@ class Attempts:
         group = self.group
         if group is not None and group.elastic is not None:
             elastic = {
-                "elastic_role": role(elastic_role(group)),
+                "elastic_role": role(elastic_role(group) or ""),
                 "elastic_min_replicas": group.elastic.min_replicas,
                 "below_min_timeout": float(group.elastic.below_min_timeout),
             }

@@ -55,57 +55,40 @@ class TrainingGroupOperator(BaseOperator):
     with a fresh attempt history. There is never more than one live group per task instance.
 
     Jinja in the group's ``image``, ``command``, ``args``, ``env`` values and ``checkpoint.uri`` is rendered per
-    run into a copy of the spec, which is validated again (a bad rendered value raises ``SpecError`` naming the
-    field). A compact view of the rendered manifest (roles with image, command, env, resources; the real name and
-    namespace; the ``kubectl`` command printing the whole manifest) is the ``rendered_jobset`` template field,
-    short enough for Airflow's ``[core] max_templated_field_length``.
+    run into a copy of the spec, validated again. A compact view of the rendered manifest is the
+    ``rendered_jobset`` template field (short enough for ``[core] max_templated_field_length``).
 
-    What describes the group is on the spec: ``TrainingGroup(log_role=, metrics_role=, budgets=Budgets(
-    max_wall_clock=, max_gpu_hours=))``, ``Checkpointing(write_seconds=)`` (the Young/Daly advice logged at the end).
-    Where and how it runs, waits and is cleaned up is ``options`` (:class:`~airflow_elastic.RunOptions`, shared with
-    ``HyperparameterSweepOperator``). The keywords of earlier releases (``kubernetes_conn_id=``, ``poll_interval=``,
-    ``max_wall_clock=``, ...) still work, with a ``DeprecationWarning`` naming the replacement
-    (:mod:`airflow_elastic.operators.training.arguments`).
+    What describes the group is on the spec (``TrainingGroup(log_role=, metrics_role=, budgets=Budgets(...))``,
+    ``Checkpointing(write_seconds=)``); where and how it runs, waits and is cleaned up is ``options``. The keywords
+    of earlier releases (``kubernetes_conn_id=``, ``poll_interval=``, ``max_wall_clock=``, ...) still work, with a
+    ``DeprecationWarning`` naming the replacement (:mod:`airflow_elastic.operators.training.arguments`).
 
     Args:
         group: the training group. Give either ``group`` or ``jobset``.
         jobset: your own JobSet manifest (dict or YAML; templated). Its ``metadata.name`` is the name prefix. It
             is checked when the DAG file is parsed (templated parts once rendered), the CRD schema included.
-        options: :class:`~airflow_elastic.RunOptions`: ``namespace`` and ``kubernetes_conn_id`` (both templated;
-            the connection needs an explicit cluster, see the module docstring), ``deferrable``,
-            ``on_kill_action``, ``on_finish_action``, ``ttl_seconds_after_finished`` and ``wait``
-            (:class:`~airflow_elastic.WaitSettings`: ``poll_interval``, ``startup_timeout``, ``suspend_timeout``,
-            ``settle_seconds``, ``api_outage_tolerance``; the trigger and the sync waiter use the same settings).
-            ``execution_timeout`` and the group's budgets, once past, delete the group and fail the task.
-        backend: what the group runs as: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on
-            ``runtime``) or ``"pytorchjob"`` (a training-operator v1 PyTorchJob, legacy). What the backend cannot
-            express is refused when the DAG is parsed (``SpecError`` naming the field); waiting, evidence, budgets and
-            resubmission are the same for all three. The cluster is checked before the first create: the backend's
-            CRD must be installed (for a TrainJob, of the Trainer version targeted), else the task fails at once.
-            (The same group can run as any of them: how it runs, not what it is, so it stays an argument.)
+        options: :class:`~airflow_elastic.RunOptions` (``namespace``, ``kubernetes_conn_id``, ``deferrable``,
+            ``on_kill_action``, ``on_finish_action``, ``ttl_seconds_after_finished``, and ``wait``, the
+            :class:`~airflow_elastic.WaitSettings` the trigger and the sync waiter both use).
+        backend: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on ``runtime``) or
+            ``"pytorchjob"`` (a training-operator v1 PyTorchJob, legacy): how the group runs, not what it is, so an
+            argument. What the backend cannot express is refused at parse time (``SpecError`` naming the field); the
+            backend's CRD is checked before the first create.
         runtime: the TrainJob's runtime (``backend="trainjob"`` only): a ``TrainingRuntime`` of that name in the
-            namespace, else the ``ClusterTrainingRuntime`` (a namespace's own runtime wins); neither existing fails
-            the task before anything is created.
+            namespace, else the ``ClusterTrainingRuntime``; neither existing fails the task before any create.
         trial_params: run the group as one trial of a sweep with these parameters (templated; e.g.
-            ``.expand(trial_params=sweep_params(space))``): every training container gets them as
-            ``AE_TRIAL_PARAMS`` (``runtime.context().trial_params``), ``{{ trial.params.X }}`` in ``command``,
-            ``args``, ``env`` and ``image`` is replaced, and checkpoints go under
-            ``<checkpoint uri>/<task id>/trial-<n>-<params digest>`` with ``n`` the map index + 1 (see
-            ``render.trial.trial_group``). Only with ``group=``.
+            ``.expand(trial_params=sweep_params(space))``): ``AE_TRIAL_PARAMS``, ``{{ trial.params.X }}`` in
+            ``command``, ``args``, ``env`` and ``image``, checkpoints under ``<checkpoint uri>/<task id>/trial-<n>-
+            <params digest>`` (``render.trial.trial_group``). Only with ``group=``.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a budget is spent.
-        **kwargs: ``BaseOperator`` arguments (``task_id``, ``retries``, ``execution_timeout``, ...).
-            ``execution_timeout`` is honoured while deferred: the group is deleted and the task fails.
+        **kwargs: ``BaseOperator`` arguments (``execution_timeout`` is honoured while deferred: the group is
+            deleted and the task fails), and the deprecated keywords.
 
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "uid", "backend", "state", "restarts", "preemptions", "failures", "checkpoint",
-        "metrics"}``
-        (plus ``trial_params`` when given, for ``sweeps.select_best``):
-        ``preemptions`` are disruptions (free restarts, preempted pods the cluster replaced in place, resubmissions;
-        per attempt in ``attempts``, with ``restart_causes``, restart attempt -> cause, ``"unobserved"`` for a
-        restart no wait saw, and ``absorbed_causes``), ``failures`` restarts counted
-        against ``max_failures``,
-        ``checkpoint`` the group's checkpoint URI, ``metrics`` the JSON the metrics role reported. XComs
+        "metrics"}`` (plus ``trial_params`` when given, for ``sweeps.select_best``), and the attempt summary
+        (``attempts`` with ``restart_causes`` and ``absorbed_causes`` each, GPU-hours, lost work). XComs
         ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
 
     Raises:
@@ -457,76 +440,17 @@ class TrainingGroupOperator(BaseOperator):
         return self._run_attempt(context, hook, submission.namespace)  # the next attempt (re-defers)
 
     def _still_running(self, hook: JobSetHook, submission: ident.Submission) -> bool:
-        from airflow_elastic.hooks.errors import KubernetesApiError
-        from airflow_elastic.training.state import group_status
+        from airflow_elastic.operators.training.finishing import still_running
 
-        try:
-            return not group_status(hook.get_jobset(submission.namespace, submission.name)).terminal
-        except KubernetesApiError:
-            return False
-
-    # -------------------------------------------------------------------------------------------- finish
+        return still_running(hook, submission)
 
     def _finish(self, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> dict[str, Any]:
-        """End the task with ``event`` as :func:`~airflow_elastic.preemption.verdicts.finish_plan` says."""
-        from airflow_elastic.preemption import verdicts
+        """End the task with ``event`` (:func:`~airflow_elastic.operators.training.finishing.finish`)."""
+        from airflow_elastic.operators.training.finishing import finish
 
-        where = f"{self._kind} {submission.namespace}/{submission.name}"
-        plan = verdicts.finish_plan(
-            event,
-            where=where,
-            on_kill_action=self.options.on_kill_action,
-            on_finish_action=self.options.on_finish_action,
-            execution_timeout=self.execution_timeout,
-            startup_timeout=self.wait.startup_timeout,
-        )
-        message = self._report_failure(hook, submission, event) if plan.report else plan.message
-        if plan.delete and (not plan.only_if_running or self._still_running(hook, submission)):
-            self._delete(hook, submission, plan.delete)
-        if plan.outcome == "timeout":
-            raise AirflowTaskTimeout(message)
-        if plan.outcome == "fail":
-            raise AirflowException(message)
-        group = self._run.group if self._run is not None else None
-        checkpoint = group.checkpoint if group is not None else None
-        result = verdicts.group_result(
-            event,
-            name=submission.name,
-            namespace=submission.namespace,
-            uid=submission.uid,
-            backend=self.backend,
-            checkpoint=checkpoint.uri if checkpoint else None,
-            trial_params=self.trial_params,
-        )
-        self.log.info(
-            "%s succeeded after %d restart(s) (%d preemption(s), %d failure(s)); metrics: %s",
-            where,
-            result["restarts"],
-            result["preemptions"],
-            result["failures"],
-            result["metrics"],
-        )
-        return result
-
-    def _report_failure(self, hook: JobSetHook, submission: ident.Submission, event: GroupEvent) -> str:
-        """Log the evidence (failed pods, warning events) and return the exception message."""
-        from airflow_elastic.hooks.errors import KubernetesApiError
-        from airflow_elastic.operators.training.waiting import group_events
-        from airflow_elastic.preemption.verdicts import failure_message
-        from airflow_elastic.training.state import PodFailure
-
-        for failure in event.failures:
-            self.log.error("%s", PodFailure(**failure).describe())
-        try:
-            for e in group_events(hook, submission.namespace, submission.name):
-                if e.get("type") == "Warning":
-                    obj = e.get("involvedObject") or {}
-                    self.log.warning(
-                        "event %s %s: %s: %s", obj.get("kind"), obj.get("name"), e.get("reason"), e.get("message")
-                    )
-        except KubernetesApiError as error:
-            self.log.warning("Could not list the group's events: %s", error)
-        return failure_message(f"{self._kind} {submission.namespace}/{submission.name}", event)
+        assert self._run is not None, "the run's spec is prepared first"
+        timeout = self.execution_timeout
+        return finish(hook, submission, event, self._run, self.options, self.trial_params, timeout, self.log)
 
     def _delete(self, hook: JobSetHook, submission: ident.Submission, why: str) -> None:
         from airflow_elastic.operators.training.resubmission import delete_group
