@@ -102,7 +102,7 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         self.name = name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.wait = _settings(wait, legacy)
+        self.settings = _settings(wait, legacy)
         self.log_role = log_role
         self.on_kill_action = on_kill_action
         self.connection_extras = connection_extras
@@ -110,7 +110,7 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         self.roles = list(roles or [])
         self.not_before = not_before
         self._objects = bw.objects(backend)
-        self._watch = Watch(name, namespace, self.wait)
+        self._watch = Watch(name, namespace, self.settings)
         self._looked_at = float("inf")  # when the JobSet list being judged began (time.monotonic())
         self._observer: JobSetObserver | None = None
         self._subscription: Subscription | None = None
@@ -120,20 +120,20 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
     @property
     def uid(self) -> str:
         """The awaited object's uid (empty: whatever object has that name)."""
-        return self.wait.uid
+        return self.settings.uid
 
     @property
     def poll_interval(self) -> float:
-        """Seconds between observations (``wait.poll_interval``)."""
-        return self.wait.poll_interval
+        """Seconds between observations (``settings.poll_interval``)."""
+        return self.settings.poll_interval
 
     @poll_interval.setter
     def poll_interval(self, seconds: float) -> None:
-        self.wait = self.wait.for_attempt(poll_interval=seconds)
+        self.settings = self.settings.for_attempt(poll_interval=seconds)
 
     def serialized_kwargs(self) -> dict[str, Any]:
-        """The constructor's keyword arguments, ``wait`` as its dict (primitives only)."""
-        return {**super().serialized_kwargs(), "wait": self.wait.to_dict()}
+        """The constructor's keyword arguments, ``wait`` as the dict of :attr:`settings` (primitives only)."""
+        return {**super().serialized_kwargs(), "wait": self.settings.to_dict()}
 
     # ----------------------------------------------------------------------------------------------- run
 
@@ -369,6 +369,7 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
         else:
             await self.hook.delete_training_job(self._objects.plural, self.namespace, self.name, "Foreground")
         await self._close_hook()
+
 
 #: Legacy keywords whose ``None`` meant "none" (the others' ``None`` meant "the default").
 _NONE_OK = frozenset({"deadline", "startup_deadline", "max_preemptions", "suspend_timeout", "elastic_role"})

@@ -131,7 +131,7 @@ def test_a_preempted_trainjob_is_deleted_and_resubmitted_from_the_checkpoint_in_
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     first = deferred.value.trigger
-    assert (first.backend, first.wait.max_preemptions, first.wait.metrics_role) == ("trainjob", 2, "node")
+    assert (first.backend, first.settings.max_preemptions, first.settings.metrics_role) == ("trainjob", 2, "node")
     [(_, _, name)] = hook.objects
     assert hook.objects[("trainjobs", "ns", name)]["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"
     failed = GroupEvent("failed", first.name, "ns", uid=first.uid, phase="Failed", evidence=(PREEMPTED,))
@@ -181,7 +181,11 @@ def test_a_pytorchjob_runs_with_its_roles_and_checks_its_crd():
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context())
     trigger = deferred.value.trigger
-    assert (trigger.backend, trigger.roles, trigger.wait.metrics_role) == ("pytorchjob", ["leader", "worker"], "leader")
+    assert (trigger.backend, trigger.roles, trigger.settings.metrics_role) == (
+        "pytorchjob",
+        ["leader", "worker"],
+        "leader",
+    )
     [(plural, _, _)] = hook.objects
     assert plural == "pytorchjobs"
     hook.crds.clear()

@@ -177,7 +177,7 @@ def test_the_operator_deletes_and_resubmits_from_the_checkpoint(tmp_path):
     op.hook = lambda: hook  # type: ignore[method-assign]
     ctx = {"ti": TaskInstance(), "task_state_store": StateStore()}
     first = deferred(op, ctx)
-    assert (first.wait.elastic_role, first.wait.elastic_min_replicas, first.wait.below_min_timeout) == (
+    assert (first.settings.elastic_role, first.settings.elastic_min_replicas, first.settings.below_min_timeout) == (
         "worker",
         2,
         30.0,
@@ -186,7 +186,7 @@ def test_the_operator_deletes_and_resubmits_from_the_checkpoint(tmp_path):
     nxt = deferred(op, ctx, short.to_payload())
     assert ("delete", first.name) in hook.calls and ("ns", first.name) not in hook.jobsets
     # Same Airflow try: the next attempt's group under the next epoch, not an exception that would spend a retry.
-    assert nxt.name != first.name and nxt.wait.max_preemptions == 1
+    assert nxt.name != first.name and nxt.settings.max_preemptions == 1
     reserved = ident.recorded(ctx["task_state_store"])
     assert reserved is not None and (reserved.name, reserved.epoch) == (nxt.name, 1)
     containers = hook.jobsets[("ns", nxt.name)]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]

@@ -188,7 +188,7 @@ def test_a_preempted_group_is_resubmitted_from_the_latest_checkpoint(tmp_path):
     hook = FakeHook()
     op = operator(hook, group(uri, max_failures=2, max_preemptions=3), on_preemption=lambda c, a: seen.append(a))
     ctx, trigger = start(op)
-    assert (trigger.wait.max_preemptions, trigger.wait.capture_evidence) == (3, True)
+    assert (trigger.settings.max_preemptions, trigger.settings.capture_evidence) == (3, True)
     failed = GroupEvent(
         "failed",
         trigger.name,
@@ -203,7 +203,7 @@ def test_a_preempted_group_is_resubmitted_from_the_latest_checkpoint(tmp_path):
         op.execute_complete(ctx, failed.to_payload())
     nxt = again.value.trigger
     assert again.value.method_name == "execute_complete"
-    assert nxt.name != trigger.name and nxt.wait.max_preemptions == 2
+    assert nxt.name != trigger.name and nxt.settings.max_preemptions == 2
     reserved = ident.recorded(ctx["task_state_store"])
     assert reserved is not None and (reserved.name, reserved.epoch) == (nxt.name, 1)
     manifest = hook.jobsets[("ns", nxt.name)]

@@ -76,8 +76,8 @@ def test_execute_submits_pushes_identity_and_defers_with_deadlines():
     trigger, timeout = deferred.value.trigger, deferred.value.timeout
     assert deferred.value.method_name == "execute_complete" and not deferred.value.kwargs
     assert ctx["ti"].xcoms == {"jobset_name": trigger.name, "jobset_namespace": "ns"}
-    assert (trigger.wait.metrics_role, trigger.log_role, trigger.on_kill_action) == ("leader", "leader", "delete")
-    assert trigger.wait.deadline is not None and trigger.wait.startup_deadline is not None
+    assert (trigger.settings.metrics_role, trigger.log_role, trigger.on_kill_action) == ("leader", "leader", "delete")
+    assert trigger.settings.deadline is not None and trigger.settings.startup_deadline is not None
     assert timeout > timedelta(minutes=5)  # past the trigger's own deadline, so its "timeout" event comes first
     [jobset] = hook.jobsets.values()
     assert jobset["spec"]["ttlSecondsAfterFinished"] == 86400
@@ -201,7 +201,7 @@ def test_a_users_manifest_gets_a_run_name_and_labels():
     op.hook = lambda: hook  # type: ignore[method-assign]
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context())
-    assert deferred.value.trigger.wait.metrics_role == "main"
+    assert deferred.value.trigger.settings.metrics_role == "main"
     [jobset] = hook.jobsets.values()
     assert jobset["metadata"]["name"].startswith("mine-") and jobset["metadata"]["namespace"] == "ns"
     assert jobset["metadata"]["labels"]["team"] == "ml"

@@ -95,8 +95,8 @@ def test_a_cleared_task_starts_a_fresh_history_and_a_new_group():
     trigger = task.new_try(cleared=True)
     assert trigger.name not in (done, "") and ("ns", done) in task.hook.jobsets  # the finished group left alone
     assert (task.history.attempts, task.history.finished) == ([], False)
-    assert trigger.wait.max_preemptions == 3 and task.max_restarts(trigger.name) == 2  # budgets from zero
-    assert trigger.wait.deadline is not None and trigger.wait.deadline > task.history.started + 3500
+    assert trigger.settings.max_preemptions == 3 and task.max_restarts(trigger.name) == 2  # budgets from zero
+    assert trigger.settings.deadline is not None and trigger.settings.deadline > task.history.started + 3500
     assert task.history.started > time.time() - 600
 
 
@@ -118,7 +118,7 @@ def test_a_retry_while_the_group_runs_adopts_it_and_keeps_the_history():
     before = task.history
     retry = task.new_try()  # the worker died while the second group runs
     assert (retry.name, retry.uid) == (running.name, running.uid)
-    assert task.history == before and retry.wait.max_preemptions == 3 - 1
+    assert task.history == before and retry.settings.max_preemptions == 3 - 1
     assert [c for c in task.hook.calls if c[0] == "create"] == [("create", first.name), ("create", running.name)]
 
 

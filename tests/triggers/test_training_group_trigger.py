@@ -132,13 +132,13 @@ def test_serialize_round_trip():
     module, _, cls = classpath.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
     assert rebuilt.serialize() == (classpath, kwargs)
-    assert rebuilt.wait == SETTINGS
+    assert rebuilt.settings == SETTINGS
 
 
 def test_a_row_serialized_by_the_previous_release_still_deserializes():
     module, _, cls = "airflow_elastic.triggers.training_group.TrainingGroupTrigger".rpartition(".")
     old = getattr(importlib.import_module(module), cls)(**PREVIOUS_RELEASE_ROW)
-    assert old.wait == SETTINGS
+    assert old.settings == SETTINGS
     assert (old.name, old.namespace, old.kubernetes_conn_id, old.uid, old.poll_interval) == (
         "train-1",
         "ml",

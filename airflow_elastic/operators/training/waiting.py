@@ -113,7 +113,13 @@ def _fetch(hook: TrainingGroupHookProtocol, watch: Watch, obs: Observation, need
 
 
 def wait_for_group(
-    hook: TrainingGroupHookProtocol, namespace: str, name: str, settings: WaitSettings, *, log_role: str | None, log: Any
+    hook: TrainingGroupHookProtocol,
+    namespace: str,
+    name: str,
+    settings: WaitSettings,
+    *,
+    log_role: str | None,
+    log: Any,
 ) -> GroupEvent:
     """Poll JobSet ``namespace/name`` until the :class:`~airflow_elastic.waiting.watch.Watch` gives its verdict.
 
