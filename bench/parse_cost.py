@@ -37,7 +37,7 @@ with DAG("parse_sdk", schedule=None):
 """,
     "training_group": """
 from airflow.sdk import DAG
-from airflow_elastic import Resources, Role, SuccessPolicy, TrainingGroup
+from airflow_elastic import Resources, Role, RunOptions, SuccessPolicy, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 group = TrainingGroup(
     name="tiny-trainer",
@@ -47,7 +47,7 @@ group = TrainingGroup(
     env={"TRAIN_STEPS": "{{ params.steps }}"},
 )
 with DAG("parse_training_group", schedule=None):
-    TrainingGroupOperator(task_id="train", group=group, kubernetes_conn_id="local_cluster")
+    TrainingGroupOperator(task_id="train", group=group, options=RunOptions(kubernetes_conn_id="local_cluster"))
 """,
     "cncf_job": """
 from airflow.sdk import DAG

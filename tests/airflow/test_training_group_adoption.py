@@ -8,7 +8,7 @@ import json
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_elastic import Role, TrainingGroup
+from airflow_elastic import Role, RunOptions, TrainingGroup
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.identity import STATE_KEY
@@ -29,18 +29,17 @@ def test_second_try_adopts_the_live_group(local_cluster: LocalCluster, namespace
     deferred = []
     mark = local_cluster.request_count()
     for try_number in (1, 2):
-        operator = TrainingGroupOperator(
-            task_id="train", group=group, namespace=namespace, kubernetes_conn_id="adoption_cluster"
-        )
+        options = RunOptions(namespace=namespace, kubernetes_conn_id="adoption_cluster")
+        operator = TrainingGroupOperator(task_id="train", group=group, options=options)
         ti = TaskInstance(dag_id="adoption_dag", try_number=try_number)
         with pytest.raises(TaskDeferred) as raised:
             operator.execute({"ti": ti, "task_state_store": store})
         deferred.append((raised.value.trigger.serialize()[1], ti.xcoms))
 
     (first, first_xcoms), (second, second_xcoms) = deferred
-    assert first["name"] == second["name"] and first["uid"] == second["uid"] != ""
+    assert first["name"] == second["name"] and first["wait"]["uid"] == second["wait"]["uid"] != ""
     assert first_xcoms == second_xcoms == {"jobset_name": first["name"], "jobset_namespace": namespace}
-    assert store[STATE_KEY]["name"] == first["name"] and store[STATE_KEY]["uid"] == first["uid"]
+    assert store[STATE_KEY]["name"] == first["name"] and store[STATE_KEY]["uid"] == first["wait"]["uid"]
     creates = local_cluster.requests(since=mark, verb="create", resource=JOBSET_RESOURCE, namespace=namespace)
     assert len(creates) == 1  # never two live groups for one task instance
     [jobset] = jobsets(k8s_client, namespace).values()

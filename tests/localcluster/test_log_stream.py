@@ -13,6 +13,7 @@ from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks import TrainingGroupHook
 from airflow_elastic.operators.training.waiting import wait_for_group
 from airflow_elastic.training.render import render_jobset
+from airflow_elastic.waiting.settings import WaitSettings
 from tests.localcluster.test_trigger import first_event, submit, trigger
 
 STEPS = "import time\nfor i in range({n}):\n    print(f'step {{i}}', flush=True)\n    time.sleep({pause})\n"
@@ -79,9 +80,8 @@ def test_the_sync_waiter_names_the_trainer_beside_a_sidecar(hook, connection, na
     uid = hook.create_jobset(namespace, render_jobset(group, name="side", namespace=namespace))["metadata"]["uid"]
     log = logging.getLogger("test.sync-waiter")
     with caplog.at_level(logging.DEBUG, logger=log.name):
-        event = wait_for_group(
-            TrainingGroupHook(connection), namespace, "side", poll_interval=0.2, log_role="leader", log=log, uid=uid
-        )
+        settings = WaitSettings(poll_interval=0.2, uid=uid)
+        event = wait_for_group(TrainingGroupHook(connection), namespace, "side", settings, log_role="leader", log=log)
     assert event.status == "succeeded"
     lines = [r.getMessage().split("] ", 1)[1] for r in caplog.records if r.getMessage().startswith("[side-leader-0-0-")]
     assert lines == [f"step {i}" for i in range(5)]

@@ -74,9 +74,10 @@ def test_deferrable_defers_to_the_trigger_and_completes(hook, connection, namesp
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_elastic.triggers.training_group.TrainingGroupTrigger"
     assert (kwargs["name"], kwargs["namespace"], kwargs["kubernetes_conn_id"]) == ("deferred", namespace, CONN_ID)
-    assert (kwargs["on_kill_action"], kwargs["metrics_role"], kwargs["poll_interval"]) == ("keep", "leader", 0.2)
+    wait = kwargs["wait"]
+    assert (kwargs["on_kill_action"], wait["metrics_role"], wait["poll_interval"]) == ("keep", "leader", 0.2)
     assert kwargs["connection_extras"]["namespace"] == namespace
-    assert before + 60 <= kwargs["deadline"] <= time.time() + 60
+    assert before + 60 <= wait["deadline"] <= time.time() + 60
     assert deferred.value.timeout.total_seconds() >= 60
 
     async def fire() -> dict[str, Any]:
