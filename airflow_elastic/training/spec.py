@@ -328,9 +328,11 @@ class TrainingGroup(_Spec):
         return sum(role.replicas for role in self.roles)
 
     def image_of(self, role: Role) -> str | None:
+        """The image ``role`` runs: its own, else the group's."""
         return role.image or self.image
 
     def placement_of(self, role: Role) -> Placement:
+        """Where ``role`` is placed: its own placement, else the group's."""
         return role.placement or self.placement
 
     def with_changes(self, **changes: Any) -> TrainingGroup:

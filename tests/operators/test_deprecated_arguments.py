@@ -20,8 +20,6 @@ GROUP = group()
 
 #: old keyword -> (a value, where the new API has it, what the replacement names).
 TRAINING: dict[str, tuple[Any, Any, str]] = {
-    "namespace": ("ml", lambda op: op.options.namespace, "RunOptions(namespace="),
-    "kubernetes_conn_id": ("k8s", lambda op: op.options.kubernetes_conn_id, "RunOptions(kubernetes_conn_id="),
     "deferrable": (False, lambda op: op.options.deferrable, "RunOptions(deferrable="),
     "on_kill_action": ("keep", lambda op: op.options.on_kill_action, "RunOptions(on_kill_action="),
     "on_finish_action": ("delete", lambda op: op.options.on_finish_action, "RunOptions(on_finish_action="),
@@ -54,6 +52,26 @@ def test_an_old_training_group_keyword_is_mapped_with_a_warning(name: str):
     assert replacement in str(got[0].message)
     assert where(op) == value
     assert got[0].filename == __file__  # points at the DAG file's line
+
+
+def test_the_cluster_parameters_are_not_deprecated_and_come_from_default_args_too():
+    """``namespace``/``kubernetes_conn_id`` are every Kubernetes operator's: plain parameters over ``options``,
+    filled from a DAG's ``default_args`` like any other (with the old keywords, which Airflow would not fill)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op = TrainingGroupOperator(
+            task_id="t", group=GROUP, options=RunOptions(namespace="a"), namespace="b", kubernetes_conn_id="k8s"
+        )
+    assert (op.options.namespace, op.options.kubernetes_conn_id, op.namespace) == ("b", "k8s", "b")
+    defaults = {"kubernetes_conn_id": "shared", "namespace": "ml", "poll_interval": 3}
+    with pytest.warns(DeprecationWarning, match=r"poll_interval"):
+        op = TrainingGroupOperator(task_id="t", group=GROUP, default_args=defaults)
+        sweep = HyperparameterSweepOperator(
+            task_id="s", group=GROUP, space={"lr": uniform(0, 1)}, objective="loss", max_trials=1, default_args=defaults
+        )
+    for operator in (op, sweep):
+        assert (operator.options.kubernetes_conn_id, operator.options.namespace) == ("shared", "ml")
+        assert operator.options.wait.poll_interval == 3.0
 
 
 def test_the_new_api_warns_nothing():
@@ -112,8 +130,6 @@ def test_a_bad_old_value_fails_at_parse_time_naming_the_keyword(name: str, bad: 
 
 SWEEP = {"group": GROUP, "space": {"x": uniform(0.0, 1.0)}, "objective": "loss", "max_trials": 2}
 SWEEP_OLD: dict[str, tuple[Any, Any]] = {
-    "namespace": ("ml", lambda op: op.options.namespace),
-    "kubernetes_conn_id": ("k8s", lambda op: op.options.kubernetes_conn_id),
     "deferrable": (False, lambda op: op.options.deferrable),
     "on_kill_action": ("keep", lambda op: op.options.on_kill_action),
     "on_finish_action": ("keep", lambda op: op.options.on_finish_action),

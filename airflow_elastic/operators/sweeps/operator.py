@@ -64,7 +64,10 @@ class HyperparameterSweepOperator(BaseOperator):
             ``kubernetes_conn_id``, ``deferrable``, ``on_kill_action`` for every running trial,
             ``ttl_seconds_after_finished``, ``wait``); a sweep keeps its finished trials (``on_finish_action``
             must stay ``"keep"``).
-        **kwargs: ``BaseOperator`` arguments; the keywords of earlier releases (``kubernetes_conn_id=``,
+        namespace: the trials' namespace (templated), overriding ``options.namespace``, as for
+            ``TrainingGroupOperator``.
+        kubernetes_conn_id: the ``kubernetes`` connection (templated), overriding ``options.kubernetes_conn_id``.
+        **kwargs: ``BaseOperator`` arguments; the keywords of earlier releases (``deferrable=``,
             ``poll_interval=``, ``max_gpu_hours=``, ...) still work, with a ``DeprecationWarning``.
 
     Returns (XCom ``return_value``):
@@ -104,6 +107,8 @@ class HyperparameterSweepOperator(BaseOperator):
         report_uri: str | None = None,
         report_conn_id: str | None = None,
         options: RunOptions | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         old = arguments.take(kwargs, arguments.SWEEP_KEYWORDS)
@@ -111,7 +116,8 @@ class HyperparameterSweepOperator(BaseOperator):
         from airflow_elastic.sweeps.arguments import sweep_problems
 
         owner = type(self).__name__
-        self.options = arguments.run_options(options, old, owner=owner)
+        cluster = {"namespace": namespace, "kubernetes_conn_id": kubernetes_conn_id}
+        self.options = arguments.run_options(options, old, owner=owner, cluster=cluster)
         self.budgets = _budgets(budgets, old, owner=owner)
         problems = sweep_problems(
             group=group,

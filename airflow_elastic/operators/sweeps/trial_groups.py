@@ -41,18 +41,22 @@ class TrialIdentity(ident.TaskIdentity):
 
     @classmethod
     def of(cls, identity: ident.TaskIdentity, sweep: str, trial: int) -> TrialIdentity:
+        """Trial ``trial`` of sweep ``sweep`` run by the task instance ``identity``."""
         return cls(
             identity.dag_id, identity.task_id, identity.run_id, identity.map_index, identity.try_number, sweep, trial
         )
 
     def labels(self) -> dict[str, str]:
+        """The task instance's labels plus the sweep's and the trial's (what ``owns`` checks)."""
         return {**super().labels(), **trial_labels(self.sweep, self.trial)}
 
     def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` is this trial's: the task instance's, with this sweep's and this trial's labels."""
         have = (obj.get("metadata") or {}).get("labels") or {}
         return super().owns(obj) and have.get(SWEEP_LABEL) == self.sweep and have.get(TRIAL_LABEL) == str(self.trial)
 
     def name(self, base: str, epoch: int) -> str:
+        """The trial's JobSet name for resubmission ``epoch``: unique per sweep, trial and epoch; stable on retry."""
         return names.run_name(
             base, self.dag_id, self.task_id, self.run_id, self.map_index, self.sweep, self.trial, epoch
         )
@@ -65,10 +69,12 @@ class TrialStore:
         self.store, self.prefix = store, f"sweep/{sweep}/{number}/"
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The trial's value of ``key`` (``default`` when unset)."""
         value = self.store.get(self.prefix + key)
         return default if value is None else value
 
     def set(self, key: str, value: Any) -> None:
+        """Store the trial's ``key`` (written through to ``task_state_store`` at once)."""
         self.store.set(self.prefix + key, value)
 
 

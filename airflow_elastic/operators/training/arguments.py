@@ -4,7 +4,7 @@
 =============================  ===========================================================================
 old keyword                    replacement
 =============================  ===========================================================================
-``namespace``, ``kubernetes_conn_id``, ``deferrable``, ``on_kill_action``, ``on_finish_action``,
+``deferrable``, ``on_kill_action``, ``on_finish_action``,
 ``ttl_seconds_after_finished``  ``options=RunOptions(<same name>=...)``
 ``poll_interval``, ``startup_timeout``, ``suspend_timeout``, ``settle_seconds``, ``api_outage_tolerance``
                                ``options=RunOptions(wait=WaitSettings(<same name>=...))``
@@ -14,7 +14,9 @@ old keyword                    replacement
 ``checkpoint_seconds``         ``Checkpointing(write_seconds=...)``
 =============================  ===========================================================================
 
-A bad value still fails when the DAG file is parsed, with a ``SpecError`` naming the keyword given.
+A bad value still fails when the DAG file is parsed, with a ``SpecError`` naming the keyword given. ``namespace`` and
+``kubernetes_conn_id`` are not deprecated: every Kubernetes operator takes them (a DAG's ``default_args`` often gives
+them to all its tasks), so the operators keep them as parameters that override ``options``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from typing import Any
 from airflow_elastic.training.spec import Budgets, SpecError, TrainingGroup
 from airflow_elastic.waiting.settings import RunOptions
 
+#: Every Kubernetes operator's two cluster parameters: kept (not deprecated), overriding ``options``.
+CLUSTER_KEYWORDS = ("namespace", "kubernetes_conn_id")
 RUN_KEYWORDS = (
-    "namespace",
-    "kubernetes_conn_id",
     "deferrable",
     "on_kill_action",
     "on_finish_action",
@@ -58,8 +60,14 @@ _REPLACEMENTS = {
 
 
 def take(kwargs: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """Remove the old keywords ``names`` from ``kwargs`` (the operator's ``**kwargs``) and return them."""
-    return {name: kwargs.pop(name) for name in names if name in kwargs}
+    """Remove the old keywords ``names`` from ``kwargs`` (the operator's ``**kwargs``) and return them, with those
+    only the DAG's or task's ``default_args`` give: Airflow fills only a constructor's named parameters from
+    ``default_args``, and the old keywords now arrive through ``**kwargs``, so they are looked up here, as the old
+    parameters were."""
+    defaults = kwargs.get("default_args") or {}
+    taken = {name: kwargs.pop(name) for name in names if name in kwargs}
+    taken.update({name: defaults[name] for name in names if name not in taken and name in defaults})
+    return taken
 
 
 def warn(owner: str, name: str, replacement: str | None = None) -> None:
@@ -81,8 +89,11 @@ def _caller_level() -> int:
     return level
 
 
-def run_options(options: RunOptions | None, old: Mapping[str, Any], *, owner: str) -> RunOptions:
-    """``options`` (default: ``RunOptions()``) with the old run and wait keywords in ``old`` applied.
+def run_options(
+    options: RunOptions | None, old: Mapping[str, Any], *, owner: str, cluster: Mapping[str, str | None] | None = None
+) -> RunOptions:
+    """``options`` (default: ``RunOptions()``) with the old run and wait keywords in ``old`` applied, and the
+    operator's ``namespace``/``kubernetes_conn_id`` in ``cluster`` where given (not ``None``).
 
     Raises:
         SpecError: ``options`` is not a ``RunOptions``, or a keyword's value is bad (named as given).
@@ -95,6 +106,7 @@ def run_options(options: RunOptions | None, old: Mapping[str, Any], *, owner: st
     wait = {k: v for k, v in old.items() if k in WAIT_KEYWORDS}
     for name in (*run, *wait):
         warn(owner, name)
+    run.update({k: v for k, v in (cluster or {}).items() if v is not None})
     if not run and not wait:
         return options
     with renamed(old):

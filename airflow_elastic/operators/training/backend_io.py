@@ -86,6 +86,7 @@ class BackendHook:
     # ----------------------------------------------------------------------------- the group's own object
 
     def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the backend's object (a TrainJob or PyTorchJob) from its rendered ``body``."""
         return self.hook.create_training_job(self.objects.plural, namespace, body)
 
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any]:
@@ -102,9 +103,11 @@ class BackendHook:
         return bw.view(self.backend, obj, jobset=jobset, events=events, roles=self.roles)  # type: ignore[return-value]
 
     def patch_jobset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the backend's object (the saved evidence lives on it, as on a JobSet)."""
         return self.hook.patch_training_job(self.objects.plural, namespace, name, patch)
 
     def delete_jobset(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:
+        """Delete the backend's object; its controller deletes what it created."""
         return self.hook.delete_training_job(self.objects.plural, namespace, name, propagation)
 
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ class TrainingGroupOperator(BaseOperator):
 
     What describes the group is on the spec (``TrainingGroup(log_role=, metrics_role=, budgets=Budgets(...))``,
     ``Checkpointing(write_seconds=)``); where and how it runs, waits and is cleaned up is ``options``. The keywords
-    of earlier releases (``kubernetes_conn_id=``, ``poll_interval=``, ``max_wall_clock=``, ...) still work, with a
+    of earlier releases (``poll_interval=``, ``deferrable=``, ``max_wall_clock=``, ...) still work, with a
     ``DeprecationWarning`` naming the replacement (:mod:`airflow_elastic.operators.training.arguments`).
 
     Args:
@@ -70,6 +70,10 @@ class TrainingGroupOperator(BaseOperator):
         options: :class:`~airflow_elastic.RunOptions` (``namespace``, ``kubernetes_conn_id``, ``deferrable``,
             ``on_kill_action``, ``on_finish_action``, ``ttl_seconds_after_finished``, and ``wait``, the
             :class:`~airflow_elastic.WaitSettings` the trigger and the sync waiter both use).
+        namespace: the namespace (templated), overriding ``options.namespace``; default: the connection's
+            ``namespace`` extra, else ``default``. Like ``kubernetes_conn_id``, a parameter as on every Kubernetes
+            operator, so a DAG's ``default_args`` can give it to all its tasks.
+        kubernetes_conn_id: the ``kubernetes`` connection (templated), overriding ``options.kubernetes_conn_id``.
         backend: ``"jobset"`` (default), ``"trainjob"`` (a Kubeflow Trainer v2 TrainJob on ``runtime``) or
             ``"pytorchjob"`` (a training-operator v1 PyTorchJob, legacy): how the group runs, not what it is, so an
             argument. What the backend cannot express is refused at parse time (``SpecError`` naming the field); the
@@ -109,6 +113,8 @@ class TrainingGroupOperator(BaseOperator):
         group: TrainingGroup | None = None,
         jobset: Mapping[str, Any] | str | None = None,
         options: RunOptions | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = None,
         backend: Literal["jobset", "trainjob", "pytorchjob"] = "jobset",
         runtime: str = DEFAULT_RUNTIME,
         trial_params: Mapping[str, Any] | None = None,
@@ -124,7 +130,8 @@ class TrainingGroupOperator(BaseOperator):
         )
         if problems:
             raise SpecError(problems)
-        self.options = arguments.run_options(options, old, owner=owner)
+        cluster = {"namespace": namespace, "kubernetes_conn_id": kubernetes_conn_id}
+        self.options = arguments.run_options(options, old, owner=owner, cluster=cluster)
         group, self._described = arguments.described(group, old, owner=owner)
         if backend != "jobset" and group is not None:  # what the backend cannot express, refused while parsing
             from airflow_elastic.training.backends import check_backend
