@@ -1,18 +1,15 @@
 """The constructor keywords of earlier releases, still accepted: each is mapped onto its new home with a
 ``DeprecationWarning`` naming the replacement (pure: no Airflow import, loaded when a DAG file is parsed).
 
-=============================  ===========================================================================
-old keyword                    replacement
-=============================  ===========================================================================
-``deferrable``, ``on_kill_action``, ``on_finish_action``,
-``ttl_seconds_after_finished``  ``options=RunOptions(<same name>=...)``
-``poll_interval``, ``startup_timeout``, ``suspend_timeout``, ``settle_seconds``, ``api_outage_tolerance``
-                               ``options=RunOptions(wait=WaitSettings(<same name>=...))``
-``log_role``, ``metrics_role``  ``TrainingGroup(<same name>=...)``
-``max_wall_clock``, ``max_gpu_hours``
-                               ``TrainingGroup(budgets=Budgets(...))`` (a sweep: ``budgets=Budgets(...)``)
-``checkpoint_seconds``         ``Checkpointing(write_seconds=...)``
-=============================  ===========================================================================
+Old keyword -> replacement:
+
+- ``deferrable``, ``on_kill_action``, ``on_finish_action``, ``ttl_seconds_after_finished`` ->
+  ``options=RunOptions(<same name>=...)``
+- ``poll_interval``, ``startup_timeout``, ``suspend_timeout``, ``settle_seconds``, ``api_outage_tolerance`` ->
+  ``options=RunOptions(wait=WaitSettings(<same name>=...))``
+- ``log_role``, ``metrics_role`` -> ``TrainingGroup(<same name>=...)``
+- ``max_wall_clock``, ``max_gpu_hours`` -> ``TrainingGroup(budgets=Budgets(...))`` (a sweep: ``budgets=Budgets(...)``)
+- ``checkpoint_seconds`` -> ``Checkpointing(write_seconds=...)``
 
 A bad value still fails when the DAG file is parsed, with a ``SpecError`` naming the keyword given. ``namespace`` and
 ``kubernetes_conn_id`` are not deprecated: every Kubernetes operator takes them (a DAG's ``default_args`` often gives
