@@ -5,9 +5,9 @@ Trials run ``bench/scripts/sweep_train.py`` (one pod, ``--base`` + ``--spread`` 
 trials of one sweep take different times. Both schedules run the same ``--trials`` parameter sets, ``--parallel`` at
 a time, in the same cluster, one after the other:
 
-* **operator**: ``HyperparameterSweepOperator`` (random sampler, ``deferrable=False``: the same trigger and decisions
-  as in the triggerer, run in this process with a tiny task instance and state store) refills a slot as soon as its
-  trial ends;
+* **operator**: ``HyperparameterSweepOperator`` (random sampler, ``options=RunOptions(deferrable=False)``: the same
+  trigger and decisions as in the triggerer, run in this process with a tiny task instance and state store) refills
+  a slot as soon as its trial ends;
 * **batch-synchronous** (the baseline): the same parameters in batches of ``--parallel`` trial groups (rendered the
   same way), each batch waited for to the last trial, polled at the same ``--poll`` interval.
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from airflow_elastic import Checkpointing, Role, TrainingGroup
+from airflow_elastic import Checkpointing, Role, RunOptions, TrainingGroup
 from airflow_elastic.localcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def with_operator(namespace: str) -> list[dict[str, Any]]:
         namespace=namespace,
         kubernetes_conn_id=CONN_ID,
         poll_interval=ARGS.poll,
-        deferrable=False,
+        options=RunOptions(deferrable=False),
     )
     ti = TaskInstance("bench-sweep")
     ti.task_id = "sweep"

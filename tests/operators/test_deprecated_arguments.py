@@ -103,8 +103,10 @@ def test_timedeltas_are_still_seconds():
 
 
 def test_a_manifest_run_keeps_what_describes_it():
-    """A ``jobset=`` manifest has no TrainingGroup to carry them: the run keeps them aside."""
-    with pytest.warns(DeprecationWarning):
+    """A ``jobset=`` manifest has no TrainingGroup to carry them: the run keeps them aside, and these keywords are
+    their only place there, so they do not warn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         _, kept = arguments.described(None, {"log_role": "w", "max_gpu_hours": 3.0}, owner="TrainingGroupOperator")
     assert (kept.log_role, kept.budgets) == ("w", Budgets(max_gpu_hours=3.0))
 

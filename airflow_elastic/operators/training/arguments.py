@@ -125,13 +125,14 @@ def described(
     group: TrainingGroup | None, old: Mapping[str, Any], *, owner: str
 ) -> tuple[TrainingGroup | None, Described]:
     """The group with the old keywords that describe it applied (``log_role``, ``metrics_role``, the budgets,
-    ``checkpoint_seconds``), and what a manifest run keeps of them (:class:`Described`).
+    ``checkpoint_seconds``), and what a manifest run keeps of them (:class:`Described`). With a ``jobset=``
+    manifest (``group`` is ``None``) these keywords are the only place for what they say, so they do not warn.
 
     Raises:
         SpecError: a bad value, named as given (an unknown role, a budget that is not positive, ...).
     """
     given = {k: v for k, v in old.items() if k in GROUP_KEYWORDS and v is not None}
-    for name in (k for k in GROUP_KEYWORDS if k in old):
+    for name in (k for k in GROUP_KEYWORDS if k in old and group is not None):
         warn(owner, name)
     if not given:
         return group, Described()
