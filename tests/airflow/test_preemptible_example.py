@@ -23,7 +23,6 @@ import importlib.util
 import json
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags
 from tests.airflow.airflow_env import task_states as states_of
 from tests.airflow.training_group_helpers import pods_watched, xcom
 from tests.conftest import ROOT
+from tests.support.waiting import wait_for
 
 DAG_ID = "example_preemptible_training"
 SCRIPT = ROOT / "dags" / "scripts" / "train_model.py"
@@ -144,12 +144,7 @@ class Run:
 
     def wait_for(self, what: str, ready: Callable[[], Any], timeout: float = 120.0) -> Any:
         """Poll ``ready`` until it returns something truthy (``timeout`` only bounds a broken run)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if value := ready():
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"never observed {what}; injected so far: {self.injected}")
+        return wait_for(ready, timeout, what=lambda: f"{what}; injected so far: {self.injected}")
 
     def preempt(self, pod: Any, style: str, observed: str, **options: Any) -> None:
         node = pod.spec.node_name

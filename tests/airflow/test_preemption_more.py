@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
+from tests.support.waiting import wait_for
 
 BUDGET_DAG = "training_group_preemption_budget"
 RETRY_DAG = "training_group_failure_retry"
@@ -41,18 +41,8 @@ def _try_number(db: Path, dag_id: str, task_id: str) -> int:
     return int(value)
 
 
-def _wait_for(what: str, ready: Callable[[], Any], log: list[str], timeout: float = 90.0) -> Any:
-    """Poll ``ready`` until it returns something truthy (``timeout`` only bounds a broken run)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := ready():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"never observed {what}; so far: {log}")
-
-
 def _checkpoint_at_least(directory: Path, step: int) -> Callable[[], int | None]:
-    """A probe for :func:`_wait_for`: the newest complete checkpoint's step, once it is ``step`` or more."""
+    """A probe for :func:`wait_for`: the newest complete checkpoint's step, once it is ``step`` or more."""
 
     def probe() -> int | None:
         latest = checkpoints.latest_complete(None, str(directory))
@@ -62,7 +52,7 @@ def _checkpoint_at_least(directory: Path, step: int) -> Callable[[], int | None]
 
 
 def _running_worker(k8s_client: Any, namespace: str, prefix: str, skip: frozenset[str] = frozenset()) -> Any:
-    """A probe for :func:`_wait_for`: ``(jobset, pod)`` of a running worker of a JobSet named ``<prefix>-*`` that is
+    """A probe for :func:`wait_for`: ``(jobset, pod)`` of a running worker of a JobSet named ``<prefix>-*`` that is
     not in ``skip``."""
     return lambda: _find_worker(k8s_client, namespace, prefix, skip)
 
@@ -98,8 +88,16 @@ def test_preemption_budget_spent_by_resubmission(
     seen: dict[str, Any] = {}
 
     def raw_delete(skip: frozenset[str], at_least: int) -> str:
-        step = _wait_for(f"checkpoint step {at_least}", _checkpoint_at_least(directory, at_least), injected)
-        name, pod = _wait_for("a running worker", _running_worker(k8s_client, namespace, "pm-budget", skip), injected)
+        step = wait_for(
+            _checkpoint_at_least(directory, at_least),
+            90,
+            what=lambda: f"checkpoint step {at_least}; so far: {injected}",
+        )
+        name, pod = wait_for(
+            _running_worker(k8s_client, namespace, "pm-budget", skip),
+            90,
+            what=lambda: f"a running worker; so far: {injected}",
+        )
         local_cluster.preempt_node(pod.spec.node_name, **RAW_DELETE)
         injected.append(f"raw delete of {pod.spec.node_name} ({name}) at checkpoint step {step}")
         seen.setdefault("steps", []).append(step)
@@ -141,8 +139,10 @@ def test_genuine_failure_is_retried_from_the_checkpoint(
     injected: list[str] = []
 
     def inject() -> None:
-        step = _wait_for("checkpoint step 2", _checkpoint_at_least(directory, 2), injected)
-        name, _ = _wait_for("a running worker", _running_worker(k8s_client, namespace, "pm-retry"), injected)
+        step = wait_for(_checkpoint_at_least(directory, 2), 90, what=lambda: f"checkpoint step 2; so far: {injected}")
+        name, _ = wait_for(
+            _running_worker(k8s_client, namespace, "pm-retry"), 90, what=lambda: f"a running worker; so far: {injected}"
+        )
         marker.touch()  # the worker exits 3 and removes it: a genuine failure, once
         injected.append(f"failure of {name}'s worker at checkpoint step {step}")
 

@@ -17,8 +17,8 @@ from typing import Any
 from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from tests.airflow.airflow_env import dags_test, tail, task_states
-from tests.airflow.test_preemption_more import _wait_for
 from tests.airflow.training_group_helpers import JOBSETS, jobsets, pods_of, xcom
+from tests.support.waiting import wait_for
 
 DAG_ID = "training_group_suspension"
 
@@ -68,8 +68,10 @@ def test_suspension_is_waited_through_until_suspend_timeout(
                 seen[prefix] = name
                 pending.discard(prefix)
                 if prefix == "su-waits":
-                    _wait_for(
-                        f"{name} suspended, its pods gone", _suspended_without_pods(k8s_client, namespace, name), log
+                    wait_for(
+                        _suspended_without_pods(k8s_client, namespace, name),
+                        90,
+                        what=lambda name=name: f"{name} suspended, its pods gone; so far: {log}",
                     )
                     patch = {"spec": {"suspend": False}}
                     client.CustomObjectsApi(k8s_client).patch_namespaced_custom_object(

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags
 from tests.airflow.airflow_env import task_states as states_of
 from tests.airflow.training_group_helpers import pods_watched, xcom
 from tests.conftest import ROOT
+from tests.support.waiting import wait_for
 
 pytest.importorskip("torch")  # the `torch` extra (part of `dev`)
 
@@ -90,12 +90,7 @@ class Reclaim:
         return None
 
     def wait_for(self, what: str, ready: Callable[[], Any]) -> Any:
-        deadline = time.monotonic() + 150  # bounds a broken run only
-        while time.monotonic() < deadline:
-            if value := ready():
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"never observed {what}")
+        return wait_for(ready, 150, what=what)
 
     def inject(self) -> None:
         step = self.wait_for("step 4", lambda: self.reached() >= 4 and self.reached())

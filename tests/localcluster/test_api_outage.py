@@ -17,8 +17,9 @@ from airflow_elastic.hooks.async_group import AsyncTrainingGroupHook
 from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
 from airflow_elastic.hooks.retry import RetryPolicy
 from airflow_elastic.triggers import informer
-from tests.localcluster.test_observer_watch import SLEEP, observer_of, until
+from tests.localcluster.test_observer_watch import SLEEP, observer_of
 from tests.localcluster.test_trigger import JOBSETS, first_event, submit, trigger
+from tests.support.waiting import until
 
 #: Two attempts 0.05 s apart per request: a failed look costs ~0.1 s, so three failed looks in a row — the limit
 #: before the tolerance existed — take well under a second of a several-second outage.

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_elastic.localcluster import LocalCluster
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 HERE = Path(__file__).parent
 ECHO = HERE / "scripts" / "http_echo.py"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +19,8 @@ import urllib3
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
+
+from tests.support.waiting import wait_for
 
 MANIFESTS = Path(__file__).parent / "manifests"
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -32,18 +33,6 @@ T = TypeVar("T")
 
 def manifest(name: str) -> dict[str, Any]:
     return yaml.safe_load((MANIFESTS / name).read_text())
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
-    """Poll ``check()`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(interval)
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:

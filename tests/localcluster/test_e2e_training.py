@@ -21,7 +21,8 @@ from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.localcluster.storeport import PORTS, store_port
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.training.spec import FailurePolicy, Role, TrainingGroup
-from tests.localcluster.test_e2e_jobsets import J, JobSets, assert_condition, condition, wait_for
+from tests.localcluster.test_e2e_jobsets import J, JobSets, assert_condition, condition
+from tests.support.waiting import wait_for
 
 RENDEZVOUS = Path(__file__).parent / "scripts" / "rendezvous.py"
 

@@ -24,9 +24,10 @@ from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
-from tests.localcluster.test_e2e_jobsets import GROUP, PLURAL, VERSION, J, JobSets, wait_for
+from tests.localcluster.test_e2e_jobsets import GROUP, PLURAL, VERSION, J, JobSets
 from tests.localcluster.test_elastic import MOUNT, SCRIPT, Progress
 from tests.operators.fakes import StateStore, TaskInstance
+from tests.support.waiting import wait_for
 
 CONN_ID = "elastic_timeout"
 SPOT = "airflow-elastic.io/capacity-type=spot"

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -27,6 +25,7 @@ from airflow_elastic.hooks import (
 )
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.waiting.logcursor import LogRequest
+from tests.support.waiting import wait_for
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -42,15 +41,6 @@ def jobset(name: str, namespace: str, command: list[str] | None = None) -> dict[
         image="python:3",
     )
     return render_jobset(group, name=name, namespace=namespace)
-
-
-def wait_for(check: Callable[[], T], timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return result
 
 
 def is_true(obj: dict[str, Any], kind: str) -> bool:

@@ -16,8 +16,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from airflow_elastic.localcluster.images import serving_python
-from tests.localcluster.test_e2e_jobsets import wait_for
 from tests.operators.fakes import StateStore, TaskInstance
+from tests.support.waiting import wait_for
 
 try:
     serving_python()

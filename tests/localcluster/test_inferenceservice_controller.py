@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_elastic.localcluster.images import serving_python
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 

@@ -14,8 +14,9 @@ from airflow_elastic.hooks import JobSetHook
 from airflow_elastic.preemption.evidence import attempt_causes
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
-from tests.localcluster.test_observer_watch import observer_of, until
+from tests.localcluster.test_observer_watch import observer_of
 from tests.localcluster.test_trigger import first_event
+from tests.support.waiting import until
 
 #: The first attempt trains until koordlet takes its pod; the restarted one finishes.
 CODE = "import os, sys, time; os.environ['AE_RESTART_ATTEMPT'] == '0' and time.sleep(60); sys.exit(0)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 from airflow_elastic import FailurePolicy, Role, TrainingGroup
@@ -15,18 +14,10 @@ from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from tests.localcluster.test_trigger import first_event, submit, trigger
+from tests.support.waiting import until
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
 SLEEP = "import time; time.sleep({})"
-
-
-async def until(condition: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
-    """Poll ``condition`` on the loop until it is true (the triggers keep running meanwhile)."""
-    for _ in range(int(limit / 0.05)):
-        if value := condition():
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def observer_of(namespace: str) -> JobSetObserver | None:

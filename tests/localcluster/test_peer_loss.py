@@ -8,7 +8,7 @@ import sys
 
 from airflow_elastic.preemption.classify import Budget, Cause, classify
 from airflow_elastic.runtime import PEER_LOST_EXIT_CODE
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 PEER = """
 import socket, sys, time

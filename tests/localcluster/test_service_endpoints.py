@@ -22,7 +22,7 @@ from airflow_elastic.localcluster.resources import ENDPOINTS, ENDPOINTSLICES, PO
 from airflow_elastic.localcluster.store import Obj
 from tests.localcluster import inprocess
 from tests.localcluster.inprocess import NS, Cluster
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 SERVICE = {
     "metadata": {"name": "web", "labels": {"app": "web", "tier": "front"}},

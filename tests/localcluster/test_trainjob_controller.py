@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from airflow_elastic.localcluster import storeport
-from tests.localcluster.test_e2e_jobsets import condition, wait_for
+from tests.localcluster.test_e2e_jobsets import condition
+from tests.support.waiting import wait_for
 
 MANIFESTS = Path(__file__).parent / "manifests"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+from tests.support.waiting import until
 from tests.triggers.fakes import FakeHook, condition, jobset, pod
 from tests.triggers.test_training_group_trigger import NS, events_of
 
@@ -123,11 +124,6 @@ class WatchingHook(FakeHook):
         self.jobsets[obj["metadata"]["name"]] = obj
         for queue in self.streams["jobsets"]:
             queue.put_nowait({"type": "MODIFIED", "object": obj})
-
-
-async def until(condition: Any) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 def steady_bytes_per_poll(finished: int) -> tuple[float, WatchingHook, list[list[dict[str, Any]]]]:

@@ -121,7 +121,8 @@ def test_on_kill_deletes_every_running_trial_in_the_foreground():
 def test_a_watched_trial_end_is_judged_at_once_not_at_the_next_periodic_look():
     """With a poll interval far longer than the test's bound, only a delivery of the watched change can end the wait
     in time: the observer's periodic snapshot would come an hour later."""
-    from tests.triggers.test_fanin import WatchingHook, until
+    from tests.support.waiting import until
+    from tests.triggers.test_fanin import WatchingHook
 
     hook = WatchingHook()
     for name in ("sw-t1", "sw-t2"):
