@@ -1,12 +1,20 @@
 from __future__ import annotations
 
+import json
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+from tests.support.cluster import CONN_ID, Kubectl
+from tests.support.paths import ROOT
+
+if TYPE_CHECKING:
+    from airflow_elastic.localcluster import LocalCluster
+
 
 #: Tests that need the machine to themselves, and why. ``make test`` runs the rest on two pytest-xdist workers
 #: (``-m "not serial"``), then these alone (``-m serial``); they are marked here, by file, so the list is one place.
@@ -47,3 +55,78 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+# ------------------------------------------------------------------ the session's local cluster and its clients
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One local cluster per test session (per pytest-xdist worker), its own process; tests share it through a fresh
+    :func:`namespace` each."""
+    from airflow_elastic.localcluster import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("local-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def clock(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster, its controller clock back at the real time after the test."""
+    yield local_cluster
+    local_cluster.reset_clock()
+
+
+@pytest.fixture(scope="session")
+def api_client(local_cluster: LocalCluster):  # -> kubernetes.client.ApiClient
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def core(api_client):  # -> kubernetes.client.CoreV1Api
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def custom(api_client):  # -> kubernetes.client.CustomObjectsApi
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def namespace(core) -> Iterator[str]:
+    """A fresh namespace, deleted (asynchronously, as on a real cluster) after the test."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kubectl(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    return Kubectl(local_cluster, tmp_path_factory.mktemp("kubectl-home"))
+
+
+@pytest.fixture
+def connection(local_cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``kubernetes`` connection to the local cluster whose default namespace is the test's (no metadata DB:
+    ``AIRFLOW_CONN_<ID>``)."""
+    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return CONN_ID
+
+
+@pytest.fixture
+def hook(connection: str):  # -> airflow_elastic.hooks.JobSetHook
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+    hook = JobSetHook(connection)
+    yield hook
+    hook.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
 from demo_progress import Progress

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 DOCKERFILES = sorted((ROOT / "docker").glob("*/Dockerfile"))
 

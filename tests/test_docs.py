@@ -13,7 +13,7 @@ from pathlib import Path
 from airflow_elastic import contract
 from airflow_elastic.contract import checkpoints
 from airflow_elastic.kube import platforms
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 README = (ROOT / "README.md").read_text()
 #: Where the environment contract and the spot platforms are documented.

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from airflow_elastic.contract import checkpoints
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

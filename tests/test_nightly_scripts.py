@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytest.importorskip("sklearn")  # the `examples` extra (part of `dev`)
 

@@ -26,7 +26,7 @@ from airflow_elastic.serving.inference_service import Predictor, render
 from airflow_elastic.stages.cronjob import render_cronjob
 from airflow_elastic.stages.job import render_job
 from airflow_elastic.training.render import render_jobset, render_pytorchjob, render_trainjob
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PACKAGED = ROOT / "airflow_elastic" / "kube" / "schemas"
 UPSTREAM = Path(os.environ.get("AIRFLOW_ELASTIC_UPSTREAM_CRDS", ROOT.parent / "shared" / "k8s" / "crds"))

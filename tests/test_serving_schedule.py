@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_the_floor_rises_before_the_day_and_falls_at_night():

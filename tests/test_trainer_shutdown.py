@@ -20,7 +20,7 @@ import pytest
 
 from airflow_elastic import runtime
 from airflow_elastic.contract import checkpoints
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytest.importorskip("torch")
 

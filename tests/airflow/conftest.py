@@ -1,5 +1,5 @@
-"""Airflow fixtures: a metadata DB migrated once per session and copied per test, the session's local cluster
-with a fresh namespace per test, and the environment for ``airflow dags test`` subprocesses.
+"""Airflow fixtures: a metadata DB migrated once per session and copied per test, and the environment for
+``airflow dags test`` subprocesses (with the session's local cluster of ``tests/conftest.py`` as a connection).
 
 Typical use::
 
@@ -11,8 +11,6 @@ Typical use::
 from __future__ import annotations
 
 import shutil
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,34 +43,6 @@ def airflow_db(migrated_airflow_db: Path, airflow_home: Path) -> Path:
 def airflow_env(airflow_home: Path, airflow_db: Path) -> dict[str, str]:
     """Environment for Airflow subprocesses of this test, with no connections."""
     return airflow_environment(airflow_home, airflow_db)
-
-
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("airflow-local-cluster")) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
-def k8s_client(local_cluster: LocalCluster):  # -> kubernetes.client.ApiClient
-    """A ``kubernetes`` client of the local cluster, for the test's own setup and checks."""
-    from kubernetes import config
-
-    api = config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
-    yield api
-    api.close()
-
-
-@pytest.fixture
-def namespace(k8s_client) -> Iterator[str]:
-    """A fresh namespace of the local cluster, deleted (with whatever runs in it) after the test."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(k8s_client)
-    name = f"af-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
 
 
 @pytest.fixture

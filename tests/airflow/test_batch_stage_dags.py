@@ -16,36 +16,36 @@ from airflow_elastic.operators import BatchStageOperator
 from airflow_elastic.operators.stages.batch_stage import STATE_KEY
 from tests.airflow.airflow_env import dags_test, kubernetes_connection, tail, task_states
 from tests.airflow.training_group_helpers import xcom
-from tests.conftest import ROOT
 from tests.operators.fakes import StateStore, TaskInstance
+from tests.support.paths import ROOT
 
 RESULT_KEYS = {"name", "namespace", "succeeded", "failed", "duration", "metrics"}
 JOB_RESOURCE = "jobs.batch"
 
 
-def jobs(k8s_client: Any, namespace: str) -> dict[str, Any]:
+def jobs(api_client: Any, namespace: str) -> dict[str, Any]:
     """The Jobs of ``namespace`` by name (``V1Job`` objects)."""
     from kubernetes import client
 
-    return {j.metadata.name: j for j in client.BatchV1Api(k8s_client).list_namespaced_job(namespace).items}
+    return {j.metadata.name: j for j in client.BatchV1Api(api_client).list_namespaced_job(namespace).items}
 
 
-def pods_of(k8s_client: Any, namespace: str, job: str) -> list[Any]:
+def pods_of(api_client: Any, namespace: str, job: str) -> list[Any]:
     from kubernetes import client
 
     selector = f"batch.kubernetes.io/job-name={job}"
-    return client.CoreV1Api(k8s_client).list_namespaced_pod(namespace, label_selector=selector).items
+    return client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
 
 
 def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
-    cluster_airflow_env, airflow_db, namespace, k8s_client
+    cluster_airflow_env, airflow_db, namespace, api_client
 ):
     dag_id = "batch_stage_outcomes"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace})
     states = task_states(airflow_db, dag_id)
     assert states == {"prepare": "success", "prepare_sync": "success", "evaluate_fails": "failed"}, tail(result.stdout)
 
-    found = jobs(k8s_client, namespace)
+    found = jobs(api_client, namespace)
     for task_id, completions in (("prepare", 2), ("prepare_sync", 1)):
         value = xcom(airflow_db, dag_id, task_id)
         assert set(value) == RESULT_KEYS and value["namespace"] == namespace
@@ -61,7 +61,7 @@ def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
         # sync waiter's reads); index 1's log is not the stage's.
         index0 = [
             p.metadata.name
-            for p in pods_of(k8s_client, namespace, value["name"])
+            for p in pods_of(api_client, namespace, value["name"])
             if (p.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0") == "0"
         ]
         assert any(f"[{pod}] prepared shard 0 of {completions}" in result.stdout for pod in index0), tail(result.stdout)
@@ -73,7 +73,7 @@ def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
 
 
 def test_forbid_skips_naming_the_active_job_and_replace_deletes_it_first(
-    cluster_airflow_env, airflow_db, namespace, k8s_client
+    cluster_airflow_env, airflow_db, namespace, api_client
 ):
     dag_id = "batch_stage_concurrency"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace})
@@ -83,7 +83,7 @@ def test_forbid_skips_naming_the_active_job_and_replace_deletes_it_first(
     )
     previous = xcom(airflow_db, dag_id, "precreate")
     assert f"Job {namespace}/{previous['forbid']} of the previous run is still active" in result.stdout
-    found = jobs(k8s_client, namespace)
+    found = jobs(api_client, namespace)
     assert previous["forbid"] in found and found[previous["forbid"]].status.active  # forbid leaves it running
     assert previous["replace"] not in found  # replace deleted it (foreground: its pods first) ...
     assert f"Job {namespace}/{previous['replace']} and its pods are gone" in result.stdout
@@ -92,18 +92,18 @@ def test_forbid_skips_naming_the_active_job_and_replace_deletes_it_first(
 
 
 def test_a_run_past_its_starting_deadline_is_skipped_saying_by_how_much(
-    cluster_airflow_env, airflow_db, namespace, k8s_client
+    cluster_airflow_env, airflow_db, namespace, api_client
 ):
     dag_id = "batch_stage_deadline"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace}, logical_date="2025-01-01")
     assert task_states(airflow_db, dag_id) == {"late_stage": "skipped"}, tail(result.stdout)
     assert "Stage 'late' missed its starting deadline by " in result.stdout, tail(result.stdout)
     assert "(data interval end 2025-01-01" in result.stdout  # `airflow dags test` ends the interval at the date
-    assert jobs(k8s_client, namespace) == {}  # nothing was started
+    assert jobs(api_client, namespace) == {}  # nothing was started
 
 
 def test_history_limits_keep_the_newest_succeeded_and_failed_jobs(
-    cluster_airflow_env, airflow_db, namespace, k8s_client
+    cluster_airflow_env, airflow_db, namespace, api_client
 ):
     dag_id = "batch_stage_history"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace})
@@ -112,12 +112,12 @@ def test_history_limits_keep_the_newest_succeeded_and_failed_jobs(
     )
     earlier = xcom(airflow_db, dag_id, "earlier_runs")  # 3 succeeded, then 2 failed, oldest first
     this_run = xcom(airflow_db, dag_id, "stage_history")["name"]
-    left = set(jobs(k8s_client, namespace))
+    left = set(jobs(api_client, namespace))
     assert left == {earlier[2], this_run, earlier[4]}, (left, earlier)
 
 
 def test_a_precreated_job_of_this_task_instance_is_adopted_not_doubled(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster
 ):
     dag_id = "batch_stage_adoption"
     mark = local_cluster.request_count()
@@ -128,12 +128,12 @@ def test_a_precreated_job_of_this_task_instance_is_adopted_not_doubled(
     assert "Adopted Job" in result.stdout
     creates = local_cluster.requests(since=mark, verb="create", resource=JOB_RESOURCE, namespace=namespace)
     assert len(creates) == 1  # precreate_own's: the operator made none
-    (job,) = jobs(k8s_client, namespace).values()
+    (job,) = jobs(api_client, namespace).values()
     assert job.metadata.uid == xcom(airflow_db, dag_id, "precreate_own")
     assert xcom(airflow_db, dag_id, "stage_adopt")["metrics"] == {"adopted": 1}
 
 
-def test_a_retry_adopts_the_first_tries_live_job(local_cluster: LocalCluster, namespace, k8s_client, monkeypatch):
+def test_a_retry_adopts_the_first_tries_live_job(local_cluster: LocalCluster, namespace, api_client, monkeypatch):
     """In-process: execute runs twice for one task instance (a worker that died after creating the Job)."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_STAGE_CLUSTER", json.dumps(kubernetes_connection(local_cluster.kubeconfig, namespace))
@@ -155,18 +155,18 @@ def test_a_retry_adopts_the_first_tries_live_job(local_cluster: LocalCluster, na
     assert first_xcoms == second_xcoms == {"job_name": first["name"], "job_namespace": namespace}
     assert store[STATE_KEY]["name"] == first["name"]
     assert len(local_cluster.requests(since=mark, verb="create", resource=JOB_RESOURCE, namespace=namespace)) == 1
-    (job,) = jobs(k8s_client, namespace).values()
+    (job,) = jobs(api_client, namespace).values()
     assert job.metadata.labels["airflow-elastic.io/try"] == "1"
 
 
-def test_the_example_dag_runs_unchanged(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_the_example_dag_runs_unchanged(cluster_airflow_env, airflow_db, namespace, api_client):
     env = {**cluster_airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags")}
     result = dags_test("example_batch_stage", env)
     states = task_states(airflow_db, "example_batch_stage")
     assert states == {"count": "success", "summary": "success"}, tail(result.stdout)
     value = xcom(airflow_db, "example_batch_stage", "count")
     assert value["succeeded"] == 3 and value["metrics"] == {"shard": 0, "shards": 3, "rows": 1000, "words": 7000}
-    (job,) = jobs(k8s_client, namespace).values()
+    (job,) = jobs(api_client, namespace).values()
     assert job.spec.template.spec.node_selector == {"airflow-elastic.io/capacity-type": "on-demand"}
     assert "shard 0/3 for " in result.stdout, tail(result.stdout)
 

@@ -31,7 +31,7 @@ def client_user_agents() -> tuple[str, str]:
 
 
 def test_cncf_operators_complete_a_dag(
-    cluster_airflow_env, airflow_db, local_cluster: LocalCluster, namespace, k8s_client
+    cluster_airflow_env, airflow_db, local_cluster: LocalCluster, namespace, api_client
 ):
     from kubernetes import client
 
@@ -46,7 +46,7 @@ def test_cncf_operators_complete_a_dag(
     assert result.returncode == 0, tail(result.stdout)
 
     # The cluster's record: the pods and Jobs are there (on_finish_action=keep_pod) and finished as expected.
-    core, batch = client.CoreV1Api(k8s_client), client.BatchV1Api(k8s_client)
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     pods = core.list_namespaced_pod(namespace).items
     by_task: dict[str, list] = {}
     for pod in pods:
@@ -88,7 +88,7 @@ def test_cncf_operators_complete_a_dag(
     assert ("jobs.batch", jobs["job_deferrable"].metadata.name) in polled
 
 
-def test_cncf_operators_fail_with_their_workload(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_cncf_operators_fail_with_their_workload(cluster_airflow_env, airflow_db, namespace, api_client):
     from kubernetes import client
 
     result = dags_test(FAILURES_DAG_ID, cluster_airflow_env, conf={"namespace": namespace})
@@ -99,10 +99,10 @@ def test_cncf_operators_fail_with_their_workload(cluster_airflow_env, airflow_db
     assert "failing on purpose" in result.stdout  # the failed containers' logs were still read
 
     # The cluster's record of the failures, which the operators reported.
-    pods = {p.metadata.labels["task_id"]: p for p in client.CoreV1Api(k8s_client).list_namespaced_pod(namespace).items}
+    pods = {p.metadata.labels["task_id"]: p for p in client.CoreV1Api(api_client).list_namespaced_pod(namespace).items}
     assert pods["pod_fails"].status.phase == "Failed"
     assert pods["pod_fails"].status.container_statuses[0].state.terminated.exit_code == 3
-    [job] = client.BatchV1Api(k8s_client).list_namespaced_job(namespace).items
+    [job] = client.BatchV1Api(api_client).list_namespaced_job(namespace).items
     [failed] = [c for c in job.status.conditions if c.type == "Failed"]
     assert (failed.status, failed.reason) == ("True", "BackoffLimitExceeded")
     assert f"Kubernetes job '{job.metadata.name}' is failed with error 'BackoffLimitExceeded'" in result.stdout

@@ -28,11 +28,11 @@ def results(db: Path) -> dict[str, Any]:
 
 
 def test_created_then_unchanged_and_the_cluster_runs_it(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster
 ):
     from kubernetes import client
 
-    batch = client.BatchV1Api(k8s_client)
+    batch = client.BatchV1Api(api_client)
     outcomes: list[dict[str, Any]] = []
     seen: set[str] = set()
     for day in ("2026-06-01", "2026-06-02"):  # a rerun of the same stage changes nothing (a changed one: see
@@ -70,7 +70,7 @@ def test_created_then_unchanged_and_the_cluster_runs_it(
     finally:
         local_cluster.reset_clock()
     assert job["metadata"]["name"] == f"nightly-prep-{int(slot.timestamp()) // 60}"
-    message = json.loads(_termination_message(k8s_client, namespace, job["metadata"]["name"]))
+    message = json.loads(_termination_message(api_client, namespace, job["metadata"]["name"]))
     assert message == {"variant": "b"}
 
 
@@ -83,10 +83,10 @@ def _succeeded(batch, namespace: str) -> dict[str, Any] | None:
     return None
 
 
-def _termination_message(k8s_client, namespace: str, job: str) -> str:
+def _termination_message(api_client, namespace: str, job: str) -> str:
     from kubernetes import client
 
-    (pod,) = client.CoreV1Api(k8s_client).list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+    (pod,) = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
     return pod.status.container_statuses[0].state.terminated.message
 
 

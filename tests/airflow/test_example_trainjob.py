@@ -24,11 +24,11 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 @pytest.fixture
-def session_cluster(local_cluster, k8s_client) -> tuple[Any, Any]:
+def session_cluster(local_cluster, api_client) -> tuple[Any, Any]:
     """The session's local cluster and a ``CoreV1Api`` of it, as :class:`Reclaim` takes them."""
     from kubernetes import client
 
-    return local_cluster, client.CoreV1Api(k8s_client)
+    return local_cluster, client.CoreV1Api(api_client)
 
 
 class TrainJobReclaim(Reclaim):

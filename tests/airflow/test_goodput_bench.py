@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")

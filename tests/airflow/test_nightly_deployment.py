@@ -36,7 +36,7 @@ from airflow_elastic.localcluster.imagemap import parse_image_map
 from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, kubernetes_connection
 from tests.airflow.processes import AirflowDeployment, deployment_environment, free_port, query
 from tests.airflow.training_group_helpers import JOBSET_RESOURCE
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytest.importorskip("torch")  # the `examples` extra (part of `dev`)
 pytest.importorskip("sklearn")

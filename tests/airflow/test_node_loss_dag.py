@@ -36,14 +36,14 @@ def quick_podgc(local_cluster: LocalCluster) -> Iterator[None]:
     local_cluster.configure_node_lifecycle(podgc_quarantine_seconds=before["podgc_quarantine_seconds"])
 
 
-def _vanish_worker_node(cluster: LocalCluster, k8s_client, namespace: str, base: Path, done: threading.Event) -> str:
+def _vanish_worker_node(cluster: LocalCluster, api_client, namespace: str, base: Path, done: threading.Event) -> str:
     """Make the worker's node vanish once the checkpoints reach step 2; the pod that was lost."""
     while not done.is_set():
         latest = checkpoints.latest_complete(None, str(base / "nl-cascade"))
         workers = [
             p
-            for js in jobsets(k8s_client, namespace)
-            for p in pods_of(k8s_client, namespace, js)
+            for js in jobsets(api_client, namespace)
+            for p in pods_of(api_client, namespace, js)
             if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
             and p.status.phase == "Running"
         ]
@@ -55,13 +55,13 @@ def _vanish_worker_node(cluster: LocalCluster, k8s_client, namespace: str, base:
 
 
 def test_survivors_failing_after_a_vanished_node_are_resubmitted_in_try_1(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     base, done = tmp_path / "ckpt", threading.Event()
     with ThreadPoolExecutor(1) as pool:
         run = pool.submit(dags_test, DAG_ID, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
         try:
-            lost = _vanish_worker_node(local_cluster, k8s_client, namespace, base, done)
+            lost = _vanish_worker_node(local_cluster, api_client, namespace, base, done)
         finally:
             done.set()
             out = run.result().stdout
@@ -82,7 +82,7 @@ def test_survivors_failing_after_a_vanished_node_are_resubmitted_in_try_1(
 
 
 def test_an_in_cluster_restart_after_a_vanished_node_is_charged_to_the_preemption_budget(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path, quick_podgc
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path, quick_podgc
 ):
     """With ``max_failures=1`` the JobSet restarts the group itself when the leader exits 1 (counted against
     ``maxRestarts``); the watch finds the lost node behind that restart, so it is a preemption, not a failure."""
@@ -91,7 +91,7 @@ def test_an_in_cluster_restart_after_a_vanished_node_is_charged_to_the_preemptio
     with ThreadPoolExecutor(1) as pool:
         run = pool.submit(dags_test, dag_id, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
         try:
-            lost = _vanish_worker_node(local_cluster, k8s_client, namespace, base, done)
+            lost = _vanish_worker_node(local_cluster, api_client, namespace, base, done)
         finally:
             done.set()
             out = run.result().stdout

@@ -42,7 +42,7 @@ def _try_number(db: Path, task_id: str) -> int:
 
 
 def _disrupt_at_step(
-    cluster: LocalCluster, k8s_client, namespace: str, base: Path, done: threading.Event, log: list[str]
+    cluster: LocalCluster, api_client, namespace: str, base: Path, done: threading.Event, log: list[str]
 ) -> dict[str, int]:
     """Reclaim the worker's node of each task once, when its checkpoints reach step 2; returns the checkpoint step
     each task had reached then."""
@@ -53,11 +53,11 @@ def _disrupt_at_step(
             latest = checkpoints.latest_complete(None, str(base / name))
             if latest is None or latest.step < 2:
                 continue
-            found = [js for js in jobsets(k8s_client, namespace) if js.startswith(f"{name}-")]
+            found = [js for js in jobsets(api_client, namespace) if js.startswith(f"{name}-")]
             workers = [
                 p
                 for js in found
-                for p in pods_of(k8s_client, namespace, js)
+                for p in pods_of(api_client, namespace, js)
                 if p.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
                 and p.status.phase == "Running"
             ]
@@ -73,14 +73,14 @@ def _disrupt_at_step(
 
 
 def test_preemption_budget_and_resubmission(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     base = tmp_path / "ckpt"
     done, injected, steps = threading.Event(), [], {}
     with ThreadPoolExecutor(1) as pool:
         run = pool.submit(dags_test, DAG_ID, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
         try:
-            steps = _disrupt_at_step(local_cluster, k8s_client, namespace, base, done, injected)
+            steps = _disrupt_at_step(local_cluster, api_client, namespace, base, done, injected)
         finally:
             result = run.result()
             done.set()
@@ -129,7 +129,7 @@ def test_preemption_budget_and_resubmission(
         r"0 failure\(s\), in-cluster restart causes \{'0': 'spot_reclaim'\}"
     )
     assert stopped.search(out), tail(out)
-    left = jobsets(k8s_client, namespace)
+    left = jobsets(api_client, namespace)
     assert name not in left or left[name]["metadata"].get("deletionTimestamp"), name
 
     # (4) A genuine failure beyond max_failures fails the task (an Airflow retry would apply).

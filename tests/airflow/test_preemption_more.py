@@ -51,17 +51,17 @@ def _checkpoint_at_least(directory: Path, step: int) -> Callable[[], int | None]
     return probe
 
 
-def _running_worker(k8s_client: Any, namespace: str, prefix: str, skip: frozenset[str] = frozenset()) -> Any:
+def _running_worker(api_client: Any, namespace: str, prefix: str, skip: frozenset[str] = frozenset()) -> Any:
     """A probe for :func:`wait_for`: ``(jobset, pod)`` of a running worker of a JobSet named ``<prefix>-*`` that is
     not in ``skip``."""
-    return lambda: _find_worker(k8s_client, namespace, prefix, skip)
+    return lambda: _find_worker(api_client, namespace, prefix, skip)
 
 
-def _find_worker(k8s_client: Any, namespace: str, prefix: str, skip: frozenset[str]) -> tuple[str, Any] | None:
-    for name in jobsets(k8s_client, namespace):
+def _find_worker(api_client: Any, namespace: str, prefix: str, skip: frozenset[str]) -> tuple[str, Any] | None:
+    for name in jobsets(api_client, namespace):
         if not name.startswith(f"{prefix}-") or name in skip:
             continue
-        for pod in pods_of(k8s_client, namespace, name):
+        for pod in pods_of(api_client, namespace, name):
             running = pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
             if running and pod.metadata.labels.get(ROLE_LABEL) == "worker":
                 return name, pod
@@ -80,7 +80,7 @@ def _run(dag_id: str, env: dict[str, str], conf: dict[str, Any], inject: Callabl
 
 
 def test_preemption_budget_spent_by_resubmission(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     base = tmp_path / "ckpt"
     directory = base / "pm-budget"
@@ -94,7 +94,7 @@ def test_preemption_budget_spent_by_resubmission(
             what=lambda: f"checkpoint step {at_least}; so far: {injected}",
         )
         name, pod = wait_for(
-            _running_worker(k8s_client, namespace, "pm-budget", skip),
+            _running_worker(api_client, namespace, "pm-budget", skip),
             90,
             what=lambda: f"a running worker; so far: {injected}",
         )
@@ -122,7 +122,7 @@ def test_preemption_budget_spent_by_resubmission(
     assert "on-demand capacity" in out, tail(out)
     # Two JobSets with different uids, and the last one is deleted with the task.
     assert xcom(airflow_db, BUDGET_DAG, "budget", "jobset_name") == seen["second"]
-    left = jobsets(k8s_client, namespace)
+    left = jobsets(api_client, namespace)
     assert seen["second"] not in left or left[seen["second"]]["metadata"].get("deletionTimestamp"), left.keys()
     assert xcom(airflow_db, BUDGET_DAG, "budget") is None  # failed: no result
     # The task log's account of the attempts: the two JobSets, with two uids.
@@ -131,7 +131,7 @@ def test_preemption_budget_spent_by_resubmission(
 
 
 def test_genuine_failure_is_retried_from_the_checkpoint(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, tmp_path: Path
 ):
     base = tmp_path / "ckpt"
     directory = base / "pm-retry"
@@ -141,7 +141,7 @@ def test_genuine_failure_is_retried_from_the_checkpoint(
     def inject() -> None:
         step = wait_for(_checkpoint_at_least(directory, 2), 90, what=lambda: f"checkpoint step 2; so far: {injected}")
         name, _ = wait_for(
-            _running_worker(k8s_client, namespace, "pm-retry"), 90, what=lambda: f"a running worker; so far: {injected}"
+            _running_worker(api_client, namespace, "pm-retry"), 90, what=lambda: f"a running worker; so far: {injected}"
         )
         marker.touch()  # the worker exits 3 and removes it: a genuine failure, once
         injected.append(f"failure of {name}'s worker at checkpoint step {step}")
@@ -167,6 +167,6 @@ def test_genuine_failure_is_retried_from_the_checkpoint(
     assert re.search(r"attempt 1: JobSet pm-retry-\w+ \(uid [^)]+\) failed, cause user_error", out), tail(out)
     # Each try ran its own JobSet (kept after it finished), labelled with its try number.
     tries = {
-        js["metadata"]["labels"]["airflow-elastic.io/try"]: name for name, js in jobsets(k8s_client, namespace).items()
+        js["metadata"]["labels"]["airflow-elastic.io/try"]: name for name, js in jobsets(api_client, namespace).items()
     }
     assert set(tries) == {"1", "2"} and tries["2"] == result["name"], tries

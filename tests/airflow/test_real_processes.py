@@ -43,11 +43,11 @@ SUBMITTED = re.compile(r"Adopted the running JobSet|Created JobSet")
 
 
 @pytest.fixture
-def second_namespace(k8s_client) -> Iterator[str]:
+def second_namespace(api_client) -> Iterator[str]:
     """Another fresh namespace (``train_sync``'s), so the request log tells the two tasks' creates apart."""
     from kubernetes import client
 
-    core = client.CoreV1Api(k8s_client)
+    core = client.CoreV1Api(api_client)
     name = f"af-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     yield name
@@ -70,7 +70,7 @@ def deployment(airflow_home: Path, airflow_db: Path, local_cluster: LocalCluster
 
 
 def test_triggerer_restart_and_worker_kill(
-    deployment: AirflowDeployment, local_cluster: LocalCluster, k8s_client, namespace, second_namespace, tmp_path
+    deployment: AirflowDeployment, local_cluster: LocalCluster, api_client, namespace, second_namespace, tmp_path
 ):
     airflow = deployment
     namespaces = {DEFERRED: namespace, SYNC: second_namespace}
@@ -180,7 +180,7 @@ def test_triggerer_restart_and_worker_kill(
             since=mark, verb="delete", resource=JOBSET_RESOURCE, namespace=namespace_of_task
         )
         assert deletes == [], (task_id, deletes)
-        [(name, jobset)] = jobsets(k8s_client, namespace_of_task).items()
+        [(name, jobset)] = jobsets(api_client, namespace_of_task).items()
         assert jobset["metadata"]["labels"]["airflow-elastic.io/try"] == "1"  # created by try 1, adopted by try 2
 
         result = xcom(airflow.db, DAG_ID, task_id)

@@ -84,7 +84,7 @@ def clear_and_rerun(env: dict[str, str], db: Path) -> tuple[dict[str, Any], str]
     return xcom(db, DAG_ID, "train"), output
 
 
-def test_a_cleared_task_trains_again_with_a_fresh_history(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_a_cleared_task_trains_again_with_a_fresh_history(cluster_airflow_env, airflow_db, namespace, api_client):
     done, _ = run(cluster_airflow_env, airflow_db, namespace)
     recorded, _ = history(airflow_db)
     assert recorded["finished"] and len(recorded["attempts"]) == 1
@@ -92,7 +92,7 @@ def test_a_cleared_task_trains_again_with_a_fresh_history(cluster_airflow_env, a
     rewrite_history(airflow_db, started=recorded["started"] - 7200)
     again, _ = clear_and_rerun(cluster_airflow_env, airflow_db)
     assert again["name"] != done["name"] and again["uid"] != done["uid"]
-    assert set(jobsets(k8s_client, namespace)) == {done["name"], again["name"]}
+    assert set(jobsets(api_client, namespace)) == {done["name"], again["name"]}
     assert [a["uid"] for a in again["attempts"]] == [again["uid"]]
     # The UI shows the group this try ran (not the finished one), whole, in its real namespace.
     shown = rendered_jobset(airflow_db)
@@ -100,7 +100,7 @@ def test_a_cleared_task_trains_again_with_a_fresh_history(cluster_airflow_env, a
     assert history(airflow_db)[0]["started"] > recorded["started"]
 
 
-def test_a_group_that_succeeded_unjudged_is_adopted(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_a_group_that_succeeded_unjudged_is_adopted(cluster_airflow_env, airflow_db, namespace, api_client):
     done, _ = run(cluster_airflow_env, airflow_db, namespace)
     # What a worker that died right after its group succeeded leaves: the group's record, no verdict.
     rewrite_history(airflow_db, finished=False, attempts=[])
@@ -109,5 +109,5 @@ def test_a_group_that_succeeded_unjudged_is_adopted(cluster_airflow_env, airflow
         log, 400
     )
     assert adopted["metrics"] == done["metrics"] and adopted["metrics"]["steps"] == 2  # its termination message
-    assert list(jobsets(k8s_client, namespace)) == [done["name"]], "trained again"
+    assert list(jobsets(api_client, namespace)) == [done["name"]], "trained again"
     assert "adopting its verdict instead of training again" in log, tail(log)

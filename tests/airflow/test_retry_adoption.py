@@ -39,12 +39,12 @@ def creates(cluster: LocalCluster, mark: int, resource: str, namespace: str) -> 
     return len(cluster.requests(since=mark, verb="create", resource=resource, namespace=namespace))
 
 
-def sweeps(k8s_client: Any, namespace: str) -> set[str]:
-    return {js["metadata"]["labels"].get(SWEEP_LABEL) for js in jobsets(k8s_client, namespace).values()}
+def sweeps(api_client: Any, namespace: str) -> set[str]:
+    return {js["metadata"]["labels"].get(SWEEP_LABEL) for js in jobsets(api_client, namespace).values()}
 
 
 def test_a_retry_returns_what_the_failed_try_finished_and_a_clear_runs_afresh(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     env, mark = cluster_airflow_env, local_cluster.request_count()
     result = dags_test(DAG_ID, env, {"namespace": namespace, "base": str(tmp_path)})
@@ -71,7 +71,7 @@ def test_a_retry_returns_what_the_failed_try_finished_and_a_clear_runs_afresh(
     assert "The sweep of this task instance already finished in try 1: returning its result" in out, tail(out, 200)
     first = xcom(airflow_db, DAG_ID, "sweep")
     assert [t["state"] for t in first["trials"]] == ["complete", "complete"] and first["best_params"] == {"x": 0.3}
-    [sweep_0] = sweeps(k8s_client, namespace) - {None}
+    [sweep_0] = sweeps(api_client, namespace) - {None}
 
     # Cleared: a new Job, and a new sweep generation whose trials (the same parameters) train from their first
     # epoch in directories of their own, not resuming the first generation's checkpoints.
@@ -95,7 +95,7 @@ def test_a_retry_returns_what_the_failed_try_finished_and_a_clear_runs_afresh(
     for trial in again["trials"]:
         assert trial["state"] == "complete" and sorted(int(s) for s in trial["intermediate"]) == [1, 2, 3], trial
     assert again["best_value"] == first["best_value"]
-    [sweep_1] = sweeps(k8s_client, namespace) - {sweep_0, None}
+    [sweep_1] = sweeps(api_client, namespace) - {sweep_0, None}
     for sweep in (sweep_0, sweep_1):
         assert len(list((tmp_path / "sw-retry" / sweep).glob("trial-*-*/step-000000003"))) == 2, sorted(
             p.relative_to(tmp_path) for p in tmp_path.rglob("step-*")

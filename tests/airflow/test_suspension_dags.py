@@ -23,32 +23,32 @@ from tests.support.waiting import wait_for
 DAG_ID = "training_group_suspension"
 
 
-def _jobset_at_step(k8s_client: Any, namespace: str, base: Path, prefix: str, step: int) -> Callable[[], str | None]:
+def _jobset_at_step(api_client: Any, namespace: str, base: Path, prefix: str, step: int) -> Callable[[], str | None]:
     """A probe: the name of the ``<prefix>-*`` JobSet once its checkpoints reach ``step``."""
 
     def probe() -> str | None:
         latest = checkpoints.latest_complete(None, str(base / prefix))
         if latest is None or latest.step < step:
             return None
-        return next((name for name in jobsets(k8s_client, namespace) if name.startswith(f"{prefix}-")), None)
+        return next((name for name in jobsets(api_client, namespace) if name.startswith(f"{prefix}-")), None)
 
     return probe
 
 
-def _suspended_without_pods(k8s_client: Any, namespace: str, name: str) -> Callable[[], bool]:
+def _suspended_without_pods(api_client: Any, namespace: str, name: str) -> Callable[[], bool]:
     """A probe: the JobSet reports ``Suspended`` and none of its pods still runs."""
 
     def probe() -> bool:
-        conditions = (jobsets(k8s_client, namespace).get(name) or {}).get("status", {}).get("conditions") or []
+        conditions = (jobsets(api_client, namespace).get(name) or {}).get("status", {}).get("conditions") or []
         suspended = any(c["type"] == "Suspended" and c["status"] == "True" for c in conditions)
-        running = [p for p in pods_of(k8s_client, namespace, name) if p.status.phase in ("Pending", "Running")]
+        running = [p for p in pods_of(api_client, namespace, name) if p.status.phase in ("Pending", "Running")]
         return suspended and not running
 
     return probe
 
 
 def test_suspension_is_waited_through_until_suspend_timeout(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     from kubernetes import client
 
@@ -60,7 +60,7 @@ def test_suspension_is_waited_through_until_suspend_timeout(
         pending = {"su-waits", "su-gives-up"}
         while pending:  # `airflow dags test` runs the tasks one after another, in an order of its choosing
             for prefix in sorted(pending):
-                name = _jobset_at_step(k8s_client, namespace, base, prefix, 2)()
+                name = _jobset_at_step(api_client, namespace, base, prefix, 2)()
                 if name is None:
                     continue
                 local_cluster.suspend_jobset(namespace, name)
@@ -69,12 +69,12 @@ def test_suspension_is_waited_through_until_suspend_timeout(
                 pending.discard(prefix)
                 if prefix == "su-waits":
                     wait_for(
-                        _suspended_without_pods(k8s_client, namespace, name),
+                        _suspended_without_pods(api_client, namespace, name),
                         90,
                         what=lambda name=name: f"{name} suspended, its pods gone; so far: {log}",
                     )
                     patch = {"spec": {"suspend": False}}
-                    client.CustomObjectsApi(k8s_client).patch_namespaced_custom_object(
+                    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
                         *JOBSETS[:2], namespace, JOBSETS[2], name, patch
                     )
                     log.append(f"resumed {name}")
@@ -99,7 +99,7 @@ def test_suspension_is_waited_through_until_suspend_timeout(
     assert xcom(airflow_db, DAG_ID, "gives_up", "jobset_name") == name
     assert f"JobSet {namespace}/{name} stayed suspended (" in out and "for more than 2 s" in out, tail(out)
     assert "the group was deleted (suspend_timeout)" in out, tail(out)
-    left = jobsets(k8s_client, namespace)
+    left = jobsets(api_client, namespace)
     assert name not in left or left[name]["metadata"].get("deletionTimestamp"), left.get(name)
     latest = checkpoints.latest_complete(None, str(base / "su-gives-up"))
     assert latest is not None and latest.step < 200, latest  # it never finished training

@@ -28,8 +28,8 @@ class JobSetRecorder:
     """Watches a namespace's JobSets from a thread: per JobSet, when it was first seen, when it was first seen
     finished (or deleted), and its labels."""
 
-    def __init__(self, k8s_client: Any, namespace: str) -> None:
-        self.client, self.namespace = k8s_client, namespace
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self.client, self.namespace = api_client, namespace
         self.created: dict[str, float] = {}
         self.ended: dict[str, float] = {}
         self.labels: dict[str, dict[str, str]] = {}
@@ -104,11 +104,11 @@ def creates(local_cluster: LocalCluster, namespace: str, mark: int) -> list[dict
 
 
 def test_tpe_sweep_finds_the_optimum_within_max_parallel(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     base = tmp_path / "ckpt"
     mark = local_cluster.request_count()
-    with JobSetRecorder(k8s_client, namespace) as recorder:
+    with JobSetRecorder(api_client, namespace) as recorder:
         result = dags_test("sweep_tpe", cluster_airflow_env, {"namespace": namespace, "base": str(base)})
     assert task_states(airflow_db, "sweep_tpe") == {"tpe": "success"}, tail(result.stdout, 200)
     out = xcom(airflow_db, "sweep_tpe", "tpe")
@@ -142,19 +142,19 @@ def test_tpe_sweep_finds_the_optimum_within_max_parallel(
 
 
 def _reclaim_when_checkpointed(
-    cluster: LocalCluster, k8s_client: Any, namespace: str, trial_dir: Path, done: threading.Event, log: list[str]
+    cluster: LocalCluster, api_client: Any, namespace: str, trial_dir: Path, done: threading.Event, log: list[str]
 ) -> None:
     """Reclaim the node of the preempted sweep's trial once its checkpoints reach epoch 2 (an observed step)."""
     from kubernetes import client
 
-    api = client.CustomObjectsApi(k8s_client)
+    api = client.CustomObjectsApi(api_client)
     while not done.is_set():
         dirs = sorted(trial_dir.parent.glob(f"*/{trial_dir.name}-*"))  # <sweep>/trial-<n>-<params digest>
         latest = checkpoints.latest_complete(None, str(dirs[0])) if dirs else None
         if latest is not None and latest.step >= 2:
             items = api.list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])["items"]
             names = [js["metadata"]["name"] for js in items if js["metadata"]["name"].startswith("sw-preempt-t1-")]
-            running = [p for n in names for p in pods_of(k8s_client, namespace, n) if p.status.phase == "Running"]
+            running = [p for n in names for p in pods_of(api_client, namespace, n) if p.status.phase == "Running"]
             if running:
                 node = running[0].spec.node_name
                 cluster.preempt_node(node, style="gke", grace_seconds=1, delete_after=1, replace_after=0.5)
@@ -164,18 +164,18 @@ def _reclaim_when_checkpointed(
 
 
 def test_failures_median_stopping_and_preemption(
-    cluster_airflow_env, airflow_db, namespace, k8s_client, local_cluster: LocalCluster, tmp_path: Path
+    cluster_airflow_env, airflow_db, namespace, api_client, local_cluster: LocalCluster, tmp_path: Path
 ):
     base = tmp_path / "ckpt"
     done, injected = threading.Event(), []
     mark = local_cluster.request_count()
-    with JobSetRecorder(k8s_client, namespace) as recorder, ThreadPoolExecutor(1) as pool:
+    with JobSetRecorder(api_client, namespace) as recorder, ThreadPoolExecutor(1) as pool:
         run = pool.submit(
             dags_test, "sweep_behaviours", cluster_airflow_env, {"namespace": namespace, "base": str(base)}
         )
         try:
             _reclaim_when_checkpointed(
-                local_cluster, k8s_client, namespace, base / "sw-preempt" / "trial-1", done, injected
+                local_cluster, api_client, namespace, base / "sw-preempt" / "trial-1", done, injected
             )
         finally:
             result = run.result()

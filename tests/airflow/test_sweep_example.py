@@ -14,7 +14,7 @@ from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags
 from tests.airflow.airflow_env import task_states as states_of
 from tests.airflow.test_sweep_dags import png_size
 from tests.airflow.training_group_helpers import xcom
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")

@@ -11,7 +11,7 @@ from tests.airflow.airflow_env import dags_test, tail, task_states
 from tests.airflow.training_group_helpers import jobsets, pods_of, xcom
 
 
-def test_mapped_trials_and_select_best(cluster_airflow_env, airflow_db, namespace, k8s_client, tmp_path):
+def test_mapped_trials_and_select_best(cluster_airflow_env, airflow_db, namespace, api_client, tmp_path):
     from kubernetes import client
 
     dag_id = "sweep_mapped"
@@ -26,15 +26,15 @@ def test_mapped_trials_and_select_best(cluster_airflow_env, airflow_db, namespac
     assert best["metrics"]["checkpoint"] == f"{tmp_path}/mapped/trial/trial-{best['index'] + 1}-{digest}"
 
     # Read back from the cluster: every trial's pod got its own parameters and printed its intermediate values.
-    found = jobsets(k8s_client, namespace)
+    found = jobsets(api_client, namespace)
     assert len(found) == 4
     seen = []
     for name in found:
-        [pod] = pods_of(k8s_client, namespace, name)
+        [pod] = pods_of(api_client, namespace, name)
         env = {e.name: e.value for e in pod.spec.containers[0].env}
         params = json.loads(env["AE_TRIAL_PARAMS"])
         seen.append(params)
-        raw = client.CoreV1Api(k8s_client).read_namespaced_pod_log(pod.metadata.name, namespace, _preload_content=False)
+        raw = client.CoreV1Api(api_client).read_namespaced_pod_log(pod.metadata.name, namespace, _preload_content=False)
         log = raw.data.decode()  # (the client's own decoding would json-parse the text)
         assert [parsed[0] for line in log.splitlines() if (parsed := markers.parse(line))] == [1, 2], log
     first_four = [(0.001, 1), (0.001, 2), (0.01, 1), (0.01, 2)]  # sweep_params(SPACE, n=4): grid order

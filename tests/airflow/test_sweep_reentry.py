@@ -20,7 +20,7 @@ from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.training.state import group_status
 from tests.airflow.airflow_env import kubernetes_connection
 from tests.airflow.training_group_helpers import JOBSET_RESOURCE, JOBSETS
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CONN_ID = "sweep_reentry"
 
@@ -76,11 +76,11 @@ def event_of(trigger: Any) -> dict[str, Any]:
     return asyncio.run(asyncio.wait_for(first(), 120))
 
 
-def finished_unwatched(k8s_client: Any, namespace: str, count: int) -> None:
+def finished_unwatched(api_client: Any, namespace: str, count: int) -> None:
     """Wait (bounded) until ``count`` JobSets of the namespace have finished."""
     from kubernetes import client
 
-    api = client.CustomObjectsApi(k8s_client)
+    api = client.CustomObjectsApi(api_client)
     for _ in range(600):
         items = api.list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])["items"]
         done = [js for js in items if group_status(js).terminal]
@@ -91,7 +91,7 @@ def finished_unwatched(k8s_client: Any, namespace: str, count: int) -> None:
 
 
 def test_a_resumed_sweep_adopts_its_running_trials_and_reruns_no_finished_one(
-    local_cluster: LocalCluster, namespace: str, k8s_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local_cluster: LocalCluster, namespace: str, api_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     connection = kubernetes_connection(local_cluster.kubeconfig, namespace)
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
@@ -106,7 +106,7 @@ def test_a_resumed_sweep_adopts_its_running_trials_and_reruns_no_finished_one(
     assert created() == 2  # max_parallel trials, recorded before their groups were created
     # The worker died while deferred, and both trials finished while nobody watched; the next try runs execute()
     # again from the stored history only: it must judge those groups, not train the trials again.
-    finished_unwatched(k8s_client, namespace, 2)
+    finished_unwatched(api_client, namespace, 2)
     with pytest.raises(TaskDeferred) as deferred:
         operator(namespace, tmp_path).execute(context)
     assert created() == 2, "a resumed sweep must judge its trials' groups, not create them again"

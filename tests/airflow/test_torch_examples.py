@@ -25,7 +25,7 @@ from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from tests.airflow.airflow_env import CLUSTER_CONN_ID, airflow_environment, dags_test, kubernetes_connection, tail
 from tests.airflow.airflow_env import task_states as states_of
 from tests.airflow.training_group_helpers import pods_watched, xcom
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
 
 pytest.importorskip("torch")  # the `torch` extra (part of `dev`)

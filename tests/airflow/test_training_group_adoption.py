@@ -17,7 +17,7 @@ from tests.airflow.training_group_helpers import JOBSET_RESOURCE, jobsets
 from tests.operators.fakes import StateStore, TaskInstance
 
 
-def test_second_try_adopts_the_live_group(local_cluster: LocalCluster, namespace, k8s_client, monkeypatch):
+def test_second_try_adopts_the_live_group(local_cluster: LocalCluster, namespace, api_client, monkeypatch):
     connection = kubernetes_connection(local_cluster.kubeconfig, namespace)
     monkeypatch.setenv("AIRFLOW_CONN_ADOPTION_CLUSTER", json.dumps(connection))
     group = TrainingGroup(
@@ -42,6 +42,6 @@ def test_second_try_adopts_the_live_group(local_cluster: LocalCluster, namespace
     assert store[STATE_KEY]["name"] == first["name"] and store[STATE_KEY]["uid"] == first["wait"]["uid"]
     creates = local_cluster.requests(since=mark, verb="create", resource=JOBSET_RESOURCE, namespace=namespace)
     assert len(creates) == 1  # never two live groups for one task instance
-    [jobset] = jobsets(k8s_client, namespace).values()
+    [jobset] = jobsets(api_client, namespace).values()
     assert jobset["metadata"]["labels"]["airflow-elastic.io/try"] == "1"  # the try that created it
     assert jobset["metadata"]["labels"]["airflow-elastic.io/run-id"].startswith("manual__2025-01-01T00_00_00_00_00-")

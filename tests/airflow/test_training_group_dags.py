@@ -16,7 +16,7 @@ RESULT_KEYS = {
 }
 
 
-def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, api_client):
     dag_id = "training_group_outcomes"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace, "steps": 3})
 
@@ -24,7 +24,7 @@ def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8
     assert states == dict.fromkeys(["train_deferrable", "train_sync", "train_any", "train_manifest"], "success"), tail(
         result.stdout
     )
-    found = jobsets(k8s_client, namespace)
+    found = jobsets(api_client, namespace)
     for task_id in ("train_deferrable", "train_sync"):
         value = xcom(airflow_db, dag_id, task_id)
         assert set(value) == RESULT_KEYS
@@ -40,7 +40,7 @@ def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8
         assert labels["airflow-elastic.io/map-index"] == "none" and labels["airflow-elastic.io/try"] == "1"
         assert jobset["spec"]["ttlSecondsAfterFinished"] == 86400
         # The rendered values reached the pods: read back through the API, from the pod spec's env.
-        for pod in pods_of(k8s_client, namespace, value["name"]):
+        for pod in pods_of(api_client, namespace, value["name"]):
             env = {e.name: e.value for e in pod.spec.containers[0].env}
             assert env["TRAIN_STEPS"] == "3" and env["RUN_MARKER"] == f"{dag_id}/{task_id}"
     # The leader's output reached the task log (streamed by the trigger, or followed by the sync operator).
@@ -51,7 +51,7 @@ def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8
     assert any_result["state"] == "Succeeded"
     phases = {
         p.metadata.labels["jobset.sigs.k8s.io/job-index"]: p.status.phase
-        for p in pods_of(k8s_client, namespace, any_result["name"])
+        for p in pods_of(api_client, namespace, any_result["name"])
     }
     assert phases.get("0") == "Succeeded" and phases.get("1") != "Running", phases
 
@@ -62,7 +62,7 @@ def test_groups_finish_and_report(cluster_airflow_env, airflow_db, namespace, k8
     assert "manifest ran with 3 steps" in result.stdout
 
 
-def test_failures_are_reported(cluster_airflow_env, airflow_db, namespace, k8s_client):
+def test_failures_are_reported(cluster_airflow_env, airflow_db, namespace, api_client):
     dag_id = "training_group_failures"
     result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace})
     out = result.stdout
@@ -71,7 +71,7 @@ def test_failures_are_reported(cluster_airflow_env, airflow_db, namespace, k8s_c
     assert states == dict.fromkeys(
         ["crash_deferrable", "crash_sync", "unschedulable", "deadline_deferrable", "deadline_sync"], "failed"
     ), tail(out)
-    found = jobsets(k8s_client, namespace)
+    found = jobsets(api_client, namespace)
     # A crashing leader: the failure names the pod, its role, the reason and the exit code; its log is shown.
     for task_id in ("crash_deferrable", "crash_sync"):
         name = xcom(airflow_db, dag_id, task_id, "jobset_name")

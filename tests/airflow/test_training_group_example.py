@@ -18,7 +18,7 @@ from tests.airflow.airflow_env import (
     task_states,
 )
 from tests.airflow.training_group_helpers import xcom
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 TINY_TRAINER_IMAGE = "ghcr.io/airflow-elastic/tiny-trainer:0.1.0"
 

@@ -30,20 +30,20 @@ def xcom(db: Path, dag_id: str, task_id: str, key: str = "return_value") -> Any:
     return json.loads(value) if isinstance(value, str) and value[:1] in '{["' else value
 
 
-def jobsets(k8s_client: Any, namespace: str) -> dict[str, dict[str, Any]]:
+def jobsets(api_client: Any, namespace: str) -> dict[str, dict[str, Any]]:
     """The JobSets of ``namespace`` by name."""
     from kubernetes import client
 
-    items = client.CustomObjectsApi(k8s_client).list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])
+    items = client.CustomObjectsApi(api_client).list_namespaced_custom_object(*JOBSETS[:2], namespace, JOBSETS[2])
     return {js["metadata"]["name"]: js for js in items["items"]}
 
 
-def pods_of(k8s_client: Any, namespace: str, jobset: str) -> list[Any]:
+def pods_of(api_client: Any, namespace: str, jobset: str) -> list[Any]:
     """The pods of JobSet ``jobset`` (``V1Pod`` objects)."""
     from kubernetes import client
 
     selector = f"jobset.sigs.k8s.io/jobset-name={jobset}"
-    return client.CoreV1Api(k8s_client).list_namespaced_pod(namespace, label_selector=selector).items
+    return client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
 
 
 def pods_watched(cluster: Any, since: int) -> bool:

@@ -33,8 +33,8 @@ from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training.backend_io import BackendUnavailable
 from airflow_elastic.training import backends
-from tests.conftest import ROOT
 from tests.operators.fakes import StateStore, TaskInstance
+from tests.support.paths import ROOT
 
 MANIFESTS = Path(__file__).parent / "manifests"
 SCRIPT = ROOT / "tests" / "airflow" / "scripts" / "train_ckpt.py"

@@ -18,8 +18,8 @@ from kubernetes import client
 from airflow_elastic import Elastic, FailurePolicy, Role, TrainingGroup
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.training.render import render_jobset
-from tests.conftest import ROOT
 from tests.localcluster.test_e2e_jobsets import J, JobSets
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
 
 SCRIPT = ROOT / "tests" / "localcluster" / "scripts" / "elastic_train.py"

@@ -8,7 +8,7 @@ import json
 from kubernetes import client
 
 from airflow_elastic.localcluster import LocalCluster
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
 
 # Lists the pods of its own namespace with nothing but what the pod was given.

@@ -33,8 +33,8 @@ from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS
 from airflow_elastic.operators import TrainingGroupOperator
-from tests.conftest import ROOT
 from tests.operators.fakes import StateStore, TaskInstance
+from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "tests" / "airflow" / "scripts" / "train_ckpt.py"
 UNREACHABLE = "node.kubernetes.io/unreachable"

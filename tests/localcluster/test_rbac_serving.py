@@ -17,8 +17,8 @@ from airflow_elastic.hooks.errors import KubernetesApiError
 from airflow_elastic.hooks.protocol import AsyncInferenceServiceHookProtocol, InferenceServiceHookProtocol
 from airflow_elastic.hooks.retry import RetryPolicy
 from airflow_elastic.serving import inference_service as serving
-from tests.conftest import ROOT
 from tests.localcluster.test_rbac import RBAC, SERVING_ROLE, granted, protocol_methods, requested
+from tests.support.paths import ROOT
 
 #: The serving Role's rules as documented: (API group, resource, verbs).
 TABLE = {

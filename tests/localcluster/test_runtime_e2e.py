@@ -21,8 +21,8 @@ from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.preemption.classify import Budget, Cause, classify
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.training.spec import Checkpointing, FailurePolicy, Placement, Role, TrainingGroup
-from tests.conftest import ROOT
 from tests.localcluster.test_e2e_jobsets import J, JobSets
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
 
 TRAINER = """

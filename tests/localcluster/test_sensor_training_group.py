@@ -15,7 +15,7 @@ from airflow_elastic.hooks import JobSetHook
 from airflow_elastic.sensors import TrainingGroupSensor
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
-from tests.localcluster.conftest import CONN_ID
+from tests.support.cluster import CONN_ID
 
 METRICS = "import json, os; open(os.environ['LOCALCLUSTER_TERMINATION_LOG'], 'w').write(json.dumps({'acc': 0.9}))"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CLI = Path(sys.executable).parent / "airflow-elastic"
 

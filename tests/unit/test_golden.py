@@ -25,8 +25,8 @@ from airflow_elastic import (
 from airflow_elastic.kube import names
 from airflow_elastic.kube.schema import schema_errors
 from airflow_elastic.training.render import render_jobset
-from tests.conftest import ROOT
 from tests.jobset_webhook import webhook_errors
+from tests.support.paths import ROOT
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 EXAMPLES = runpy.run_path(str(ROOT / "dags" / "example_groups.py"))

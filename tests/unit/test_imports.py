@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 HEAVY = ("airflow", "kubernetes", "kubernetes_asyncio", "jsonschema")
 

@@ -17,7 +17,7 @@ import pytest
 from airflow_elastic import runtime
 from airflow_elastic.contract import checkpoints
 from airflow_elastic.runtime import Context
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 ENV = {
     "AE_GROUP": "train",

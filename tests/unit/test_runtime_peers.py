@@ -16,7 +16,7 @@ from airflow_elastic.preemption.classify import Budget, Cause, classify
 from airflow_elastic.preemption.evidence import decisive
 from airflow_elastic.runtime import PEER_LOST_EXIT_CODE, Context, is_peer_loss
 from airflow_elastic.runtime.peers import DEFAULT_WAIT, default_wait
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 GLOO_RESET = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:38278: "

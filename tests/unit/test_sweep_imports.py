@@ -33,7 +33,7 @@ def test_building_a_space_imports_no_heavy_package():
 
 def test_runtime_still_imports_with_the_standard_library_only():
     """``runtime.report_intermediate`` uses the marker module: it must not pull anything outside the stdlib."""
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
 
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); from airflow_elastic import runtime; "
