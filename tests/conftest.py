@@ -24,12 +24,10 @@ SERIAL = {
     # The whole nightly pipeline twice under real Airflow components: minutes of CPU, and the defer race it guards
     # against depends on timing.
     "tests/airflow/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
-    # A benchmark: its goodput figures mean something only when nothing else competes for the CPU.
-    "tests/airflow/test_goodput_bench.py": "a benchmark",
 }
 #: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
 #: worker starts one of them while the other has nothing left to do.
-FIRST = ("tests/test_demo.py", "tests/test_packaging.py")
+FIRST = ("tests/test_demo.py", "tests/airflow/test_goodput_bench.py", "tests/test_packaging.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
