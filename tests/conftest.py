@@ -30,9 +30,35 @@ SERIAL = {
 FIRST = ("tests/test_demo.py", "tests/airflow/test_goodput_bench.py", "tests/test_packaging.py")
 
 
+#: The tiers, cheapest first (``pytest -m unit`` ...): what a test needs, decided from what it uses (a module may
+#: also say ``pytestmark = pytest.mark.<tier>`` when it starts the expensive thing some other way, e.g. a tool).
+TIERS = ("unit", "cluster", "airflow")
+#: A test using one of these fixtures, or whose module holds one of these names (imported or defined), is in that tier.
+AIRFLOW_FIXTURES = frozenset({"migrated_airflow_db"})
+AIRFLOW_NAMES = frozenset({"dags_test", "AirflowDeployment", "migrate_db"})
+CLUSTER_FIXTURES = frozenset({"local_cluster"})
+CLUSTER_NAMES = frozenset({"LocalCluster"})
+
+
+def tier(item: pytest.Item) -> str:
+    """``unit`` (no process of its own beyond a quick subprocess), ``cluster`` (a local cluster: the session's or its
+    own), ``airflow`` (Airflow itself: ``airflow dags test`` or Airflow's components, on a local cluster)."""
+    declared = [mark.name for mark in item.iter_markers() if mark.name in TIERS]
+    if declared:
+        return max(declared, key=TIERS.index)
+    names = set(vars(getattr(item, "module", None) or object()))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & AIRFLOW_FIXTURES or names & AIRFLOW_NAMES:
+        return "airflow"
+    if fixtures & CLUSTER_FIXTURES or names & CLUSTER_NAMES:
+        return "cluster"
+    return "unit"
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        item.add_marker(tier(item))
         if item.path.relative_to(ROOT).as_posix() in SERIAL:
             item.add_marker(pytest.mark.serial)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects alike, so the order is the same in each

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
+pytestmark = pytest.mark.airflow  # `airflow dags test` through tools/demo.py
 pytest.importorskip("torch")  # the `examples` extra (part of `dev`)
 pytest.importorskip("sklearn")
 

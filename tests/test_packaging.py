@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.airflow]  # `airflow providers list` in a fresh virtualenv
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
+pytestmark = pytest.mark.airflow  # `airflow dags test` through bench/goodput.py
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
