@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from airflow_elastic import BatchStage, Placement, Resources, Role, TrainingGroup
+from airflow_elastic import BatchStage, Placement, Resources, Role
 from airflow_elastic.kube import schemas
 from airflow_elastic.serving.inference_service import Predictor, render
 from airflow_elastic.stages.cronjob import render_cronjob
 from airflow_elastic.stages.job import render_job
 from airflow_elastic.training.render import render_jobset, render_pytorchjob, render_trainjob
+from tests import builders
 from tests.support.paths import ROOT
 
 PACKAGED = ROOT / "airflow_elastic" / "kube" / "schemas"
@@ -100,19 +101,12 @@ def undeclared(value: Any, schema: dict[str, Any], doc: dict[str, Any], path: st
             yield from undeclared(item, schema["items"], doc, f"{path}[{i}]")
 
 
-def group(**changes: Any) -> TrainingGroup:
-    """One role with what the renderers map to most fields: resources, placement, env, a checkpoint."""
-    role = Role(
-        "trainer", replicas=2, command=["python", "train.py"], resources=Resources(cpu="2", memory="4Gi", gpu=1)
-    )
-    fields: dict[str, Any] = {
-        "name": "train",
-        "roles": [role],
-        "image": "trainer:1",
-        "env": {"A": "1"},
-        "placement": Placement(node_selector={"pool": "gpu"}, priority_class="batch", spot=True),
-    }
-    return TrainingGroup(**{**fields, **changes})
+#: One role (the TrainJob and PyTorchJob renderers take one) with what the renderers map to most fields.
+ONE_ROLE = {
+    "roles": [Role("trainer", replicas=2, command=["python", "train.py"], resources=Resources(cpu="2", gpu=1))],
+    "env": {"A": "1"},
+}
+PLACED = Placement(node_selector={"pool": "gpu"}, priority_class="batch", spot=True)
 
 
 STAGE = BatchStage(
@@ -133,17 +127,27 @@ def rendered() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
     crd = schemas.load
     for golden in sorted((ROOT / "tests" / "golden").glob("*.yaml")):
         yield golden.name, yaml.safe_load(golden.read_text()), crd(schemas.JOBSET)
-    yield "jobset", render_jobset(group(), name="train-abc", namespace="ml", labels={"a/b": "c"}), crd(schemas.JOBSET)
+    yield (
+        "jobset",
+        render_jobset(
+            builders.group(**ONE_ROLE, placement=PLACED), name="train-abc", namespace="ml", labels={"a/b": "c"}
+        ),
+        crd(schemas.JOBSET),
+    )
     yield (
         "trainjob",
         render_trainjob(
-            group(placement=Placement(node_selector={"pool": "gpu"})), name="train-abc", labels={"a/b": "c"}
+            builders.group(**ONE_ROLE, placement=Placement(node_selector={"pool": "gpu"})),
+            name="train-abc",
+            labels={"a/b": "c"},
         ),
         crd(schemas.TRAINJOBS),
     )
     yield (
         "pytorchjob",
-        render_pytorchjob(group(), name="train-abc", ttl_seconds_after_finished=60),
+        render_pytorchjob(
+            builders.group(**ONE_ROLE, placement=PLACED), name="train-abc", ttl_seconds_after_finished=60
+        ),
         crd(schemas.PYTORCHJOBS),
     )
     yield "job", render_job(STAGE, name="prepare-abc", labels={"a/b": "c"}), schemas.batch_v1("Job")
