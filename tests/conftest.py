@@ -12,6 +12,9 @@ import pytest
 from tests.support.cluster import CONN_ID, Kubectl
 from tests.support.paths import ROOT
 
+#: Fixtures kept beside the helpers they use.
+pytest_plugins = ("tests.support.airflow_fixtures",)
+
 if TYPE_CHECKING:
     from airflow_elastic.localcluster import LocalCluster
 
@@ -20,14 +23,14 @@ if TYPE_CHECKING:
 #: (``-m "not serial"``), then these alone (``-m serial``); they are marked here, by file, so the list is one place.
 SERIAL = {
     # A real scheduler and triggerer whose heartbeat timeouts are a few seconds: a starved worker would be a zombie.
-    "tests/airflow/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
+    "tests/deployment/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
     # The whole nightly pipeline twice under real Airflow components: minutes of CPU, and the defer race it guards
     # against depends on timing.
-    "tests/airflow/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
+    "tests/deployment/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
 }
 #: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
 #: worker starts one of them while the other has nothing left to do.
-FIRST = ("tests/test_demo.py", "tests/airflow/test_goodput_bench.py", "tests/test_packaging.py")
+FIRST = ("tests/examples/test_demo.py", "tests/examples/test_goodput_bench.py", "tests/package/test_packaging.py")
 
 
 #: The tiers, cheapest first (``pytest -m unit`` ...): what a test needs, decided from what it uses (a module may

@@ -439,7 +439,7 @@ def test_failed_pod_counted_once_across_a_crash(tmp_path: Path) -> None:
     """A crash between the Job's status write and the release of the pod's tracking finalizer must not count
     the pod twice (upstream's uncountedTerminatedPods exists for this; here both writes commit together)."""
     db = tmp_path / "state.db"
-    script = Path(__file__).parent / "scripts" / "crash_job_tracking.py"
+    script = Path(__file__).parents[1] / "data" / "scripts" / "crash_job_tracking.py"
     result = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 97, result.stderr
 

@@ -271,7 +271,7 @@ def test_kubectl_shows_cronjobs_with_upstream_columns(kubectl, batch, namespace,
 
 
 def test_the_clock_from_the_shell(clock):
-    from tests.localcluster.test_cli_cluster import cli
+    from tests.support.cluster_cli import cli
 
     before = clock.controller_time()
     moved = cli("clock", "--advance", "7200", state_dir=clock.state_dir)

@@ -21,7 +21,7 @@ from airflow_elastic.localcluster.errors import ApiError
 from airflow_elastic.preemption.classify import classify
 from tests.support.waiting import wait_for
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "record_sigterm.py")
+SCRIPT = str(Path(__file__).parents[1] / "data" / "scripts" / "record_sigterm.py")
 SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
 SPOT_TOLERATIONS = [{"key": t["key"], "operator": "Exists", "effect": "NoSchedule"} for t in SPOT_TAINTS]
 

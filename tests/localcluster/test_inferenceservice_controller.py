@@ -219,7 +219,7 @@ def test_model_that_crashes_on_load(isvcs, tmp_path):
 
 def test_custom_predictor_container(core, isvcs, namespace, tmp_path):
     model = save_model(tmp_path / "model", 1.0)
-    echo = Path(__file__).parent / "scripts" / "http_echo.py"
+    echo = Path(__file__).parents[1] / "data" / "scripts" / "http_echo.py"
     container = {
         "name": "kserve-container",
         "image": "me/echo:1",

@@ -21,10 +21,10 @@ from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controllers.pytorchjobspec import INIT_CONTAINER, apply_defaults, build_pod, pod_env
 from airflow_elastic.localcluster.controllers.pytorchjobstatus import set_condition
 from airflow_elastic.localcluster.kubelet.env import command_line
-from tests.localcluster.test_e2e_jobsets import condition
+from tests.support.jobsets import condition
 from tests.support.waiting import wait_for
 
-MANIFESTS = Path(__file__).parent / "manifests"
+MANIFESTS = Path(__file__).parents[1] / "data" / "manifests"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 

@@ -20,8 +20,8 @@ from airflow_elastic.localcluster.api.printers import endpoints_cells, endpoints
 from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsController, EndpointSliceController
 from airflow_elastic.localcluster.resources import ENDPOINTS, ENDPOINTSLICES, PODS, SERVICES
 from airflow_elastic.localcluster.store import Obj
-from tests.localcluster import inprocess
-from tests.localcluster.inprocess import NS, Cluster
+from tests.support import inprocess
+from tests.support.inprocess import NS, Cluster
 from tests.support.waiting import wait_for
 
 SERVICE = {

@@ -12,7 +12,7 @@ from airflow.sdk.execution_time.task_runner import _serialize_template_field
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.preemption import attempts
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 from tests.support.paths import ROOT
 
 
