@@ -13,7 +13,7 @@ import pytest
 
 from airflow_elastic.hooks import ImplicitClusterRefused
 from airflow_elastic.localcluster import LocalCluster
-from airflow_elastic.localcluster.serve import CONTEXT
+from airflow_elastic.localcluster.credentials import CONTEXT
 from tests.support.airflow_env import airflow_environment, dags_test, tail, task_states
 
 DAG_ID = "explicit_connection"
