@@ -13,7 +13,7 @@ def get_provider_info() -> dict[str, Any]:
         # Must equal the canonical distribution name, or provider discovery raises.
         "package-name": "airflow-elastic",
         "name": "Elastic training",
-        # Only what the package contains (tests/test_provider_info.py maps each claim to the code behind it).
+        # Only what the package contains (tests/package/test_provider_info.py maps each claim to the code behind it).
         "description": (
             "Distributed ML training on Kubernetes JobSets: training groups, batch stages, preemption "
             "classification, checkpoint resume, model publishing to KServe and an embedded local cluster."

@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_elastic.localcluster import LocalCluster
-from tests.airflow.airflow_env import airflow_environment, kubernetes_connection, migrate_db
-from tests.airflow.processes import AirflowDeployment, deployment_environment, free_port, query
+from tests.support.airflow_env import airflow_environment, kubernetes_connection, migrate_db
+from tests.support.processes import AirflowDeployment, deployment_environment, free_port, query
 
 DAG_FILE = Path(__file__).resolve().parent / "scripts" / "defer_race_dag.py"
 DAG_ID = "defer_race"

@@ -68,8 +68,8 @@ sys.path.insert(0, str(ROOT))  # tests.airflow helpers, for `airflow dags test` 
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E402
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
 from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
-from tests.airflow import airflow_env as af  # noqa: E402
-from tests.airflow.training_group_helpers import xcom  # noqa: E402
+from tests.support import airflow_env as af  # noqa: E402
+from tests.support.training_group_helpers import xcom  # noqa: E402
 
 SCRIPTS = ROOT / "bench" / "scripts"
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"

@@ -1,32 +1,67 @@
 from __future__ import annotations
 
+import json
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+from tests.support.cluster import CONN_ID, Kubectl
+from tests.support.paths import ROOT
+
+#: Fixtures kept beside the helpers they use.
+pytest_plugins = ("tests.support.airflow_fixtures",)
+
+if TYPE_CHECKING:
+    from airflow_elastic.localcluster import LocalCluster
+
 
 #: Tests that need the machine to themselves, and why. ``make test`` runs the rest on two pytest-xdist workers
 #: (``-m "not serial"``), then these alone (``-m serial``); they are marked here, by file, so the list is one place.
 SERIAL = {
     # A real scheduler and triggerer whose heartbeat timeouts are a few seconds: a starved worker would be a zombie.
-    "tests/airflow/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
+    "tests/deployment/test_real_processes.py": "real Airflow components with second-scale heartbeat timeouts",
     # The whole nightly pipeline twice under real Airflow components: minutes of CPU, and the defer race it guards
     # against depends on timing.
-    "tests/airflow/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
-    # A benchmark: its goodput figures mean something only when nothing else competes for the CPU.
-    "tests/airflow/test_goodput_bench.py": "a benchmark",
+    "tests/deployment/test_nightly_deployment.py": "real Airflow components running the flagship DAG twice",
 }
 #: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
 #: worker starts one of them while the other has nothing left to do.
-FIRST = ("tests/test_demo.py", "tests/test_packaging.py")
+FIRST = ("tests/examples/test_demo.py", "tests/examples/test_goodput_bench.py", "tests/package/test_packaging.py")
+
+
+#: The tiers, cheapest first (``pytest -m unit`` ...): what a test needs, decided from what it uses (a module may
+#: also say ``pytestmark = pytest.mark.<tier>`` when it starts the expensive thing some other way, e.g. a tool).
+TIERS = ("unit", "cluster", "airflow")
+#: A test using one of these fixtures, or whose module holds one of these names (imported or defined), is in that tier.
+AIRFLOW_FIXTURES = frozenset({"migrated_airflow_db"})
+AIRFLOW_NAMES = frozenset({"dags_test", "AirflowDeployment", "migrate_db"})
+CLUSTER_FIXTURES = frozenset({"local_cluster"})
+CLUSTER_NAMES = frozenset({"LocalCluster"})
+
+
+def tier(item: pytest.Item) -> str:
+    """``unit`` (no process of its own beyond a quick subprocess), ``cluster`` (a local cluster: the session's or its
+    own), ``airflow`` (Airflow itself: ``airflow dags test`` or Airflow's components, on a local cluster)."""
+    declared = [mark.name for mark in item.iter_markers() if mark.name in TIERS]
+    if declared:
+        return max(declared, key=TIERS.index)
+    names = set(vars(getattr(item, "module", None) or object()))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & AIRFLOW_FIXTURES or names & AIRFLOW_NAMES:
+        return "airflow"
+    if fixtures & CLUSTER_FIXTURES or names & CLUSTER_NAMES:
+        return "cluster"
+    return "unit"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        item.add_marker(tier(item))
         if item.path.relative_to(ROOT).as_posix() in SERIAL:
             item.add_marker(pytest.mark.serial)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects alike, so the order is the same in each
@@ -47,3 +82,78 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+# ------------------------------------------------------------------ the session's local cluster and its clients
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One local cluster per test session (per pytest-xdist worker), its own process; tests share it through a fresh
+    :func:`namespace` each."""
+    from airflow_elastic.localcluster import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("local-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def clock(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster, its controller clock back at the real time after the test."""
+    yield local_cluster
+    local_cluster.reset_clock()
+
+
+@pytest.fixture(scope="session")
+def api_client(local_cluster: LocalCluster):  # -> kubernetes.client.ApiClient
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def core(api_client):  # -> kubernetes.client.CoreV1Api
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def custom(api_client):  # -> kubernetes.client.CustomObjectsApi
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def namespace(core) -> Iterator[str]:
+    """A fresh namespace, deleted (asynchronously, as on a real cluster) after the test."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kubectl(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    return Kubectl(local_cluster, tmp_path_factory.mktemp("kubectl-home"))
+
+
+@pytest.fixture
+def connection(local_cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``kubernetes`` connection to the local cluster whose default namespace is the test's (no metadata DB:
+    ``AIRFLOW_CONN_<ID>``)."""
+    extra = {"kube_config_path": str(local_cluster.kubeconfig), "namespace": namespace}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return CONN_ID
+
+
+@pytest.fixture
+def hook(connection: str):  # -> airflow_elastic.hooks.JobSetHook
+    from airflow_elastic.hooks.jobset import JobSetHook
+
+    hook = JobSetHook(connection)
+    yield hook
+    hook.close()

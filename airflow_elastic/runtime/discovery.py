@@ -40,7 +40,7 @@ SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: The local cluster's name for the service-account mount (its mount convention: docs/concepts/local-cluster.md).
 LOCAL_SERVICEACCOUNT_ENV = "LOCALCLUSTER_MOUNT_VAR_RUN_SECRETS_KUBERNETES_IO_SERVICEACCOUNT"
 #: JobSet's label prefix: a copy of ``kube.labels.JOBSET_DOMAIN``, as what runs in pods imports only the contract
-#: (``tests/unit/test_kube_labels.py`` holds the two equal).
+#: (``tests/kube/test_kube_labels.py`` holds the two equal).
 JOBSET_LABEL = "jobset.sigs.k8s.io"
 
 

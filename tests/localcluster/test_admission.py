@@ -11,7 +11,7 @@ from airflow_elastic.localcluster import admission, errors
 from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.resources import JOBS, JOBSETS, PODS
 from airflow_elastic.localcluster.store import Store
-from tests.localcluster.inprocess import container, job_body
+from tests.support.inprocess import container, job_body
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def test_discovery(api_client):
 
 
 def test_request_log_counts_what_clients_sent(local_cluster, custom, namespace):
-    from tests.localcluster.test_api import jobset
+    from tests.support.api_objects import jobset
 
     mark = local_cluster.request_count()
     custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", jobset("js"))

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-CLI = str(Path(sys.executable).parent / "airflow-elastic")
+from tests.support.cluster_cli import cli
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-
-
-def cli(*args: str, state_dir: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, "cluster", *args, "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
 
 
 def test_cluster_lifecycle_from_the_shell(tmp_path: Path):

@@ -34,6 +34,7 @@ from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import NODE_RESTART_REASON
 from airflow_elastic.localcluster.resources import JOBS, PODS
 from airflow_elastic.localcluster.store import Store
+from tests.support.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 J = "jobset.sigs.k8s.io/"
@@ -43,18 +44,6 @@ T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "") -> T:
-    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.05)
 
 
 def marked_processes(mark: str) -> set[tuple[int, str]]:
@@ -280,7 +269,7 @@ class Node:
 
     def settle(self, name: str, timeout: float = 45.0) -> dict[str, Any]:
         """Wait for the JobSet's terminal state and for its pods to stop; check the final invariants."""
-        js = wait_for(lambda: finished(self.jobset(name)) and self.jobset(name), timeout, f"{name} to finish")
+        js = wait_for(lambda: finished(self.jobset(name)) and self.jobset(name), timeout, what=f"{name} to finish")
         wait_for(
             lambda: (
                 not any(
@@ -290,7 +279,7 @@ class Node:
                 )
             ),
             timeout,
-            f"the pods of {name} to stop",
+            what=f"the pods of {name} to stop",
         )
         js = self.check_consistency(name)
         restarts = js["status"].get("restarts", 0)
@@ -450,7 +439,7 @@ def test_failed_pod_counted_once_across_a_crash(tmp_path: Path) -> None:
     """A crash between the Job's status write and the release of the pod's tracking finalizer must not count
     the pod twice (upstream's uncountedTerminatedPods exists for this; here both writes commit together)."""
     db = tmp_path / "state.db"
-    script = Path(__file__).parent / "scripts" / "crash_job_tracking.py"
+    script = Path(__file__).parents[1] / "data" / "scripts" / "crash_job_tracking.py"
     result = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 97, result.stderr
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_elastic.localcluster import LocalCluster
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +271,7 @@ def test_kubectl_shows_cronjobs_with_upstream_columns(kubectl, batch, namespace,
 
 
 def test_the_clock_from_the_shell(clock):
-    from tests.localcluster.test_cli_cluster import cli
+    from tests.support.cluster_cli import cli
 
     before = clock.controller_time()
     moved = cli("clock", "--advance", "7200", state_dir=clock.state_dir)

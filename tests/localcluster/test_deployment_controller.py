@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 HERE = Path(__file__).parent
-ECHO = HERE / "scripts" / "http_echo.py"
+ECHO = HERE.parent / "data" / "scripts" / "http_echo.py"
 REVISION = "deployment.kubernetes.io/revision"
 
 
@@ -31,7 +31,7 @@ def apps(api_client):  # -> kubernetes.client.AppsV1Api
 
 def echo_manifests() -> tuple[dict[str, Any], dict[str, Any]]:
     """The Deployment and Service of ``manifests/echo-deployment.yaml``, running ``scripts/http_echo.py``."""
-    deployment, service = yaml.safe_load_all((HERE / "manifests" / "echo-deployment.yaml").read_text())
+    deployment, service = yaml.safe_load_all((HERE.parent / "data" / "manifests" / "echo-deployment.yaml").read_text())
     deployment["spec"]["template"]["spec"]["containers"][0]["command"] = [sys.executable, str(ECHO)]
     return deployment, service
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,9 @@ from airflow_elastic.localcluster import LocalCluster, NodePool
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS
 from airflow_elastic.localcluster.errors import ApiError
 from airflow_elastic.preemption.classify import classify
+from tests.support.waiting import wait_for
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "record_sigterm.py")
+SCRIPT = str(Path(__file__).parents[1] / "data" / "scripts" / "record_sigterm.py")
 SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
 SPOT_TOLERATIONS = [{"key": t["key"], "operator": "Exists", "effect": "NoSchedule"} for t in SPOT_TAINTS]
 
@@ -53,15 +53,6 @@ def ns(core) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def training_pod(name: str, node: str, out: Path, **spec: Any) -> dict[str, Any]:

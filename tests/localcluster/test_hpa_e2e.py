@@ -21,8 +21,8 @@ import pytest
 
 from airflow_elastic.localcluster import LocalCluster
 from airflow_elastic.localcluster.config import ClusterConfig
-from tests.localcluster.conftest import Kubectl
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.cluster import Kubectl
+from tests.support.waiting import wait_for
 
 #: Burns 80 ms of every 100 ms while the file named by argv[1] exists; otherwise sleeps (a few µs of CPU a second).
 BURNER = """

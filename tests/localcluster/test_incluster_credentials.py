@@ -8,8 +8,8 @@ import json
 from kubernetes import client
 
 from airflow_elastic.localcluster import LocalCluster
-from tests.conftest import ROOT
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 # Lists the pods of its own namespace with nothing but what the pod was given.
 LIST_PODS = """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_elastic.localcluster.images import serving_python
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 
@@ -219,7 +219,7 @@ def test_model_that_crashes_on_load(isvcs, tmp_path):
 
 def test_custom_predictor_container(core, isvcs, namespace, tmp_path):
     model = save_model(tmp_path / "model", 1.0)
-    echo = Path(__file__).parent / "scripts" / "http_echo.py"
+    echo = Path(__file__).parents[1] / "data" / "scripts" / "http_echo.py"
     container = {
         "name": "kserve-container",
         "image": "me/echo:1",

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.resources import JOBS, PODS
-from tests.localcluster.inprocess import NS, Cluster, condition, job_body, running
+from tests.support.inprocess import NS, Cluster, condition, job_body, running
 
 pytestmark = pytest.mark.anyio
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import pytest
 
 from airflow_elastic.localcluster.resources import JOBS, JOBSETS, PODS, SERVICES
-from tests.localcluster.inprocess import NS, Cluster, condition, container, running
+from tests.support.inprocess import NS, condition, running
+from tests.support.jobset_objects import finish, jobset, rjob
 
 pytestmark = pytest.mark.anyio
 J = "jobset.sigs.k8s.io/"
@@ -17,40 +17,6 @@ J = "jobset.sigs.k8s.io/"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def rjob(name: str, replicas: int = 1, pods: int = 1, **extra: Any) -> dict[str, Any]:
-    job_spec = extra.pop("job", {})
-    pod_spec = {"containers": [container()], **extra.pop("pod", {})}
-    return {
-        "name": name,
-        "replicas": replicas,
-        **extra,
-        "template": {
-            "spec": {
-                "parallelism": pods,
-                "completions": pods,
-                "backoffLimit": 0,
-                **job_spec,
-                "template": {"spec": pod_spec},
-            }
-        },
-    }
-
-
-def jobset(name: str, *rjobs: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    annotations = spec.pop("annotations", None)
-    meta: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": meta,
-        "spec": {"replicatedJobs": list(rjobs), **spec},
-    }
-
-
-async def finish(cluster: Cluster, job: str, phase: str = "Succeeded", **kwargs: Any) -> None:
-    await cluster.run_all(job, phase, exit_code=0 if phase == "Succeeded" else kwargs.pop("exit_code", 1), **kwargs)
 
 
 def assert_condition(obj: dict, kind: str, status: str, reason: str, message: str | None = None) -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.resources import JOBSETS
-from tests.localcluster.inprocess import running
-from tests.localcluster.test_jobset_controller import finish, jobset, rjob
+from tests.support.inprocess import running
+from tests.support.jobset_objects import finish, jobset, rjob
 
 pytestmark = pytest.mark.anyio
 J = "jobset.sigs.k8s.io/"

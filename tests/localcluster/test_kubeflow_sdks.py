@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from airflow_elastic.localcluster import storeport
-from tests.localcluster.test_e2e_jobsets import wait_for
-from tests.localcluster.test_trainjob_controller import free_port
+from tests.support.processes import free_port
+from tests.support.waiting import wait_for
 
-MANIFESTS = Path(__file__).parent / "manifests"
+MANIFESTS = Path(__file__).parents[1] / "data" / "manifests"
 
 
 def text(log: str) -> str:

@@ -12,11 +12,11 @@ import pytest
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.kubelet import NODE_RESTART_REASON, reap_orphans
 from airflow_elastic.localcluster.resources import CONFIGMAPS, PODS, SECRETS
-from tests.localcluster.kubelet_helpers import PY, NodeSide, group_alive, pod_body
+from tests.support.kubelet_helpers import PY, NodeSide, group_alive, pod_body
 
 pytestmark = pytest.mark.anyio
 
-RECORD_SIGTERM = Path(__file__).parent / "scripts" / "record_sigterm.py"
+RECORD_SIGTERM = Path(__file__).parents[1] / "data" / "scripts" / "record_sigterm.py"
 
 
 @pytest.fixture

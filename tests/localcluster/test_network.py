@@ -13,7 +13,7 @@ from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.network import Network, identity
 from airflow_elastic.localcluster.resources import PODS, SERVICES
 from airflow_elastic.localcluster.store import Store
-from tests.localcluster.kubelet_helpers import NodeSide, pod_body
+from tests.support.kubelet_helpers import NodeSide, pod_body
 
 pytestmark = pytest.mark.anyio
 

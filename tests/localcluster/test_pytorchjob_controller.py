@@ -21,9 +21,10 @@ from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controllers.pytorchjobspec import INIT_CONTAINER, apply_defaults, build_pod, pod_env
 from airflow_elastic.localcluster.controllers.pytorchjobstatus import set_condition
 from airflow_elastic.localcluster.kubelet.env import command_line
-from tests.localcluster.test_e2e_jobsets import condition, wait_for
+from tests.support.jobsets import condition
+from tests.support.waiting import wait_for
 
-MANIFESTS = Path(__file__).parent / "manifests"
+MANIFESTS = Path(__file__).parents[1] / "data" / "manifests"
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 
@@ -74,7 +75,7 @@ def wait_condition(custom, namespace: str, name: str, kind: str, timeout: float 
         found = condition(get(custom, namespace, name), kind)
         return found if found and found["status"] == "True" else None
 
-    return wait_for(check, timeout, 0.1, f"{kind} of PyTorchJob {name}")
+    return wait_for(check, timeout, interval=0.1, what=f"{kind} of PyTorchJob {name}")
 
 
 def pods(core, namespace: str) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def test_elastic_workers_rendezvous_through_torchrun(custom, core, namespace) ->
         names = ("elastic-example-echo-worker-0", "elastic-example-echo-worker-1")
         return [core.read_namespaced_pod_log(n, namespace, container="pytorch") for n in names]
 
-    wait_for(lambda: all("of 2: sum 2" in log for log in logs()), 30, 0.2, "both ranks of a world of 2")
+    wait_for(lambda: all("of 2: sum 2" in log for log in logs()), 30, interval=0.2, what="both ranks of a world of 2")
 
 
 def test_exit_code_policy_retries_a_retryable_code_and_fails_on_a_permanent_one(
@@ -182,7 +183,7 @@ def test_exit_code_policy_retries_a_retryable_code_and_fails_on_a_permanent_one(
         pod = pods(core, namespace).get("exitcode-worker-0")
         return pod.metadata.uid if pod else None
 
-    first = wait_for(first_pod_uid, 30, 0.05, "the first worker pod")
+    first = wait_for(first_pod_uid, 30, interval=0.05, what="the first worker pod")
     failed = wait_condition(custom, namespace, "exitcode", "Failed")
     assert failed["reason"] == "PyTorchJobFailed"
     assert failed["message"] == 'job "exitcode" is failing because "Worker" replica(s) failed.'
@@ -194,7 +195,12 @@ def test_exit_code_policy_retries_a_retryable_code_and_fails_on_a_permanent_one(
     assert {exited + "130", exited + "3"} <= events["ExitedWithCode"]
     assert "Deleted pod: exitcode-worker-0" in events["SuccessfulDeletePod"]
     assert first_pod_uid() != first  # recreated under the same name
-    wait_for(lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items, 30, 0.1, "clean")
+    wait_for(
+        lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items,
+        30,
+        interval=0.1,
+        what="clean",
+    )
 
 
 def test_on_failure_restarts_in_place_until_the_backoff_limit(custom, core, namespace) -> None:
@@ -202,7 +208,9 @@ def test_on_failure_restarts_in_place_until_the_backoff_limit(custom, core, name
     (``PastBackoffLimit``) and fails the job; ``cleanPodPolicy: Running`` deletes the still-running pod."""
     spec = {"runPolicy": {"backoffLimit": 1, "cleanPodPolicy": "Running"}}
     create(custom, namespace, job("crashing", {"Worker": replica(python("import sys; sys.exit(1)"))}, **spec))
-    uid = wait_for(lambda: (p := pods(core, namespace).get("crashing-worker-0")) and p.metadata.uid, 30, 0.05, "pod")
+    uid = wait_for(
+        lambda: (p := pods(core, namespace).get("crashing-worker-0")) and p.metadata.uid, 30, interval=0.05, what="pod"
+    )
     failed = wait_condition(custom, namespace, "crashing", "Failed")
     assert failed["message"] == "Job crashing has failed because it has reached the specified backoff limit"
     events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "SuccessfulDeletePod"]
@@ -231,7 +239,7 @@ def test_master_success_ends_the_job_clean_pod_policy_running_and_ttl(custom, co
             and (worker is None or worker.metadata.deletion_timestamp)
         )
 
-    wait_for(worker_deleted, 30, 0.1, "the running worker deleted, the succeeded master kept")
+    wait_for(worker_deleted, 30, interval=0.1, what="the running worker deleted, the succeeded master kept")
     assert get(custom, namespace, "ttl")["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
 
     def gone() -> bool:
@@ -241,8 +249,13 @@ def test_master_success_ends_the_job_clean_pod_policy_running_and_ttl(custom, co
             return err.status == 404
         return False
 
-    wait_for(gone, 30, 0.2, "the job deleted by its TTL")
-    wait_for(lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items, 30, 0.1, "GC")
+    wait_for(gone, 30, interval=0.2, what="the job deleted by its TTL")
+    wait_for(
+        lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items,
+        30,
+        interval=0.1,
+        what="GC",
+    )
 
 
 def test_suspend_resume_eviction_scale_and_kubectl(
@@ -263,14 +276,14 @@ def test_suspend_resume_eviction_scale_and_kubectl(
         pod = pods(core, namespace).get("sleepy-worker-0")
         return pod if pod and pod.status.phase == "Running" else None
 
-    worker = wait_for(running_worker, 30, 0.1, "the worker running")
+    worker = wait_for(running_worker, 30, interval=0.1, what="the worker running")
     local_cluster.evict_pod(namespace, "sleepy-worker-0", grace_seconds=0)
 
     def replaced() -> bool:
         pod = pods(core, namespace).get("sleepy-worker-0")
         return bool(pod and pod.metadata.uid != worker.metadata.uid and pod.status.phase == "Running")
 
-    wait_for(replaced, 30, 0.1, "the evicted worker recreated")
+    wait_for(replaced, 30, interval=0.1, what="the evicted worker recreated")
 
     # A kubelet eviction leaves the pod Failed (not deleted): under OnFailure the operator deletes and recreates it.
     def restarts() -> int:
@@ -279,26 +292,33 @@ def test_suspend_resume_eviction_scale_and_kubectl(
 
     worker, before = running_worker(), restarts()
     local_cluster.pressure_evict(namespace, "sleepy-worker-0", pressure_seconds=0.5)
-    wait_for(replaced, 30, 0.1, "the worker evicted by the kubelet recreated")
+    wait_for(replaced, 30, interval=0.1, what="the worker evicted by the kubelet recreated")
     assert restarts() > before
 
     patch_spec(custom, namespace, "sleepy", {"runPolicy": {"suspend": True}})
     suspended = wait_condition(custom, namespace, "sleepy", "Suspended")
     assert (suspended["reason"], suspended["message"]) == ("PyTorchJobSuspended", "PyTorchJob sleepy is suspended.")
     assert condition(get(custom, namespace, "sleepy"), "Running")["status"] == "False"
-    wait_for(lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items, 30, 0.1, "gone")
+    wait_for(
+        lambda: not pods(core, namespace) and not core.list_namespaced_service(namespace).items,
+        30,
+        interval=0.1,
+        what="gone",
+    )
 
     kubectl("scale", "pytorchjob/sleepy", "-n", namespace, "--replicas=2")
     scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sleepy")
     assert scale["spec"]["replicas"] == 2 and scale["kind"] == "Scale"
 
     patch_spec(custom, namespace, "sleepy", {"runPolicy": {"suspend": False}})
-    wait_for(lambda: condition(get(custom, namespace, "sleepy"), "Suspended")["status"] == "False", 30, 0.1)
+    wait_for(lambda: condition(get(custom, namespace, "sleepy"), "Suspended")["status"] == "False", 30, interval=0.1)
     resumed = get(custom, namespace, "sleepy")
     assert condition(resumed, "Suspended")["reason"] == "PyTorchJobResumed"
     assert resumed["status"]["startTime"] >= started
     names = {"sleepy-master-0", "sleepy-worker-0", "sleepy-worker-1"}
-    wait_for(lambda: set(pods(core, namespace)) == names, 30, 0.1, "pods recreated for 1 master + 2 workers")
+    wait_for(
+        lambda: set(pods(core, namespace)) == names, 30, interval=0.1, what="pods recreated for 1 master + 2 workers"
+    )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sleepy")
 
 
@@ -327,7 +347,7 @@ def test_active_deadline_fails_the_job(custom, core, namespace) -> None:
     create(custom, namespace, job("late", {"Worker": replica(SLEEP)}, **spec))
     failed = wait_condition(custom, namespace, "late", "Failed")
     assert failed["message"] == "Job late has failed because it was active longer than specified deadline"
-    wait_for(lambda: not pods(core, namespace), 30, 0.1, "pods deleted by cleanPodPolicy All")
+    wait_for(lambda: not pods(core, namespace), 30, interval=0.1, what="pods deleted by cleanPodPolicy All")
 
 
 def test_admission_relays_the_webhook_denial_and_the_schema_errors(custom, namespace) -> None:

@@ -7,7 +7,7 @@ import pytest
 from airflow_elastic.localcluster.config import SPOT_TAINTS
 from airflow_elastic.localcluster.controllers.scheduler import pod_requests, quantity
 from airflow_elastic.localcluster.resources import NODES, PODS
-from tests.localcluster.kubelet_helpers import PY, NodeSide, small_config
+from tests.support.kubelet_helpers import PY, NodeSide, small_config
 
 pytestmark = pytest.mark.anyio
 

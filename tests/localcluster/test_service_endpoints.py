@@ -20,9 +20,9 @@ from airflow_elastic.localcluster.api.printers import endpoints_cells, endpoints
 from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsController, EndpointSliceController
 from airflow_elastic.localcluster.resources import ENDPOINTS, ENDPOINTSLICES, PODS, SERVICES
 from airflow_elastic.localcluster.store import Obj
-from tests.localcluster import inprocess
-from tests.localcluster.inprocess import NS, Cluster
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support import inprocess
+from tests.support.inprocess import NS, Cluster
+from tests.support.waiting import wait_for
 
 SERVICE = {
     "metadata": {"name": "web", "labels": {"app": "web", "tier": "front"}},

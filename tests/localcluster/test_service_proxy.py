@@ -15,9 +15,9 @@ from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.endpoints import addresses, cluster_ip_rewriter
 from airflow_elastic.localcluster.resources import PODS, SERVICES
 from airflow_elastic.localcluster.store import Store
-from tests.localcluster.test_e2e_jobsets import wait_for
+from tests.support.waiting import wait_for
 
-ECHO = Path(__file__).parent / "scripts" / "http_echo.py"
+ECHO = Path(__file__).parents[1] / "data" / "scripts" / "http_echo.py"
 SERVICE = {
     "metadata": {"name": "web"},
     "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},

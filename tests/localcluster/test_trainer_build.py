@@ -18,7 +18,7 @@ from airflow_elastic.localcluster.kubelet.env import command_line
 from airflow_elastic.localcluster.resources import JOBSETS, TRAINJOBS
 from airflow_elastic.localcluster.trainer.build import BuildError, build_jobset
 from airflow_elastic.localcluster.trainer.status import deadline_left, mirror_jobset, set_condition, set_failed
-from tests.localcluster.inprocess import NS, Cluster, condition
+from tests.support.inprocess import NS, Cluster, condition
 
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 

@@ -4,7 +4,6 @@ through the kubernetes client and kubectl only. Manifests are adapted from kubef
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,10 @@ import pytest
 import yaml
 
 from airflow_elastic.localcluster import storeport
-from tests.localcluster.test_e2e_jobsets import condition, wait_for
+from tests.support.jobsets import condition
+from tests.support.waiting import wait_for
 
-MANIFESTS = Path(__file__).parent / "manifests"
+MANIFESTS = Path(__file__).parents[1] / "data" / "manifests"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 RANK_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
@@ -50,12 +50,6 @@ def logs(core, namespace: str, name: str, prefix: str) -> list[str]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
     raw = (core.read_namespaced_pod_log(p.metadata.name, namespace, _preload_content=False) for p in pods)
     return sorted(line for r in raw for line in r.data.decode().splitlines() if line.startswith(prefix))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rejected(custom, namespace: str, body: dict[str, Any]) -> tuple[int, str]:

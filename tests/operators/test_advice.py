@@ -8,7 +8,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_elastic import Checkpointing, Role, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, Logger, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, Logger, StateStore, TaskInstance
 
 ROLES = [Role("leader", command=["python"])]
 

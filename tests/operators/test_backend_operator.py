@@ -20,7 +20,7 @@ from airflow_elastic.operators.training.backend_io import BackendHook, BackendUn
 from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 NODES = TrainingGroup("tj", [Role("node", replicas=2, command=["torchrun", "train.py"])], image="x")
 PREEMPTED = {"attempt": 0, "pod": "w", "cause": "spot_reclaim", "budget": "preemption", "step": 7}

@@ -16,7 +16,7 @@ from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training.checkpoint_storage import CheckpointStorageUnavailable, checkpoint_storage
 from airflow_elastic.operators.training.run_spec import RunSpec
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 #: scheme → the fsspec backend package its error must name.
 BACKENDS = {"gs": "gcsfs", "s3": "s3fs", "abfs": "adlfs"}

@@ -14,7 +14,7 @@ from airflow_elastic import Budgets, Checkpointing, RunOptions, SpecError, WaitS
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training import arguments
 from airflow_elastic.sweeps import HyperparameterSweepOperator, uniform
-from tests.builders import group
+from tests.support.builders import group
 
 GROUP = group()
 

@@ -19,8 +19,8 @@ from airflow_elastic.runtime.context import Context as PodContext
 from airflow_elastic.training.state import BelowMin, GroupEvent, GroupStatus, elastic_ready
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.waiting.settings import WaitSettings
-from tests.operators.fakes import FakeHook, Logger, StateStore, TaskInstance
-from tests.triggers import fakes as async_fakes
+from tests.support import trigger_fakes as async_fakes
+from tests.support.operator_fakes import FakeHook, Logger, StateStore, TaskInstance
 
 READY = [{"type": "Ready", "status": "True"}]
 RUNNING = GroupStatus("Running")

@@ -9,7 +9,7 @@ from airflow_elastic.hooks.errors import ServerError
 from airflow_elastic.operators.identity import STATE_KEY, TaskIdentity, label_value, recorded, submit
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.training.validation import is_label_value
-from tests.operators.fakes import FakeHook, Logger, StateStore
+from tests.support.operator_fakes import FakeHook, Logger, StateStore
 
 GROUP = TrainingGroup("tg", [Role("leader", command=["python"])], image="x")
 NS = "ns"

@@ -14,8 +14,8 @@ from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.operators import InferenceServiceOperator, ScaleInferenceServiceOperator
 from airflow_elastic.serving.rollout import RolloutEvent
 from airflow_elastic.training.spec import SpecError
-from tests.operators.fakes import StateStore, TaskInstance
-from tests.serving_objects import isvc
+from tests.support.operator_fakes import StateStore, TaskInstance
+from tests.support.serving_objects import isvc
 
 V1, V2 = "file:///models/v1", "file:///models/v2"
 SMOKE = {"instances": [[0.0] * 64]}
@@ -249,7 +249,7 @@ def test_a_custom_container_gets_the_smoke_request_without_a_readiness_probe():
 
 
 def test_a_reply_of_logit_rows_is_decoded_to_the_predicted_class_of_each_row_in_the_result_and_the_log():
-    from tests.operators.fakes import Logger
+    from tests.support.operator_fakes import Logger
 
     logits = {"predictions": [[0.1, 2.5, -1.0], [3.0, 0.2, 0.1]]}
     hook, ctx = FakeServingHook(), context()

@@ -79,7 +79,7 @@ def test_a_try_that_ends_without_success_reads_no_result(monkeypatch, state):
 def test_the_operators_carry_their_links_and_airflow_serializes_them():
     from airflow.serialization.serialized_objects import OperatorSerialization
 
-    from tests.operators.test_sweep_operator import GOOD
+    from tests.support.sweeps import GOOD
 
     sweep = HyperparameterSweepOperator(task_id="sweep", **GOOD)
     serve = InferenceServiceOperator(task_id="serve", name="digits", storage_uri="s3://b/m", model_format="pytorch")

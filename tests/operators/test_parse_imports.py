@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 #: What parsing may load: the package and specs (group, batch stage; Airflow's provider discovery loads these for
 #: any DAG), the validation a group runs when it is built, and the operator with its attempts mixin.

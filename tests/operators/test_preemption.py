@@ -14,7 +14,7 @@ from airflow_elastic.runtime import save_checkpoint
 from airflow_elastic.runtime.context import Context as PodContext
 from airflow_elastic.training.render import manifest as manifests
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 SPOT = Placement(spot=True, node_selector={"pool": "a"})
 PREEMPTED = {"attempt": 0, "pod": "w", "cause": "spot_reclaim", "budget": "preemption", "step": 7}

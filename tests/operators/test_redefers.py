@@ -10,7 +10,7 @@ from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training.training_group import MAX_REDEFERS
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 GROUP = TrainingGroup("tg", [Role("leader", command=["python"])], image="x")
 

@@ -12,8 +12,8 @@ from airflow.sdk.execution_time.task_runner import _serialize_template_field
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.preemption import attempts
-from tests.conftest import ROOT
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
+from tests.support.paths import ROOT
 
 
 class ConnectionHook(FakeHook):

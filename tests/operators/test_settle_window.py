@@ -12,8 +12,8 @@ from airflow_elastic import SpecError
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.training import waiting
 from airflow_elastic.preemption.cascade import SETTLE_SECONDS
-from tests.operators.fakes import FakeHook
-from tests.operators.test_training_group_operator import GROUP, context, operator
+from tests.support.operator_fakes import FakeHook
+from tests.support.operators import GROUP, context, operator
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "90", True, timedelta(seconds=-5)])

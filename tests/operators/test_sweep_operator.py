@@ -8,11 +8,9 @@ from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.operators.identity import TaskIdentity
 from airflow_elastic.operators.sweeps.operator import load_warm_start
 from airflow_elastic.operators.sweeps.trial_groups import TrialIdentity, TrialStore, sweep_id, trial_port
-from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, uniform
+from airflow_elastic.sweeps import HyperparameterSweepOperator, choice
 from airflow_elastic.training.spec import SpecError
-
-GROUP = TrainingGroup(name="sw", image="img", roles=[Role("leader", command=["python", "t.py"])])
-GOOD = {"group": GROUP, "space": {"x": uniform(0, 1)}, "objective": "loss", "max_trials": 4}
+from tests.support.sweeps import GOOD, GROUP
 
 
 def fields(**bad) -> set[str]:
@@ -156,7 +154,7 @@ def test_the_gpu_hour_budget_counts_finished_and_running_trials_and_says_when_it
 
 def test_each_trials_output_in_the_event_is_written_to_the_workers_log_under_its_trial(monkeypatch):
     from airflow_elastic.waiting import trigger_output
-    from tests.operators.fakes import Logger
+    from tests.support.operator_fakes import Logger
 
     output = trigger_output.OutputArchive()
     output.add("[sw-t2-leader-0] step 1: loss=0.5")
@@ -190,14 +188,14 @@ def finished_sweep(tmp_path) -> tuple[HyperparameterSweepOperator, DictStore, di
 def retry_context(store: DictStore, *, try_number: int, max_tries: int = 1, clear_number: int = 0) -> dict:
     from types import SimpleNamespace
 
-    from tests.operators.fakes import TaskInstance
+    from tests.support.operator_fakes import TaskInstance
 
     ti = TaskInstance(task_id="s", try_number=try_number, max_tries=max_tries)
     return {"ti": ti, "task_state_store": store, "dag_run": SimpleNamespace(clear_number=clear_number)}
 
 
 def test_a_retry_of_a_finished_sweep_returns_its_result_and_starts_no_trial(tmp_path, capsys, caplog):
-    from tests.operators.fakes import FakeHook
+    from tests.support.operator_fakes import FakeHook
 
     op, store, result = finished_sweep(tmp_path)
     hook = FakeHook()
@@ -213,7 +211,7 @@ def test_a_cleared_finished_sweep_starts_the_next_generation_in_checkpoints_of_i
     from airflow.sdk.exceptions import TaskDeferred
 
     from airflow_elastic.training.render.trial import params_digest
-    from tests.operators.fakes import FakeHook, TaskInstance
+    from tests.support.operator_fakes import FakeHook, TaskInstance
 
     op, store, _ = finished_sweep(tmp_path)
     hook = FakeHook()

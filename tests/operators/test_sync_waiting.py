@@ -10,8 +10,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_elastic.hooks.errors import ServerError
 from airflow_elastic.operators import TrainingGroupOperator
-from tests.operators.fakes import FakeHook
-from tests.operators.test_training_group_operator import GROUP, context
+from tests.support.operator_fakes import FakeHook
+from tests.support.operators import GROUP, context
 
 
 class FlakyHook(FakeHook):

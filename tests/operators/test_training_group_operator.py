@@ -9,18 +9,13 @@ from datetime import timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout, TaskDeferred
 
-from airflow_elastic import Checkpointing, Role, SpecError, TrainingGroup
+from airflow_elastic import SpecError
 from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators.identity import Submission
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook
+from tests.support.operators import GROUP, context, operator
 
-GROUP = TrainingGroup(
-    "tg",
-    [Role("leader", command=["python"]), Role("worker", replicas=2, command=["python"])],
-    image="x",
-    checkpoint=Checkpointing("memory://bucket/tg"),
-)
 FAILURE = {
     "pod": "tg-abc-leader-0-0-xyz12",
     "role": "leader",
@@ -29,16 +24,6 @@ FAILURE = {
     "message": "diverged",
     "attempt": 0,
 }
-
-
-def operator(hook: FakeHook, **kwargs) -> TrainingGroupOperator:
-    op = TrainingGroupOperator(task_id="train", group=GROUP, **kwargs)
-    op.hook = lambda: hook  # type: ignore[method-assign]
-    return op
-
-
-def context(store: StateStore | None = None) -> dict:
-    return {"ti": TaskInstance(), "task_state_store": store if store is not None else StateStore()}
 
 
 def resume(op: TrainingGroupOperator, status: str, hook: FakeHook, **fields):
@@ -230,9 +215,9 @@ def test_every_waits_output_reaches_the_workers_log_however_often_the_task_defer
 
     from airflow_elastic.hooks.errors import Forbidden
     from airflow_elastic.waiting import trigger_output
-    from tests.operators.fakes import Logger
-    from tests.triggers.fakes import FakeHook as Cluster
-    from tests.triggers.fakes import condition, jobset, pod
+    from tests.support.operator_fakes import Logger
+    from tests.support.trigger_fakes import FakeHook as Cluster
+    from tests.support.trigger_fakes import condition, jobset, pod
 
     def in_the_triggerer(trigger, log: str, last_list: int, end) -> dict:
         """Run the deferred ``trigger`` against a cluster whose leader logged ``log``, as another process."""

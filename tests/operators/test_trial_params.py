@@ -11,8 +11,8 @@ from airflow_elastic.operators import TrainingGroupOperator
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.training.render.trial import params_digest
 from airflow_elastic.training.spec import SpecError
-from tests.builders import group
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.builders import group
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 
 def prepared(op: TrainingGroupOperator, map_index: int = -1) -> dict:

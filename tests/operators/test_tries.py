@@ -15,7 +15,7 @@ from airflow_elastic.operators import identity as ident
 from airflow_elastic.operators.training import training_group
 from airflow_elastic.preemption import attempts
 from airflow_elastic.training.state import GroupEvent
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 GROUP = TrainingGroup(
     "tg",

@@ -10,7 +10,7 @@ import yaml
 
 from airflow_elastic import SpecError
 from airflow_elastic.operators import TrainingGroupOperator
-from tests.operators.fakes import FakeHook, StateStore, TaskInstance
+from tests.support.operator_fakes import FakeHook, StateStore, TaskInstance
 
 MANIFEST = {
     "apiVersion": "jobset.x-k8s.io/v1alpha2",

@@ -10,8 +10,8 @@ from typing import Any
 from airflow_elastic.hooks.errors import NotFound
 from airflow_elastic.localcluster.patch import merge_patch
 from airflow_elastic.training.state import GroupEvent
-from tests.triggers.fakes import JSON, FakeHook, condition, jobset
-from tests.triggers.test_training_group_trigger import make, run
+from tests.support.trigger_fakes import JSON, FakeHook, condition, jobset
+from tests.support.triggers import make, run
 
 LABELS = {"app.kubernetes.io/managed-by": "airflow-elastic"}
 

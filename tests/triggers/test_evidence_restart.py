@@ -13,7 +13,7 @@ from airflow_elastic.preemption.saved import EVIDENCE_ANNOTATION
 from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
-from tests.triggers.fakes import FakeHook, condition, jobset, pod
+from tests.support.trigger_fakes import FakeHook, condition, jobset, pod
 
 NS, NAME = "ml", "train"
 SPOT = {"cloud.google.com/gke-preemptible": "true"}

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from airflow_elastic.triggers.inference_service import InferenceServiceTrigger
-from tests.serving_objects import deployment, isvc, pod
+from tests.support.serving_objects import deployment, isvc, pod
 
 NEW, OLD = "file:///models/v2", "file:///models/v1"
 

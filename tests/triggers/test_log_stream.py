@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_elastic.hooks.errors import Forbidden
-from tests.triggers.fakes import FakeHook, jobset, pod
-from tests.triggers.test_log_follower import follow, leader, numbered
+from tests.support.logs import follow, leader, numbered
+from tests.support.trigger_fakes import FakeHook, jobset, pod
 
 
 def growing(hook: FakeHook, polls: int, per_poll: int = 3, *, finish: bool = True) -> dict[int, Any]:

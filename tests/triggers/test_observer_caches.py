@@ -9,9 +9,10 @@ from typing import Any
 
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import JOBSET_PODS, TrainingGroupTrigger
-from tests.triggers.fakes import condition, jobset
-from tests.triggers.test_fanin import WatchingHook, until
-from tests.triggers.test_training_group_trigger import NS, events_of
+from tests.support.trigger_fakes import condition, jobset
+from tests.support.triggers import NS, events_of
+from tests.support.waiting import until
+from tests.support.watching_hook import WatchingHook
 
 
 def trigger(hook: WatchingHook, name: str, **kwargs: Any) -> TrainingGroupTrigger:

@@ -11,7 +11,7 @@ import structlog.testing
 from airflow_elastic.hooks.errors import Forbidden, KubernetesApiError, ServerError
 from airflow_elastic.triggers.batch_stage import BatchStageTrigger
 from airflow_elastic.triggers.inference_service import InferenceServiceTrigger
-from tests.triggers.fakes import FakeHook
+from tests.support.trigger_fakes import FakeHook
 
 BUSY = ServerError(503, "ServiceUnavailable", "the API server is restarting")
 COMPLETE = {

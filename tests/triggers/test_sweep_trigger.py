@@ -11,7 +11,7 @@ from airflow_elastic.contract.markers import format_line
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.sweep import SweepTrigger
-from tests.triggers.fakes import FakeHook, condition, jobset, pod
+from tests.support.trigger_fakes import FakeHook, condition, jobset, pod
 
 NS = "ns"
 RUNNING = {"replicatedJobsStatus": [{"name": "leader", "ready": 1}]}
@@ -121,7 +121,8 @@ def test_on_kill_deletes_every_running_trial_in_the_foreground():
 def test_a_watched_trial_end_is_judged_at_once_not_at_the_next_periodic_look():
     """With a poll interval far longer than the test's bound, only a delivery of the watched change can end the wait
     in time: the observer's periodic snapshot would come an hour later."""
-    from tests.triggers.test_fanin import WatchingHook, until
+    from tests.support.waiting import until
+    from tests.support.watching_hook import WatchingHook
 
     hook = WatchingHook()
     for name in ("sw-t1", "sw-t2"):

@@ -17,8 +17,8 @@ from airflow_elastic.training.state import GroupEvent
 from airflow_elastic.triggers.observer import JobSetObserver
 from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 from airflow_elastic.waiting.settings import WaitSettings
-from tests.operators.fakes import Logger
-from tests.triggers import fakes
+from tests.support import trigger_fakes as fakes
+from tests.support.operator_fakes import Logger
 
 NS, NAME = "ml", "tg"
 READY = [{"type": "Ready", "status": "True"}]

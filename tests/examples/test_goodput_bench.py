@@ -1,0 +1,54 @@
+"""``bench/goodput.py --quick`` runs end to end (three `airflow dags test` runs on its own local cluster), so the
+benchmark cannot rot. Its figures stay out of the test: only their sanity is checked, which holds on a busy machine
+too, so it runs beside other tests (the published figures come from ``bench/goodput.py`` run alone)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.airflow  # `airflow dags test` through bench/goodput.py
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("goodput_bench", ROOT / "bench" / "goodput.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(600)
+def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: Path):
+    from matplotlib import image
+
+    bench = load_bench()
+    png, table, saved = tmp_path / "goodput.png", tmp_path / "goodput.md", tmp_path / "rows.json"
+    found = bench.main(bench.parse(["--quick", "--png", str(png), "--table", str(table), "--json", str(saved)]))
+
+    rows = {row["strategy"]: row for row in found["rows"]}
+    assert set(rows) == {"elastic", "periodic", "handrolled"}
+    for row in rows.values():
+        assert row["succeeded"], row
+        assert 0 < row["goodput"] <= 1 and row["lost_steps"] >= 0 and row["gpu_hours"] > 0, row
+    assert rows["elastic"]["tries_on_reclaims"] == 0, rows["elastic"]  # reclaims never burn an Airflow try
+    for row in rows.values():  # a measured restart is split at the start of the group's last process
+        if row["restart_overhead"] is not None:
+            assert 0 < row["restart_wait"] < row["restart_overhead"] and row["restart_startup"] > 0, row
+    assert rows["handrolled"]["tries_on_reclaims"] <= rows["handrolled"]["reclaims"]
+    assert [r["strategy"] for r in found["sweep"]] == ["periodic"]
+    height, width, _ = image.imread(png).shape  # a real PNG
+    assert height > 100 and width > 100
+    text = table.read_text()
+    assert all(label in text for label in bench.STRATEGIES.values()) and "Young/Daly" in text
+
+    # --rows reports saved runs without measuring: the same tables from the --json file
+    again = tmp_path / "again-table"
+    assert bench.main(bench.parse(["--rows", str(saved), "--table", str(again)])) == found
+    assert again.read_text().split("\n\n", 2)[2] == text.split("\n\n", 2)[2]

@@ -1,0 +1,95 @@
+"""A fault-tolerant group on the local cluster, with real torchft: the example's trainer as three replica groups
+under a lighthouse; one replica group's pod is evicted mid-run and the others train on, untouched, while its Job's
+replacement heals from a live peer; then the lighthouse is evicted, replaced and rejoined. Slow: four torch
+processes start on the session cluster (about a minute on two shared cores)."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from airflow_elastic import Checkpointing, FaultTolerance, Role, TrainingGroup
+from tests.conftest import ROOT
+from tests.support.jobsets import J, JobSets
+from tests.support.training_runs import submit
+from tests.support.waiting import wait_for
+
+pytest.importorskip("torchft")
+pytestmark = pytest.mark.slow
+TRAINER = ROOT / "dags" / "scripts" / "train_torchft.py"
+STEPS = 150
+#: The example DAG's command: torchrun within the replica group, as torchft's examples run.
+TORCHRUN = runpy.run_path(str(ROOT / "dags" / "example_torch_fault_tolerant.py"))["TORCHRUN"]
+
+
+@pytest.fixture
+def jobsets(api_client: client.ApiClient, namespace: str) -> JobSets:
+    return JobSets(api_client, namespace)
+
+
+def replica_group_pods(jobsets: JobSets, jobset: str, index: int) -> list[client.V1Pod]:
+    return jobsets.live_pods(f"{J}jobset-name={jobset},{J}replicatedjob-name=trainer,{J}job-index={index}")
+
+
+def logs(jobsets: JobSets, pod: client.V1Pod) -> str:
+    return jobsets.core.read_namespaced_pod_log(pod.metadata.name, jobsets.ns)
+
+
+def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_on(
+    jobsets: JobSets, tmp_path: Path
+) -> None:
+    group = TrainingGroup(
+        "ft",
+        [Role("trainer", command=(*TORCHRUN[:-1], str(TRAINER)))],
+        image="python:3.11-slim",
+        env={"PYTHONPATH": str(ROOT), "TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.25", "CHECKPOINT_EVERY": "10"},
+        checkpoint=Checkpointing(str(tmp_path / "ckpt")),
+        fault_tolerance=FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=5000),
+    )
+    jobset = submit(jobsets, group, "ft")
+
+    def training(index: int) -> client.V1Pod | None:
+        pods = [p for p in replica_group_pods(jobsets, jobset, index) if p.status.phase == "Running"]
+        return next((p for p in pods if f"replica group {index} step 3 " in logs(jobsets, p)), None)
+
+    survivors = [
+        wait_for(lambda i=i: training(i), timeout=120, interval=0.5, what=f"replica group {i}") for i in (0, 2)
+    ]
+    victim = wait_for(lambda: training(1), timeout=60, interval=0.5, what="replica group 1")
+    name = victim.metadata.name
+    jobsets.core.create_namespaced_pod_eviction(name, jobsets.ns, {"metadata": {"name": name}})
+
+    def replacement() -> client.V1Pod | None:
+        pods = [p for p in replica_group_pods(jobsets, jobset, 1) if p.metadata.uid != victim.metadata.uid]
+        return next(
+            (p for p in pods if p.status.phase == "Running" and "healing is required" in logs(jobsets, p)), None
+        )
+
+    healed = wait_for(replacement, timeout=120, interval=0.5, what="the replacement healing from a peer")
+    assert "recover_src_replica_rank" in logs(jobsets, healed)  # from a peer, not from the checkpoint alone
+    for index, pod in zip((0, 2), survivors, strict=True):
+        (now,) = replica_group_pods(jobsets, jobset, index)
+        assert now.metadata.uid == pod.metadata.uid  # the survivors were never replaced
+        assert now.status.container_statuses[0].restart_count == 0
+
+    # The lighthouse lost too: its Job replaces the pod (same address, same moved port) and the managers, which
+    # retry their quorum (TORCHFT_QUORUM_RETRIES), rejoin it; nobody restarts.
+    (lighthouse,) = jobsets.live_pods(f"{J}jobset-name={jobset},{J}replicatedjob-name=lighthouse")
+    name = lighthouse.metadata.name
+    jobsets.core.create_namespaced_pod_eviction(name, jobsets.ns, {"metadata": {"name": name}})
+    wait_for(
+        lambda: [
+            p
+            for p in jobsets.live_pods(f"{J}replicatedjob-name=lighthouse")
+            if p.metadata.uid != lighthouse.metadata.uid
+        ],
+        timeout=60,
+        what="a new lighthouse",
+    )
+
+    js = jobsets.wait_terminal(jobset, timeout=180)
+    assert js["status"]["terminalState"] == "Completed", js["status"]
+    assert js["status"].get("restarts", 0) == 0  # never the whole set
