@@ -46,10 +46,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
-# Two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one worker),
-# in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the machine
-# to themselves (tests/conftest.py SERIAL), alone.
-test: $(STAMP) $(SERVING_STAMP) lint docs
+# The two virtualenvs install side by side, then lint and the docs build run side by side (each mostly one core),
+# then two pytest-xdist workers, a test file per worker at a time (a file's module-scoped cluster stays on one
+# worker), in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the
+# machine to themselves (tests/conftest.py SERIAL), alone.
+test:
+	$(MAKE) -j2 venv serving-venv
+	$(MAKE) -j2 lint docs
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
