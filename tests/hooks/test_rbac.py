@@ -1,84 +1,87 @@
 """``docker/k8s/rbac.yaml`` grants each Airflow identity exactly what the hooks ask the API server for.
 
-The worker runs ``JobSetHook`` (operator, sensor) and the triggerer ``AsyncJobSetHook`` (the trigger). Each hook is
-driven through every method of its protocol against the local cluster; the request log says which (API group,
-resource, verb) each one sent. Those sets, and nothing more, must be what the manifest grants the worker's and the
-triggerer's ServiceAccounts, so a new hook call without its permission (or a stale permission) fails here.
+The worker runs ``TrainingGroupHook`` (``TrainingGroupOperator``, ``TrainingGroupSensor``, the sweep operator) and
+``BatchJobHook`` (``BatchStageOperator``, ``CronJobOperator``); the triggerer ``AsyncTrainingGroupHook``
+(``TrainingGroupTrigger``, ``SweepTrigger``) and ``AsyncBatchJobHook`` (``BatchStageTrigger``). Each hook is driven
+through every method of its protocol against the local cluster; the request log says which (API group, resource,
+verb) each one sent. Those sets, and nothing more, must be what the manifest grants the worker's and the triggerer's
+ServiceAccounts, so a new hook call without its permission (or a stale permission) fails here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from typing import Any
 
 from airflow_elastic import Role, TrainingGroup
-from airflow_elastic.hooks import AsyncJobSetHook, JobSetHookProtocol, KubernetesApiError
 from airflow_elastic.hooks.protocol import (
-    AsyncJobHookProtocol,
-    AsyncTrainingJobHookProtocol,
-    CronJobHookProtocol,
-    JobHookProtocol,
-    TrainingJobHookProtocol,
-    WatchingHookProtocol,
+    AsyncBatchJobHookProtocol,
+    AsyncTrainingGroupHookProtocol,
+    BatchJobHookProtocol,
+    TrainingGroupHookProtocol,
 )
+from airflow_elastic.stages.cronjob import render_cronjob
 from airflow_elastic.stages.job import render_job
 from airflow_elastic.stages.spec import BatchStage
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.waiting.logcursor import LogRequest
-from tests.support.rbac import RBAC, SERVING_ROLE, granted, protocol_methods, requested
+from tests.support.rbac import (
+    RBAC,
+    SERVING_ROLE,
+    Calls,
+    drive,
+    drive_async,
+    granted,
+    requested,
+    sending_methods,
+)
 
-#: The ServiceAccounts (namespace ``airflow``) the Airflow components run as, and the hook each one uses.
-SUBJECTS = {"airflow-worker": "sync", "airflow-triggerer": "async"}
-#: Hook methods that send no request.
-LOCAL_METHODS = {"get_namespace", "get_connection_extras"}
+PLURALS = ("trainjobs", "pytorchjobs")
+WATCH = (None, "", 1)  # label selector, resourceVersion, timeoutSeconds: each watch ends after 1 s
 
 
-def calls(namespace: str, node: str) -> dict[str, tuple[Any, ...]]:
-    """Arguments for every request-sending hook method, in an order that works (create first, delete last)."""
+def pod_calls(namespace: str, pod: str) -> Calls:
+    """Every hook's pods, events and logs (404 for the log is fine: the request was authorised)."""
+    return {
+        "list_pods": [(namespace,)],
+        "list_events": [(namespace,)],
+        "read_pod_log": [(namespace, pod)],
+        "read_pod_log_chunk": [(namespace, pod, "trainer", LogRequest())],
+    }
+
+
+def pod_watch_calls(namespace: str, pod: str) -> Calls:
+    """Every async hook's list-then-watch of pods and Warning events (the triggers' shared observer), and the
+    followed log."""
+    return {
+        "list_pods_versioned": [(namespace,)],
+        "list_events_versioned": [(namespace, "type=Warning")],
+        "watch_pods": [(namespace, *WATCH)],
+        "watch_events": [(namespace, "type=Warning", "", 1)],
+        "stream_pod_log": [(namespace, pod, "trainer", LogRequest(follow=True))],
+    }
+
+
+def group_calls(namespace: str, node: str, *, sync: bool) -> Calls:
+    """A training group's hook: the JobSet (created first, deleted last), the other backends' objects for both
+    resources (a refused create, for want of a runtime, was still authorised), pods, nodes; the worker also runs
+    the pre-flight reads (runtime, CRD), the triggerer keeps JobSets, TrainJobs and PyTorchJobs by list-then-watch."""
     name = f"rbac-{uuid.uuid4().hex[:6]}"
     body = render_jobset(
         TrainingGroup("rbac", [Role("leader", command=["python", "-c", "pass"])], image="x"), name=name
     )
-    return {
-        "create_jobset": (namespace, body),
-        "get_jobset": (namespace, name),
-        "list_jobsets": (namespace, "airflow-elastic.io/group=rbac"),
-        "patch_jobset": (namespace, name, {"metadata": {"labels": {"patched": "yes"}}}),
-        "list_pods": (namespace,),
-        "list_events": (namespace,),
-        "list_jobs": (namespace,),
-        "create_job": (namespace, render_job(BatchStage("rbac", image="x", command=["true"]), name=f"{name}-job")),
-        "get_job": (namespace, f"{name}-job"),
-        "delete_job": (namespace, f"{name}-job"),
-        "get_node": (node,),
-        "read_pod_log": (namespace, f"{name}-leader-0-0-xxxxx"),  # 404 is fine: the request was authorised
-        "read_pod_log_chunk": (namespace, f"{name}-leader-0-0-xxxxx", "trainer", LogRequest()),
-        "delete_jobset": (namespace, name),
-    }
-
-
-def cronjob_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
-    """``CronJobOperator``'s calls (the worker's hook only)."""
-    from airflow_elastic.stages.cronjob import render_cronjob
-
-    body = render_cronjob(BatchStage("rbac-cron", image="x", command=["true"]), "@daily", namespace=namespace)
-    return {
-        "get_cronjob": (namespace, "rbac-cron"),
-        "create_cronjob": (namespace, body),
-        "patch_cronjob": (namespace, "rbac-cron", {"spec": {"suspend": True}}),
-    }
-
-
-def training_job_calls(namespace: str, *, sync: bool) -> dict[str, list[tuple[Any, ...]]]:
-    """The other backends' calls (``backend="trainjob" | "pytorchjob"``), for both resources; the worker also creates
-    and runs the pre-flight reads (runtime, CRD). A refused create (no runtime) was still authorised."""
-    plurals = ("trainjobs", "pytorchjobs")
-    found = {
-        "get_training_job": [(p, namespace, "rbac-x") for p in plurals],
-        "patch_training_job": [(p, namespace, "rbac-x", {"metadata": {"labels": {"patched": "yes"}}}) for p in plurals],
-        "delete_training_job": [(p, namespace, "rbac-x") for p in plurals],
+    pod = f"{name}-leader-0-0-xxxxx"
+    patch = {"metadata": {"labels": {"patched": "yes"}}}
+    found: Calls = {
+        "create_jobset": [(namespace, body)],
+        "get_jobset": [(namespace, name)],
+        "list_jobsets": [(namespace, "airflow-elastic.io/group=rbac")],
+        "patch_jobset": [(namespace, name, patch)],
+        **pod_calls(namespace, pod),
+        "get_training_job": [(p, namespace, "rbac-x") for p in PLURALS],
+        "patch_training_job": [(p, namespace, "rbac-x", patch) for p in PLURALS],
+        "delete_training_job": [(p, namespace, "rbac-x") for p in PLURALS],
+        "get_node": [(node,)],
     }
     if sync:
         kinds = {
@@ -94,61 +97,87 @@ def training_job_calls(namespace: str, *, sync: bool) -> dict[str, list[tuple[An
         ]
         found["get_crd"] = [("trainjobs.trainer.kubeflow.org",)]
     else:
-        found |= {f"list_{p}_versioned": [(namespace,)] for p in plurals}
-        found |= {f"watch_{p}": [(namespace, None, "", 1)] for p in plurals}
+        found |= pod_watch_calls(namespace, pod)
+        found["list_jobsets_versioned"] = [(namespace,)]
+        found["watch_jobsets"] = [(namespace, *WATCH)]
+        found |= {f"list_{p}_versioned": [(namespace,)] for p in PLURALS}
+        found |= {f"watch_{p}": [(namespace, *WATCH)] for p in PLURALS}
+    found["delete_jobset"] = [(namespace, name)]
     return found
 
 
-def watch_calls(namespace: str) -> dict[str, tuple[Any, ...]]:
-    """The async hook's streams: list-then-watch (the triggers' shared observer, of JobSets or Jobs; each watch ends
-    after 1 s), and the followed log (404 is fine: the request was authorised)."""
-    return {
-        "list_jobsets_versioned": (namespace,),
-        "list_pods_versioned": (namespace,),
-        "list_events_versioned": (namespace, "type=Warning"),
-        "watch_jobsets": (namespace, None, "", 1),
-        "watch_pods": (namespace, None, "", 1),
-        "watch_events": (namespace, "type=Warning", "", 1),
-        "list_jobs_versioned": (namespace,),
-        "watch_jobs": (namespace, None, "", 1),
-        "stream_pod_log": (namespace, "rbac-leader-0-0-xxxxx", "trainer", LogRequest(follow=True)),
+def batch_calls(namespace: str, *, sync: bool) -> Calls:
+    """A batch stage's hook: its Job (created first, deleted last) and pods; the worker also applies CronJobs
+    (``CronJobOperator``), the triggerer keeps Jobs by list-then-watch (``BatchStageTrigger``)."""
+    name = f"rbac-{uuid.uuid4().hex[:6]}-job"
+    found: Calls = {
+        "create_job": [(namespace, render_job(BatchStage("rbac", image="x", command=["true"]), name=name))],
+        "get_job": [(namespace, name)],
+        "list_jobs": [(namespace,)],
+        **pod_calls(namespace, f"{name}-xxxxx"),
+    }
+    if sync:
+        cron = render_cronjob(BatchStage("rbac-cron", image="x", command=["true"]), "@daily", namespace=namespace)
+        found |= {
+            "get_cronjob": [(namespace, "rbac-cron")],
+            "create_cronjob": [(namespace, cron)],
+            "patch_cronjob": [(namespace, "rbac-cron", {"spec": {"suspend": True}})],
+            "delete_cronjob": [(namespace, "rbac-cron")],
+        }
+    else:
+        found |= pod_watch_calls(namespace, f"{name}-xxxxx")
+        found |= {"list_jobs_versioned": [(namespace,)], "watch_jobs": [(namespace, *WATCH)]}
+    found["delete_job"] = [(namespace, name)]
+    return found
+
+
+def test_the_triggers_construct_the_hooks_driven_here():
+    from airflow_elastic.triggers.batch_stage import BatchStageTrigger
+    from airflow_elastic.triggers.sweep import SweepTrigger
+    from airflow_elastic.triggers.training_group import TrainingGroupTrigger
+
+    assert {t.hook_class for t in (TrainingGroupTrigger, SweepTrigger, BatchStageTrigger)} == {
+        "airflow_elastic.hooks.async_group.AsyncTrainingGroupHook",
+        "airflow_elastic.hooks.async_batch.AsyncBatchJobHook",
     }
 
 
-def test_rbac_grants_each_identity_exactly_what_its_hook_requests(hook, connection, namespace, local_cluster, core):
+def test_rbac_grants_each_identity_exactly_what_its_hooks_request(connection, namespace, local_cluster, core):
+    from airflow_elastic.hooks.async_batch import AsyncBatchJobHook
+    from airflow_elastic.hooks.async_group import AsyncTrainingGroupHook
+    from airflow_elastic.hooks.batch import BatchJobHook
+    from airflow_elastic.hooks.group import TrainingGroupHook
+
     node = core.list_node().items[0].metadata.name
-    single = {**calls(namespace, node), **cronjob_calls(namespace)}
-    sync_calls = {**{k: [v] for k, v in single.items()}, **training_job_calls(namespace, sync=True)}
-    single = {**calls(namespace, node), **watch_calls(namespace)}
-    async_calls = {**{k: [v] for k, v in single.items()}, **training_job_calls(namespace, sync=False)}
+    worker = {
+        TrainingGroupHook: (TrainingGroupHookProtocol, group_calls(namespace, node, sync=True)),
+        BatchJobHook: (BatchJobHookProtocol, batch_calls(namespace, sync=True)),
+    }
+    triggerer = {
+        AsyncTrainingGroupHook: (AsyncTrainingGroupHookProtocol, group_calls(namespace, node, sync=False)),
+        AsyncBatchJobHook: (AsyncBatchJobHookProtocol, batch_calls(namespace, sync=False)),
+    }
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
-    sync_protocols = (JobSetHookProtocol, JobHookProtocol, CronJobHookProtocol, TrainingJobHookProtocol)
-    assert set(sync_calls) == set().union(*map(protocol_methods, sync_protocols)) - LOCAL_METHODS
-    async_protocols = (WatchingHookProtocol, AsyncJobHookProtocol, AsyncTrainingJobHookProtocol)
-    assert set(async_calls) == set().union(*map(protocol_methods, async_protocols)) - LOCAL_METHODS
+    for hook_class, (protocol, calls) in (worker | triggerer).items():
+        assert set(calls) == sending_methods(protocol), hook_class.__name__
 
-    def drive_sync() -> None:
-        for method, each in sync_calls.items():
-            for args in each:
-                with contextlib.suppress(KubernetesApiError):  # read_pod_log's 404: the request was made, authorised
-                    getattr(hook, method)(*args)
+    def drive_worker() -> None:
+        for hook_class, (_, calls) in worker.items():
+            drive(hook_class(connection), calls)
 
-    async def drive_async() -> None:
-        async_hook = AsyncJobSetHook(connection)
-        for method, each in async_calls.items():
-            for args in each:
-                with contextlib.suppress(KubernetesApiError):
-                    result = getattr(async_hook, method)(*args)
-                    if hasattr(result, "__aiter__"):  # a stream (a watch): read to its end
-                        _ = [item async for item in result]
-                    else:
-                        await result
+    async def drive_triggerer() -> None:
+        for hook_class, (_, calls) in triggerer.items():
+            await drive_async(hook_class(connection), calls)
 
     needed = {
-        "sync": requested(local_cluster, drive_sync),
-        "async": requested(local_cluster, lambda: asyncio.run(drive_async())),
+        "airflow-worker": requested(local_cluster, drive_worker),
+        "airflow-triggerer": requested(local_cluster, lambda: asyncio.run(drive_triggerer())),
     }
-    assert ("namespaced", "jobset.x-k8s.io", "jobsets", "create") in needed["sync"]  # the log is what we think
+    # The log is what we think: each hook's requests are in it.
+    assert ("namespaced", "jobset.x-k8s.io", "jobsets", "create") in needed["airflow-worker"]
+    assert ("namespaced", "batch", "cronjobs", "delete") in needed["airflow-worker"]
+    assert ("namespaced", "batch", "jobs", "watch") in needed["airflow-triggerer"]
+    assert ("namespaced", "kubeflow.org", "pytorchjobs", "watch") in needed["airflow-triggerer"]
     grants = granted(RBAC, skip=SERVING_ROLE)  # the serving Role grants a documented table: test_rbac_serving.py
-    for subject, hook_kind in SUBJECTS.items():
-        assert grants.get(f"airflow/{subject}") == needed[hook_kind], (subject, sorted(needed[hook_kind]))
+    for subject, wanted in needed.items():
+        assert grants.get(f"airflow/{subject}") == wanted, (subject, sorted(wanted))

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from airflow_elastic.hooks.errors import KubernetesApiError
 from airflow_elastic.localcluster import LocalCluster
 
 RBAC = Path(__file__).resolve().parents[2] / "docker" / "k8s" / "rbac.yaml"
 
 Grant = tuple[str, str, str, str]  # (scope, API group, resource[/subresource], verb)
+#: ``method -> the argument tuples it is called with``, in an order that works (create first, delete last).
+Calls = dict[str, list[tuple[Any, ...]]]
+
+#: Hook methods that send no request (the connection's extras).
+LOCAL_METHODS = frozenset({"get_namespace", "get_connection_extras"})
 
 #: The Role of the serving operators and trigger, checked by ``test_rbac_serving.py``.
 SERVING_ROLE = frozenset({"airflow-elastic-serving"})
@@ -20,6 +28,38 @@ SERVING_ROLE = frozenset({"airflow-elastic-serving"})
 
 def protocol_methods(protocol: type) -> set[str]:
     return {name for name, _ in inspect.getmembers(protocol, inspect.isfunction) if not name.startswith("_")}
+
+
+def sending_methods(protocol: type) -> set[str]:
+    """The methods of ``protocol`` that send a request: each must be driven."""
+    return protocol_methods(protocol) - LOCAL_METHODS
+
+
+def drive(hook: Any, calls: Calls) -> None:
+    """Call each blocking hook method with each of its argument tuples, then close the hook. A refusal (404, 503,
+    ...) was still a request, authorised or not: the request log counts it."""
+    try:
+        for method, each in calls.items():
+            for args in each:
+                with contextlib.suppress(KubernetesApiError):
+                    getattr(hook, method)(*args)
+    finally:
+        hook.close()
+
+
+async def drive_async(hook: Any, calls: Calls) -> None:
+    """:func:`drive` for an async hook: coroutines awaited, streams (watches, a followed log) read to their end."""
+    try:
+        for method, each in calls.items():
+            for args in each:
+                with contextlib.suppress(KubernetesApiError):
+                    result = getattr(hook, method)(*args)
+                    if hasattr(result, "__aiter__"):
+                        _ = [item async for item in result]
+                    else:
+                        await result
+    finally:
+        await hook.close()
 
 
 def requested(cluster: LocalCluster, drive: Callable[[], None]) -> set[Grant]:
