@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's package, not an installed copy
-sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # clihelp (the CLI page's help texts), pyrefs
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))  # clihelp (the CLI page's help texts)
 
 from airflow_elastic import __version__  # noqa: E402
 
@@ -24,7 +24,6 @@ extensions = [
     "sphinx.ext.napoleon",  # the docstrings' Google style (Args:, Returns:)
     "sphinx.ext.viewcode",
     "clihelp",
-    "pyrefs",  # an ambiguous short name in a type hint resolved as its module means it
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # .rst: the generated API pages
 root_doc = "index"

@@ -8,7 +8,7 @@ from airflow_elastic.sweeps.history import SweepHistory
 
 
 @dataclass(frozen=True)
-class Budgets:
+class SweepSpend:
     """The budgets of a sweep that started at ``started`` (epoch seconds), each trial group requesting ``gpus``."""
 
     max_wall_clock: float | None

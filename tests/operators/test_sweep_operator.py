@@ -137,18 +137,18 @@ def test_a_wait_that_keeps_failing_for_every_trial_fails_the_task_instead_of_wai
 
 
 def test_the_gpu_hour_budget_counts_finished_and_running_trials_and_says_when_it_runs_out():
-    from airflow_elastic.sweeps.budgets import Budgets
+    from airflow_elastic.sweeps.budgets import SweepSpend
     from airflow_elastic.sweeps.history import SweepHistory, Trial
 
     history = SweepHistory(
         [Trial(1, {}, "complete", 0.1, gpu_hours=1.0), Trial(2, {}, "running", started_at=0.0)]  # 2 GPUs each
     )
-    budgets = Budgets(max_wall_clock=None, max_gpu_hours=3.0, gpus=2, started=0.0)
+    budgets = SweepSpend(max_wall_clock=None, max_gpu_hours=3.0, gpus=2, started=0.0)
     assert budgets.gpu_hours(history, now=1800.0) == 2.0  # 1 finished + 2 GPUs x half an hour
     assert budgets.spent(history, now=1800.0) == ""
     assert budgets.deadline(history, now=1800.0) == 3600.0  # 1 GPU-hour left at 2 GPUs: half an hour more
     assert "max_gpu_hours (3) used up" in budgets.spent(history, now=3600.0)
-    clock = Budgets(max_wall_clock=60.0, max_gpu_hours=None, gpus=0, started=100.0)
+    clock = SweepSpend(max_wall_clock=60.0, max_gpu_hours=None, gpus=0, started=100.0)
     assert clock.deadline(history, now=120.0) == 160.0 and "max_wall_clock" in clock.spent(history, now=160.0)
 
 

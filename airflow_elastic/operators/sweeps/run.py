@@ -26,7 +26,7 @@ from airflow_elastic.operators.training.resubmission import Attempts
 from airflow_elastic.preemption import attempts as group_attempts
 from airflow_elastic.sweeps import sampler
 from airflow_elastic.sweeps.arguments import load_warm_start, trial_base
-from airflow_elastic.sweeps.budgets import Budgets
+from airflow_elastic.sweeps.budgets import SweepSpend
 from airflow_elastic.sweeps.history import SweepHistory, Trial
 from airflow_elastic.training.render import render_jobset
 from airflow_elastic.training.render.trial import trial_group
@@ -131,10 +131,10 @@ class SweepRun:
         return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self.group.roles)
 
     @property
-    def budgets(self) -> Budgets:
+    def budgets(self) -> SweepSpend:
         """The sweep's budgets as of its start, over the group's GPUs."""
         limits = self.spec.budgets
-        return Budgets(
+        return SweepSpend(
             limits.max_wall_clock, limits.max_gpu_hours, self._gpus(), float(self.state.get("started") or time.time())
         )
 
