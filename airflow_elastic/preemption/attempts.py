@@ -12,12 +12,15 @@ running group included; a try after the task finished starts a new history):
   e.g. node-loss cascades (``restarts_preempted``), + the preempted pods the cluster replaced in place while the
   group ran on (``absorbed``: a Job's ``backoffLimit``, an elastic role, the training-operator), + 1 when the attempt
   itself ended in a preemption);
-* failures used = Σ the other counted restarts; the next JobSet's ``maxRestarts`` is ``max_failures - failures
-  used``;
+* failures used = Σ the other counted restarts, + a fault-tolerant group's pods that failed on their own and were
+  retried in place by their Jobs (``retried``: every replica group and the lighthouse together); the next JobSet's
+  ``maxRestarts`` is ``max_failures - failures used``;
 * while an attempt runs, the waiter may let it take ``max_preemptions - preemptions used`` free restarts; one more
   ends it with ``preemption_budget_exhausted``;
 * an elastic role below ``min_replicas`` past ``below_min_timeout`` ends the attempt (``elastic_below_min``): the
-  operator deletes the group and resubmits it, one preemption, like a disruption the cluster did not label.
+  operator deletes the group and resubmits it, one preemption, like a disruption the cluster did not label;
+* so does a fault-tolerant group whose replica groups stayed below ``min_replica_groups`` past
+  ``quorum_lost_timeout`` (``quorum_lost``): the whole group restarts from the latest durable checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from airflow_elastic.training.state import GroupEvent
 STATE_KEY = "training_group_attempts"
 #: The cause recorded for an attempt stopped because its elastic role stayed below ``min_replicas``.
 ELASTIC_BELOW_MIN = "elastic_below_min"
+#: The cause recorded for an attempt stopped because its replica groups stayed below ``min_replica_groups``.
+QUORUM_LOST = "quorum_lost"
+#: The waits that end with the group still running, short-handed: a preemption nobody labelled, the rule that
+#: stopped it.
+STOPPED_SHORT = {ELASTIC_BELOW_MIN: "below_min_timeout", QUORUM_LOST: "quorum_lost_timeout"}
 #: The restart cause of an in-cluster restart no waiter saw: its pods stopped and were deleted while nothing watched
 #: (before the trigger's first look, while the triggerer was down). The JobSet's counters still charge it.
 UNOBSERVED = "unobserved"
@@ -128,25 +136,28 @@ def decide(
     now: float | None = None,
 ) -> Decision:
     """Judge an attempt that ended with ``event`` (``succeeded``, ``failed``, ``missing``,
-    ``preemption_budget_exhausted`` or ``elastic_below_min``), given the attempts before it.
+    ``preemption_budget_exhausted``, ``elastic_below_min`` or ``quorum_lost``), given the attempts before it.
 
     A ``Failed``/vanished group is resubmitted when the decisive evidence of its last restart attempt is charged
     to the preemption budget and that budget has room for one more; otherwise it fails (a preemption past the
     budget: ``preemption_budget_exhausted``). An elastic role below ``min_replicas`` past its timeout
-    (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`.
+    (``elastic_below_min``) is such a preemption by definition, with the cause :data:`ELASTIC_BELOW_MIN`; so are a
+    fault-tolerant group's replica groups below ``min_replica_groups`` past their bound (``quorum_lost``,
+    :data:`QUORUM_LOST`). A fault-tolerant group's pods retried in place after failing on their own (``retried``)
+    are its failures, with its counted restarts.
     ``now``: when the attempt ended (default: the clock).
     """
     free, lost = in_cluster_preemptions(event)
     last = [r for r in event.evidence if int(r.get("attempt", 0)) == event.restarts]
     cause = decisive(last) if event.status in ("failed", "missing") else None
-    if event.status == "elastic_below_min":  # the waiter stopped waiting: a preemption nobody labelled
+    if event.status in STOPPED_SHORT:  # the waiter stopped waiting: a preemption nobody labelled
         cause = {
             "attempt": event.restarts,
             "pod": "-",
             "role": "-",
-            "cause": ELASTIC_BELOW_MIN,
+            "cause": event.status,
             "budget": "preemption",
-            "rule": "below_min_timeout",
+            "rule": STOPPED_SHORT[event.status],
             "evidence": [event.message],
         }
     preempted = cause is not None and cause.get("budget") == "preemption"
@@ -179,7 +190,7 @@ def decide(
         "outcome": outcome,
         "cause": (cause or {}).get("cause") or ("succeeded" if outcome == "succeeded" else event.reason or "unknown"),
         "preemptions": free + ends_preempted,
-        "failures": event.restarts_counted - lost,
+        "failures": event.restarts_counted - lost + len(event.retried),
         "restart_causes": restarts,
         "absorbed_causes": [r.get("cause") for r in event.absorbed],
         "started": started,
@@ -188,6 +199,10 @@ def decide(
         "spot_share": event.spot_share,
         "reached_step": max(steps) if steps else None,
     }
+    if event.retried:
+        record["retried_causes"] = [r.get("cause") for r in event.retried]
+    if event.fault_tolerance is not None:
+        record["fault_tolerance"] = dict(event.fault_tolerance)
     return Decision(outcome, record, cause)
 
 
@@ -260,7 +275,7 @@ def summary(history: History) -> dict[str, Any]:
         known = [a[key] for a in history.attempts if a.get(key) is not None]
         return round(sum(known), 6) if known else None
 
-    return {
+    found = {
         "preemptions": history.preemptions,
         "failures": history.failures,
         "gpu_hours": round(history.gpu_hours, 6),
@@ -268,6 +283,29 @@ def summary(history: History) -> dict[str, Any]:
         "lost_steps": total("lost_steps"),
         "lost_gpu_hours": total("lost_gpu_hours"),
     }
+    tolerant = [a["fault_tolerance"] for a in history.attempts if a.get("fault_tolerance")]
+    if tolerant:
+        found["fault_tolerance"] = fault_tolerance_summary(tolerant)
+    return found
+
+
+#: The fault-tolerance figures summed over attempts (:func:`fault_tolerance_summary`).
+FT_TOTALS = (
+    "replica_group_losses_absorbed",
+    "lighthouse_losses_absorbed",
+    "quorum_short_seconds",
+    "survivor_restarts",
+)
+
+
+def fault_tolerance_summary(per_attempt: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """A fault-tolerant group's figures over its attempts (each the waiter's ``fault_tolerance``): replica-group
+    and lighthouse losses absorbed, seconds the quorum ran short and survivor restarts, summed; and how many
+    whole-group restarts there were (attempts after the first)."""
+    totals: dict[str, Any] = {key: sum(a.get(key) or 0 for a in per_attempt) for key in FT_TOTALS}
+    totals["quorum_short_seconds"] = round(float(totals["quorum_short_seconds"]), 3)
+    totals["whole_group_restarts"] = len(per_attempt) - 1
+    return totals
 
 
 def checkpoint_advice(

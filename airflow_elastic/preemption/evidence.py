@@ -19,7 +19,10 @@ A preempted pod is not always followed by a group restart: a Job with a ``backof
 runtime), a podFailurePolicy ``Ignore`` (a JobSet's elastic role) or the training-operator recreates it for its
 index while the group runs on. :meth:`Evidence.absorb` notices that replacement (a pod running in the stopped pod's
 :func:`slot`) and keeps the stop in :attr:`Evidence.absorbed`: a preemption the cluster absorbed, counted and charged
-like a free restart. A restart of the group is never one (its pods are the next attempt's, another slot).
+like a free restart. A restart of the group is never one (its pods are the next attempt's, another slot). A pod
+that failed on its own (charged to the failure budget) and was replaced in its slot the same way is kept in
+:attr:`Evidence.retried`: a fault-tolerant group's Jobs retry a failed replica group in place, and the watch charges
+those retries to ``max_failures`` (the group's JobSet never counts them).
 
 A pod evicted from a node that stays lost never becomes terminal: its kubelet is gone, so the deletion the taint
 manager began (``DisruptionTarget``/``DeletionByTaintManager``) is never confirmed and the pod stays ``Terminating``
@@ -147,10 +150,14 @@ class Evidence:
     spot_samples: int = 0
     #: Preemption stops the cluster absorbed (the pod replaced in place, the group running on), oldest first.
     absorbed: list[dict[str, Any]] = field(default_factory=list)
+    #: Failure stops the cluster retried in place (the pod replaced in its slot, the group running on), oldest first.
+    retried: list[dict[str, Any]] = field(default_factory=list)
     #: The pods already seen gone (each is gone once, however often a cache repeats its final state).
     _gone: set[str] = field(default_factory=set, repr=False, compare=False)
     #: Slot -> its preemption records not yet seen replaced (this waiter's memory only).
     _waiting: dict[tuple[str, ...], list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+    #: Slot -> its failure records not yet seen replaced.
+    _failed: dict[tuple[str, ...], list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def observe(self, pods: Iterable[Obj], deleted: Iterable[Obj] = ()) -> list[Stop]:
         """Take a new pod list; return the pods that stopped since the previous one (each once).
@@ -245,8 +252,10 @@ class Evidence:
             }
             new.append(found)
             self.done.add(_uid(stop.pod))
-            if verdict.is_preemption and (where := slot(stop.pod)) is not None:
+            if (where := slot(stop.pod)) is not None and verdict.is_preemption:
                 self._waiting.setdefault(where, []).append(found)
+            elif where is not None and verdict.budget == Budget.FAILURE and not stop.stranded:
+                self._failed.setdefault(where, []).append(found)
         self.records = (self.records + new)[-MAX_RECORDS:]
         return new
 
@@ -254,18 +263,24 @@ class Evidence:
         """The preemption records whose pod the cluster replaced in place: a pod never recorded as stopped runs
         (or ran to completion) in its :func:`slot`. A replacement still ``Pending`` (e.g. no room for it) has absorbed
         nothing yet: a group left short-handed ends another way (``elastic_below_min``, a timeout). Each is marked
-        ``absorbed`` (``replaced_by``: that pod) and kept in :attr:`absorbed`; the marked records are returned."""
-        found = []
+        ``absorbed`` (``replaced_by``: that pod) and kept in :attr:`absorbed`; the marked records are returned.
+
+        A failure record replaced the same way is marked ``retried`` and kept in :attr:`retried` (returned too)."""
+        found, retried = [], []
         for pod in pods:
             where = slot(pod)
-            if where not in self._waiting or _uid(pod) in self.done or _phase(pod) not in RUNS:
+            if where is None or _uid(pod) in self.done or _phase(pod) not in RUNS:
                 continue
-            for record in self._waiting.pop(where):
-                record |= {"absorbed": True, "replaced_by": (pod.get("metadata") or {}).get("name", "")}
+            replaced_by = (pod.get("metadata") or {}).get("name", "")
+            for record in self._waiting.pop(where, []):
+                record |= {"absorbed": True, "replaced_by": replaced_by}
                 found.append(record)
-        kept = [{k: r.get(k) for k in ABSORBED_KEYS} for r in found]
-        self.absorbed = (self.absorbed + kept)[-MAX_RECORDS:]
-        return found
+            for record in self._failed.pop(where, []):
+                record |= {"retried": True, "replaced_by": replaced_by}
+                retried.append(record)
+        self.absorbed = (self.absorbed + [{k: r.get(k) for k in ABSORBED_KEYS} for r in found])[-MAX_RECORDS:]
+        self.retried = (self.retried + [{k: r.get(k) for k in ABSORBED_KEYS} for r in retried])[-MAX_RECORDS:]
+        return found + retried
 
     @property
     def spot_share(self) -> float | None:
@@ -315,6 +330,8 @@ def describe(record: Mapping[str, Any]) -> str:
     step = f", last reported step {record['step']}" if record.get("step") is not None else ""
     if record.get("absorbed"):
         step += f"; absorbed in cluster: replaced by pod {record.get('replaced_by')}, the group runs on"
+    elif record.get("retried"):
+        step += f"; retried in place: replaced by pod {record.get('replaced_by')}, the group runs on"
     return (
         f"attempt {record.get('attempt', 0)}: pod {record.get('pod')} (role {record.get('role')}, node "
         f"{record.get('node') or '-'}) {record.get('cause')} [{record.get('rule')}; {_charge(record.get('budget'))}]"

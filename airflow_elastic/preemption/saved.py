@@ -11,9 +11,10 @@ that then failed would look genuine. So the watch keeps it in an annotation on t
   exists (``docker/k8s/rbac.yaml``), and its lifetime is exactly that of the evidence (one JobSet, one attempt);
 * **what**: per restart attempt the decisive record (``evidence.decisive`` of a prefix plus what follows is the
   decisive record of the whole, so nothing a verdict depends on is lost), the pods already classified that still
-  exist (not recorded twice), the stops absorbed in cluster (each a preemption counted) and the spot samples, as
-  compact JSON; written by a JSON merge patch of ``metadata.annotations`` only when a pod stopped, so neither the
-  JobSet's spec nor the controller's status is touched and no write conflicts.
+  exist (not recorded twice), the stops absorbed in cluster (each a preemption counted), the failed pods retried
+  in place (each a failure counted) and the spot samples, as compact JSON; written by a JSON merge patch of
+  ``metadata.annotations`` only when a pod stopped, so neither the JobSet's spec nor the controller's status is
+  touched and no write conflicts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def patch(evidence: Evidence) -> dict[str, Any]:
         "running": evidence.running_samples,
         "spot": evidence.spot_samples,
         "absorbed": evidence.absorbed,
+        "retried": evidence.retried,
     }
     text = json.dumps(saved, separators=(",", ":"), sort_keys=True)
     return {"metadata": {"annotations": {EVIDENCE_ANNOTATION: text}}}
@@ -53,6 +55,7 @@ def restore(jobset: Mapping[str, Any]) -> Evidence | None:
             running_samples=int(saved.get("running") or 0),
             spot_samples=int(saved.get("spot") or 0),
             absorbed=[dict(r) for r in saved.get("absorbed") or ()],
+            retried=[dict(r) for r in saved.get("retried") or ()],
         )
     except (ValueError, TypeError, AttributeError):
         return None

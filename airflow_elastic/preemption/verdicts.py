@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from airflow_elastic.preemption.attempts import (
+    STOPPED_SHORT,
     Guards,
     History,
     decide,
@@ -36,7 +37,10 @@ ON_DEMAND_HINT = (
 )
 GUARD_HINT = "Raise the guardrail (the group's Budgets) if the work needs more, or checkpoint more often to lose less."
 #: The verdicts that end an attempt and are judged against the budgets (the others end the task as they are).
-ENDED = ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min")
+ENDED = ("succeeded", "failed", "missing", "preemption_budget_exhausted", "elastic_below_min", "quorum_lost")
+#: The phases of a group that still runs (a wait that ended before the group did: ``failed`` past a fault-tolerant
+#: group's ``max_failures`` while its Jobs kept retrying).
+STILL_RUNNING = ("Pending", "Running", "Restarting", "Suspended")
 
 Action = Literal["finish", "resubmit", "exhausted", "suspended"]
 
@@ -54,7 +58,8 @@ class Judgement:
         reason: why the group is stopped (``exhausted``, ``suspended``).
         hint: what the user can do about it (``exhausted``).
         delete_first: why the still-running group is deleted before the next attempt (``resubmit`` of an elastic
-            group below ``min_replicas``); empty: nothing to delete.
+            group below ``min_replicas``, or of a fault-tolerant group short of its quorum); empty: nothing to
+            delete.
     """
 
     action: Action
@@ -98,7 +103,7 @@ def judge(
         guard = guards.spent(after, now=now)
         if guard:
             return Judgement("exhausted", decision.attempt, decision.cause, f"{guard} reached", GUARD_HINT)
-        delete = event.message if event.status == "elastic_below_min" else ""  # still running, short-handed
+        delete = event.message if event.status in STOPPED_SHORT else ""  # still running, short-handed
         return Judgement("resubmit", decision.attempt, decision.cause, delete_first=delete)
     if decision.outcome == "preemption_budget_exhausted":
         why = (
@@ -175,7 +180,9 @@ def finish_plan(
         return Finish("fail", message, delete=delete if on_kill_action == "delete" else "", only_if_running=True)
     if status == "failed":
         delete = "it failed (on_finish_action='delete')" if on_finish_action == "delete" else ""
-        return Finish("fail", delete=delete, report=True)
+        if event.phase in STILL_RUNNING:  # its failures passed max_failures while its Jobs kept retrying
+            delete = f"it failed more often than max_failures allows and still runs: {event.message}"
+        return Finish("fail", delete=delete, only_if_running=event.phase in STILL_RUNNING, report=True)
     if status == "succeeded":
         deleted = on_finish_action in ("delete", "delete_succeeded")
         return Finish("return", delete=f"it succeeded (on_finish_action={on_finish_action!r})" if deleted else "")
@@ -202,10 +209,12 @@ def group_result(
         "state": event.phase or ("Succeeded" if event.status == "succeeded" else "Failed"),
         "restarts": event.restarts,
         "preemptions": preemptions,
-        "failures": event.restarts_counted - preempted_restarts,
+        "failures": event.restarts_counted - preempted_restarts + len(event.retried),
         "checkpoint": checkpoint,
         "metrics": event.metrics,
     }
+    if event.fault_tolerance is not None:
+        result["fault_tolerance"] = dict(event.fault_tolerance)
     if trial_params is not None:
         result["trial_params"] = dict(trial_params)
     return result

@@ -21,7 +21,7 @@ from airflow_elastic.training.spec import Placement, Resources
 if TYPE_CHECKING:
     from airflow_elastic.training.spec import Role, TrainingGroup
 
-__all__ = ["LIGHTHOUSE", "FaultTolerance", "backend_problems", "replica_role", "rules"]
+__all__ = ["LIGHTHOUSE", "REPLACEMENT_SECONDS", "FaultTolerance", "backend_problems", "replica_role", "rules"]
 
 #: The lighthouse's replicated job (and so a role name a fault-tolerant group cannot use).
 LIGHTHOUSE = "lighthouse"
@@ -30,6 +30,9 @@ Problem = tuple[str, str]
 #: JobSet's webhook refuses RestartJob actions beside a replicated job of more replicas
 #: (jobset ``pkg/webhooks/jobset_webhook.go``, ``maxReplicasPerReplicatedJob``).
 _RESTART_JOB_MAX_REPLICAS = 1024
+#: Seconds a lost replica group's replacement pod is given to get a node (a spot node's provisioning) and start, in
+#: the default ``quorum_lost_timeout``.
+REPLACEMENT_SECONDS = 240.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ class FaultTolerance:
         lighthouse_image: the lighthouse's image (it needs torchft); the role's image unless given.
         restart_job: the cluster's JobSet has the ``RestartJob`` feature gate (JobSet >= 0.12, alpha): a replica
             group that fails is restarted on its own (only its child Job is recreated) instead of the whole group.
+        quorum_lost_timeout: seconds fewer than ``min_replica_groups`` replica groups may run (their pods
+            ``Running``, not terminating) before the task restarts the whole group from the latest durable checkpoint
+            (verdict ``quorum_lost``, charged to ``max_preemptions``). ``None`` (default): the lighthouse's
+            ``heartbeat_timeout_ms`` (until it drops a lost replica group) plus its ``join_timeout_ms`` (its wait for
+            a late one) plus :data:`REPLACEMENT_SECONDS` for a replacement pod to get a node and start; 305 s with
+            the defaults (see :attr:`quorum_lost_seconds`).
     """
 
     replica_groups: int
@@ -71,6 +80,14 @@ class FaultTolerance:
     lighthouse_resources: Resources | None = None
     lighthouse_image: str | None = None
     restart_job: bool = False
+    quorum_lost_timeout: float | None = None
+
+    @property
+    def quorum_lost_seconds(self) -> float:
+        """The bound on a quorum short of ``min_replica_groups`` (``quorum_lost_timeout``, or its default)."""
+        if self.quorum_lost_timeout is not None:
+            return float(self.quorum_lost_timeout)
+        return (self.heartbeat_timeout_ms + self.join_timeout_ms) / 1000 + REPLACEMENT_SECONDS
 
 
 def replica_role(group: TrainingGroup) -> Role | None:
@@ -154,6 +171,9 @@ def _numbers(group: TrainingGroup, ft: FaultTolerance) -> Iterator[Problem]:
         value = getattr(ft, name)
         if not _is_int(value) or value < 1:
             yield f"fault_tolerance.{name}", f"must be a positive number of milliseconds, got {value!r}"
+    bound = ft.quorum_lost_timeout
+    if bound is not None and (not isinstance(bound, int | float) or isinstance(bound, bool) or not 0 < bound < 1e9):
+        yield "fault_tolerance.quorum_lost_timeout", f"must be a positive number of seconds or None, got {bound!r}"
     if not _is_int(ft.quorum_retries) or ft.quorum_retries < 0:
         yield "fault_tolerance.quorum_retries", f"must be an integer >= 0, got {ft.quorum_retries!r}"
     for name in ("lighthouse_port", "manager_port"):

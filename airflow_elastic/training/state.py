@@ -288,6 +288,7 @@ EventStatus = Literal[
     "suspend_timeout",
     "preemption_budget_exhausted",
     "elastic_below_min",
+    "quorum_lost",
     "error",
 ]
 
@@ -319,6 +320,12 @@ class GroupEvent:
     absorbed: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     #: Approximate fraction of running pod-time on spot capacity (``None``: not sampled).
     spot_share: float | None = None
+    #: A fault-tolerant group's pods that failed on their own and were retried in place by their Job (the group ran
+    #: on), one per stop (``Evidence.retried``): charged to the failure budget; empty for other groups.
+    retried: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    #: A fault-tolerant group's replica groups as the waiter saw them (``waiting.quorum.Quorum.summary``):
+    #: losses absorbed, seconds the quorum ran short, survivor restarts; ``None`` for other groups.
+    fault_tolerance: dict[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
         """The event as primitives (the trigger event's payload; tuples become lists)."""
@@ -326,6 +333,7 @@ class GroupEvent:
         payload["failures"] = list(self.failures)
         payload["evidence"] = list(self.evidence)
         payload["absorbed"] = list(self.absorbed)
+        payload["retried"] = list(self.retried)
         return payload
 
     @classmethod
@@ -335,4 +343,5 @@ class GroupEvent:
         known["failures"] = tuple(known.get("failures") or ())
         known["evidence"] = tuple(known.get("evidence") or ())
         known["absorbed"] = tuple(known.get("absorbed") or ())
+        known["retried"] = tuple(known.get("retried") or ())
         return cls(**known)

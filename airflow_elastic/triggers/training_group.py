@@ -64,7 +64,9 @@ class TrainingGroupTrigger(HookedTrigger[AsyncTrainingGroupHookProtocol, GroupEv
             operator decides), the ``startup_deadline``, the ``metrics_role``, ``capture_evidence`` (the event's
             ``evidence``), ``max_preemptions`` (one more free restart fires ``preemption_budget_exhausted``),
             ``suspend_timeout``, ``transient_exit_codes``, the elastic watch (``elastic_below_min``; its clock
-            lives in the trigger instance: a triggerer restart resets it), ``settle_seconds`` (a failure held to
+            lives in the trigger instance: a triggerer restart resets it), a fault-tolerant group's watch
+            (``quorum_lost``, and ``failed`` once its pods retried in place pass ``max_failures``; the quorum clock
+            too lives in the instance), ``settle_seconds`` (a failure held to
             see whether a node was lost) and ``api_outage_tolerance`` (seconds of transient API failures ridden
             out before ``error``).
         log_role: the role whose first pod's log is copied to the task log while waiting; ``None``: no logs.

@@ -33,6 +33,7 @@ _OPTIONAL_SECONDS = (
     "deadline",
     "startup_deadline",
     "below_min_timeout",
+    "quorum_lost_timeout",
 )
 _SECONDS = ("poll_interval", "api_outage_tolerance")
 
@@ -69,6 +70,13 @@ class WaitSettings:
         transient_exit_codes: exit codes the classifier treats as transient.
         elastic_role, elastic_min_replicas, below_min_timeout: the elastic role, its ``min_replicas``, and the
             seconds it may stay below them before ``elastic_below_min``.
+        replica_groups_role, replica_groups, replica_group_pods, min_replica_groups, quorum_lost_timeout: a
+            fault-tolerant group's replica-group role, how many replica groups it runs and their pods each, its
+            ``min_replica_groups`` and the seconds fewer may run before ``quorum_lost``
+            (:class:`~airflow_elastic.waiting.quorum.Quorum`).
+        max_failures: failures still allowed in this attempt, counted across a fault-tolerant group's replica
+            groups and lighthouse (each pod its Job retried in place, plus the JobSet's counted restarts); one more
+            ends the wait ``failed`` (``None``: only the JobSet's ``maxRestarts`` limits them).
 
     Raises:
         SpecError: a field out of range, named (``wait.poll_interval``).
@@ -89,6 +97,12 @@ class WaitSettings:
     elastic_role: str | None = None
     elastic_min_replicas: int = 0
     below_min_timeout: float | None = None
+    replica_groups_role: str | None = None
+    replica_groups: int = 0
+    replica_group_pods: int = 1
+    min_replica_groups: int = 0
+    quorum_lost_timeout: float | None = None
+    max_failures: int | None = None
 
     def __post_init__(self) -> None:
         given = {name: getattr(self, name) for name in (*_SECONDS, *_OPTIONAL_SECONDS)}
@@ -118,8 +132,11 @@ class WaitSettings:
             yield "wait.transient_exit_codes", f"must be a list of exit codes (int), got {codes!r}"
         if self.max_preemptions is not None and (not _integer(self.max_preemptions) or self.max_preemptions < 0):
             yield "wait.max_preemptions", f"must be an int >= 0 or None, got {self.max_preemptions!r}"
-        if not _integer(self.elastic_min_replicas) or self.elastic_min_replicas < 0:
-            yield "wait.elastic_min_replicas", f"must be an int >= 0, got {self.elastic_min_replicas!r}"
+        for name in ("elastic_min_replicas", "replica_groups", "replica_group_pods", "min_replica_groups"):
+            if not _integer(getattr(self, name)) or getattr(self, name) < 0:
+                yield f"wait.{name}", f"must be an int >= 0, got {getattr(self, name)!r}"
+        if self.max_failures is not None and (not _integer(self.max_failures) or self.max_failures < 0):
+            yield "wait.max_failures", f"must be an int >= 0 or None, got {self.max_failures!r}"
         for name in ("uid", "metrics_role"):
             if not isinstance(getattr(self, name), str):
                 yield f"wait.{name}", f"must be a string, got {getattr(self, name)!r}"

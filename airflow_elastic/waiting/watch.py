@@ -2,8 +2,10 @@
 
 The trigger (deferrable mode), the sync waiter and the sensor all wait the same way: each feeds a :class:`Watch`
 what it observed and acts on the :class:`Step` it returns. Started, missing, the startup / suspend / execution
-deadlines, the preemption budget spent while running, the elastic below-``min_replicas`` timeout and how long API
-errors in a row are tolerated are decided here, nowhere else. The loops only do I/O::
+deadlines, the preemption budget spent while running, the elastic below-``min_replicas`` timeout, a fault-tolerant
+group's failures retried in place past ``max_failures`` and its quorum short of ``min_replica_groups``
+(:mod:`~airflow_elastic.waiting.quorum`), and how long API errors in a row are tolerated are decided here, nowhere
+else. The loops only do I/O::
 
     step = watch.observe(Observation(now, jobset))        # or Observation.failed(now, error, transient=...)
     while step.need is not None:                          # the watch asks for what this decision needs
@@ -26,6 +28,7 @@ from typing import Any
 
 from airflow_elastic.preemption import cascade, saved
 from airflow_elastic.preemption.evidence import Evidence, Stop, attempt_causes, decisive, node_names
+from airflow_elastic.training.fault_tolerance import LIGHTHOUSE
 from airflow_elastic.training.state import (
     BelowMin,
     EventStatus,
@@ -37,6 +40,7 @@ from airflow_elastic.training.state import (
     reported_metrics,
 )
 from airflow_elastic.waiting.outage import Outage
+from airflow_elastic.waiting.quorum import Quorum
 from airflow_elastic.waiting.settings import WaitSettings
 
 Obj = Mapping[str, Any]
@@ -140,7 +144,8 @@ class Watch:
     Args:
         settings: the :class:`~airflow_elastic.waiting.settings.WaitSettings` of this wait (its ``uid``,
             deadlines, ``metrics_role``, ``capture_evidence``, ``max_preemptions``, ``suspend_timeout``, transient
-            exit codes, elastic watch, ``settle_seconds`` and ``api_outage_tolerance``); default: all defaults.
+            exit codes, elastic watch, fault-tolerant watch (replica groups, ``max_failures``), ``settle_seconds`` and
+            ``api_outage_tolerance``); default: all defaults.
         list_pods: look at the pods on every observation even when no decision needs them (a log follower).
         max_errors: failed observations in a row before ``error`` (a non-transient one ends the wait at once), and
             only once the transient ones lasted ``api_outage_tolerance`` seconds.
@@ -175,6 +180,18 @@ class Watch:
             if elastic_role and s.below_min_timeout is not None
             else None
         )
+        self.quorum = (
+            Quorum(
+                s.replica_groups_role,
+                s.replica_groups,
+                s.min_replica_groups,
+                s.quorum_lost_timeout,
+                max(s.replica_group_pods, 1),
+            )
+            if s.replica_groups_role
+            else None
+        )
+        self.max_failures = s.max_failures
         self.max_errors = max_errors
         self.outage = outage if outage is not None else Outage(s.api_outage_tolerance, max_errors)
         self.settle_seconds = cascade.SETTLE_SECONDS if s.settle_seconds is None else s.settle_seconds
@@ -191,6 +208,7 @@ class Watch:
         self._restarts_seen = 0
         #: The JobSet and its status as last judged (what a deadline passing between looks reports).
         self.last: tuple[Obj | None, GroupStatus | None] = (None, None)
+        self.last_now: float | None = None
 
     @property
     def where(self) -> str:
@@ -215,6 +233,7 @@ class Watch:
 
     def observe(self, obs: Observation) -> Step:
         """Judge one observation (see the module docstring); state changes only once nothing more is needed."""
+        self.last_now = obs.now
         timed_out = self.deadline is not None and obs.now >= self.deadline
         if not obs.seen or obs.error:
             if timed_out:  # with the group as last seen
@@ -275,6 +294,12 @@ class Watch:
         short = self.below_min.observe(pods, status, obs.now) if self.below_min and pods is not None else None
         if short:
             return self._end(obs, "elastic_below_min", jobset, status, message=f"{self.where}: {short}")
+        if self.quorum is not None and pods is not None:
+            if too_many := self._failed_too_often(status):
+                failures = tuple(asdict(f) for f in pod_failures(pods))
+                return self._end(obs, "failed", jobset, status, message=too_many, failures=failures)
+            if lost := self.quorum.observe(pods, status, obs.now):
+                return self._end(obs, "quorum_lost", jobset, status, message=f"{self.where}: {lost}")
         if suspended := self._suspended_too_long(status, obs.now):
             return self._end(obs, "suspend_timeout", jobset, status, message=suspended)
         self.started = self.started or status.phase in ("Running", "Restarting") or status.restarts > 0
@@ -300,7 +325,8 @@ class Watch:
     def _need(self, obs: Observation, status: GroupStatus) -> Need | None:
         """The pods / events this decision needs and the observation lacks (and the loop could still fetch)."""
         startup = self._startup_due(status, obs.now)
-        wants_pods = self.capture_evidence or self.list_pods or self.below_min is not None or status.terminal or startup
+        watched = self.below_min is not None or self.quorum is not None
+        wants_pods = self.capture_evidence or self.list_pods or watched or status.terminal or startup
         pods = wants_pods and obs.pods is None and "pods" not in obs.unavailable
         events = startup and obs.events is None and "events" not in obs.unavailable
         return Need(pods=True, events=events) if pods else Need(events=True) if events else None
@@ -390,6 +416,24 @@ class Watch:
         )
         return min(max(preempted - status.free_restarts, 0), status.restarts_counted)
 
+    def _failed_too_often(self, status: GroupStatus) -> str | None:
+        """A fault-tolerant group's failures in this attempt past ``max_failures``: its pods that failed on their
+        own and were retried in place by their Jobs (every replica group and the lighthouse together, where each
+        Job alone would take ``backoffLimit`` of them) plus the JobSet's counted restarts not charged to
+        preemption."""
+        if self.max_failures is None:
+            return None
+        counted = status.restarts_counted - self._preempted_restarts(status)
+        failed = len(self.evidence.retried) + counted
+        if failed <= self.max_failures:
+            return None
+        pods = ", ".join(str(r.get("pod")) for r in self.evidence.retried[-3:])
+        return (
+            f"{self.where}: {failed} failure(s) in this attempt ({len(self.evidence.retried)} pod(s) retried in place"
+            f"{': ' + pods if pods else ''}; {counted} counted restart(s)), past the {self.max_failures} "
+            "max_failures left"
+        )
+
     def _suspended_too_long(self, status: GroupStatus, now: float) -> str | None:
         if status.phase != "Suspended":
             self.suspended_since = None
@@ -436,7 +480,12 @@ class Watch:
             fields = {
                 "evidence": tuple(self.evidence.records),
                 "absorbed": tuple(self.evidence.absorbed),
+                "retried": tuple(self.evidence.retried) if self.quorum is not None else (),
                 "spot_share": self.evidence.spot_share,
                 **fields,
             }
+        if self.quorum is not None:
+            when = self.last_now if self.last_now is not None else 0.0
+            summary = self.quorum.summary(self.evidence.absorbed, self.evidence.retried, when, lighthouse=LIGHTHOUSE)
+            fields = {"fault_tolerance": summary, **fields}
         return GroupEvent(verdict, self.name, self.namespace, uid=uid, **fields)

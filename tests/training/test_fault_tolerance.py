@@ -61,6 +61,8 @@ def test_the_top_level_package_exports_it():
         (FaultTolerance(3, join_timeout_ms=1.5), {}, "fault_tolerance.join_timeout_ms", "milliseconds"),
         (FaultTolerance(3, heartbeat_timeout_ms=-1), {}, "fault_tolerance.heartbeat_timeout_ms", "milliseconds"),
         (FaultTolerance(3, quorum_retries=-1), {}, "fault_tolerance.quorum_retries", ">= 0"),
+        (FaultTolerance(3, quorum_lost_timeout=0), {}, "fault_tolerance.quorum_lost_timeout", "positive"),
+        (FaultTolerance(3, quorum_lost_timeout="5m"), {}, "fault_tolerance.quorum_lost_timeout", "positive"),
         (FaultTolerance(3, lighthouse_port=0), {}, "fault_tolerance.lighthouse_port", "TCP port"),
         (FaultTolerance(3, manager_port=29500), {}, "fault_tolerance.manager_port", "coordinator_port"),
         (FaultTolerance(3, lighthouse_placement=None), {}, "fault_tolerance.lighthouse_placement", "Placement"),
@@ -105,3 +107,9 @@ def test_the_jobset_backend_takes_it_and_checkpointing_stays_allowed():
 def test_lighthouse_resources_may_be_given():
     group = ft_group(FaultTolerance(2, lighthouse_resources=Resources(cpu="100m", memory="128Mi")))
     assert group.fault_tolerance is not None and group.fault_tolerance.lighthouse_resources is not None
+
+
+def test_the_quorum_lost_bound_defaults_to_the_lighthouses_timeouts_plus_a_replacement():
+    assert FaultTolerance(3).quorum_lost_seconds == 5 + 60 + 240
+    assert FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=5000).quorum_lost_seconds == 247
+    assert FaultTolerance(3, quorum_lost_timeout=30).quorum_lost_seconds == 30.0

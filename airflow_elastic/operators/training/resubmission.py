@@ -7,7 +7,10 @@ Where the decisions come from: the waiter (trigger or sync poll) captures eviden
 plus
 the attempt history in ``task_state_store`` into resubmit / fail / budget exhausted. A group whose elastic role
 stayed below ``min_replicas`` past ``Elastic.below_min_timeout`` (event ``elastic_below_min``) is still running:
-it is deleted, then resubmitted like any preemption (charged to ``max_preemptions``).
+it is deleted, then resubmitted like any preemption (charged to ``max_preemptions``); so is a fault-tolerant group
+whose replica groups stayed below ``min_replica_groups`` past ``FaultTolerance.quorum_lost_timeout`` (event
+``quorum_lost``). A fault-tolerant group whose pods failed on their own more often than ``max_failures`` allows,
+every replica group together (event ``failed`` while it still runs), is deleted and the task fails.
 
 **Resubmission re-defers from ``execute_complete``** (sync mode loops in ``execute``) instead of raising
 ``AirflowRescheduleException``: both keep ``try_number``, and under ``airflow dags test`` (3.3.2) both work, but a
@@ -132,8 +135,9 @@ class Attempts:
         role: Callable[[str], str] = str,
     ) -> WaitSettings:
         """``settings`` with this attempt's facts: its uid, the earlier of ``execution_deadline`` and the
-        guardrails' deadline, its startup deadline, the preemptions left, the transient exit codes and the elastic
-        watch (``role`` names a role as the waited pods' labels do)."""
+        guardrails' deadline, its startup deadline, the preemptions left, the transient exit codes, the elastic
+        watch and a fault-tolerant group's watch: its replica groups, the bound on a quorum short of
+        ``min_replica_groups`` and the failures left (``role`` names a role as the waited pods' labels do)."""
         from airflow_elastic.preemption import attempts
         from airflow_elastic.training.render.elastic import elastic_role
 
@@ -148,6 +152,7 @@ class Attempts:
                 "elastic_min_replicas": group.elastic.min_replicas,
                 "below_min_timeout": float(group.elastic.below_min_timeout),
             }
+        elastic |= self._fault_tolerance_watch(history, role)
         return settings.for_attempt(
             uid=submission.uid,
             deadline=min(deadlines) if deadlines else None,
@@ -158,6 +163,25 @@ class Attempts:
             transient_exit_codes=tuple(self.policy.transient_exit_codes),
             **elastic,
         )
+
+    def _fault_tolerance_watch(self, history: attempts.History, role: Callable[[str], str]) -> dict[str, Any]:
+        """The :class:`WaitSettings` of a fault-tolerant group's watch (none for other groups)."""
+        from airflow_elastic.preemption import attempts
+        from airflow_elastic.training.fault_tolerance import replica_role
+
+        group = self.group
+        ft = group.fault_tolerance if group is not None else None
+        replicated = replica_role(group) if group is not None else None
+        if ft is None or replicated is None:
+            return {}
+        return {
+            "replica_groups_role": role(replicated.name),
+            "replica_groups": ft.replica_groups,
+            "replica_group_pods": replicated.replicas,
+            "min_replica_groups": ft.min_replica_groups,
+            "quorum_lost_timeout": ft.quorum_lost_seconds,
+            "max_failures": attempts.remaining(self.policy.max_failures, history.failures),
+        }
 
     def checkpoint_storage(self) -> checkpoints.Storage | None:
         """The filesystem of the group's checkpoints (``None``: it has none), resolved once per task run.
@@ -429,6 +453,18 @@ class Attempts:
                 attempt.get("restart_causes") or {},
                 attempt.get("absorbed_causes") or [],
             )
+            if attempt.get("fault_tolerance"):
+                ft = attempt["fault_tolerance"]
+                self.log.info(
+                    "attempt %d: replica groups: %s loss(es) absorbed, lighthouse %s, quorum short %.1f s, "
+                    "survivor restarts %s, retried in place after failing %s",
+                    i + 1,
+                    ft.get("replica_group_losses_absorbed"),
+                    ft.get("lighthouse_losses_absorbed"),
+                    float(ft.get("quorum_short_seconds") or 0.0),
+                    ft.get("survivor_restarts"),
+                    attempt.get("retried_causes") or [],
+                )
         unseen = [
             f"{attempt.get('name')} restart attempt {k}"
             for attempt in history.attempts
