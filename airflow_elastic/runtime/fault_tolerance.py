@@ -9,9 +9,9 @@ group; then the operator restarts the whole group, and it resumes from the durab
   ``replica_groups`` copies.
 * :func:`save_checkpoint`: :func:`airflow_elastic.runtime.save_checkpoint` on that pod, with the manager's state
   (torchft's step and committed batches; torchft says to save it with every periodic checkpoint) in the marker.
-* :func:`resume`: on start, the manager's state and the caller's from the latest durable checkpoint. A replica
-  group that starts while others train also reads it, and torchft then heals it from a live peer (the quorum's
-  step is ahead of the checkpoint's).
+* :func:`resume`: after the first step, the manager's state and the caller's from the latest durable checkpoint
+  when the whole group started afresh (a first start, or a whole-group restart by the operator); a replacement
+  that joined a live quorum healed from a peer in that step and reads nothing (the checkpoint is not even listed).
 
 The manager is torchft's ``Manager``; this module never imports torchft (the trainer does).
 """
@@ -29,10 +29,22 @@ from airflow_elastic.runtime.checkpoint import WriteFn, latest_checkpoint
 from airflow_elastic.runtime.checkpoint import save_checkpoint as _save
 from airflow_elastic.runtime.context import Context, context
 
-__all__ = ["MANAGER_KEY", "Manager", "ReplicaGroup", "is_writer", "replica_group", "resume", "save_checkpoint"]
+__all__ = [
+    "FRESH_START_STEP",
+    "MANAGER_KEY",
+    "Manager",
+    "ReplicaGroup",
+    "is_writer",
+    "replica_group",
+    "resume",
+    "save_checkpoint",
+]
 
 #: Where the manager's state is kept in a checkpoint's ``COMPLETE`` marker.
 MANAGER_KEY = "torchft"
+#: The highest step a replica group is at after its first step when no live peer was ahead of it (torchft counts
+#: from 0 and commits one step); a replacement healed from a live quorum is past it.
+FRESH_START_STEP = 1
 
 
 class Manager(Protocol):
@@ -104,11 +116,24 @@ def save_checkpoint(
 def resume(
     manager: Manager, load: Callable[[Checkpoint], object] | None = None, *, ctx: Context | None = None
 ) -> Checkpoint | None:
-    """Restore the manager's state and, through ``load``, the caller's from the latest durable checkpoint.
+    """After the first step: restore the manager's state and, through ``load``, the caller's from the latest
+    durable checkpoint, unless this replica group healed from a live peer.
 
-    Call it after building the manager and before the first step: the manager then joins the quorum at the
-    checkpoint's step. Returns the checkpoint, or ``None`` when there is none (a first start).
+    Call it once, right after the first ``optimizer.step()``. torchft's first quorum has then decided
+    (``compute_quorum_results`` in torchft's ``src/manager.rs``): a replica group behind the quorum's step heals from
+    an up-to-date peer (the ``Manager`` loads the peer's step and, at ``should_commit``, its state), so a replacement
+    joining a live quorum is past :data:`FRESH_START_STEP` and reads nothing; a group whose quorum was every replica
+    group at step 0 (a first start, or a whole-group restart) is at step 0 or 1, and then every replica group loads
+    the same checkpoint and the next quorum finds them all at its step. Loading before the first step would not do:
+    a replacement at the checkpoint's step would not heal from a quorum at that same step, and with torchft's
+    ``init_sync`` a step-0 heal overwrites state loaded between the quorum and the commit. The price is one step of
+    a whole-group restart, computed from the initial weights and discarded. (Called before the first step it loads
+    the checkpoint unconditionally, as earlier releases did.)
+
+    Returns the checkpoint loaded, or ``None``: healed from a peer, or no checkpoint yet (a first start).
     """
+    if manager.current_step() > FRESH_START_STEP:  # healed from a live peer in the first step: no durable read
+        return None
     found = latest_checkpoint(ctx=ctx or context())
     if found is None:
         return None

@@ -3,8 +3,9 @@
 Written as torchft's own examples are (``train_ddp.py``), and run as they are, under torchrun: a ``Manager`` over
 gloo reads ``TORCHFT_LIGHTHOUSE`` (rendered) and joins the store torchrun serves on its replica group's pod 0;
 ``REPLICA_GROUP_ID`` names the replica group. A replica group that dies drops out of the quorum while the others
-train on; its replacement heals from a live peer. The product adds only the durable checkpoint (one pod of the
-quorum writes it, with the manager's state) and the resume from it after a whole-group restart.
+train on; its replacement heals from a live peer and reads no checkpoint. The product adds only the durable
+checkpoint (one pod of the quorum writes it, with the manager's state) and the resume from it after a whole-group
+restart, decided after the first step (``fault_tolerance.resume``: a replica group healed from a live peer skips it).
 
 Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10).
 """
@@ -52,8 +53,7 @@ def main() -> None:
         timeout=timedelta(seconds=10),
     )
     durable = bool(runtime.context().checkpoint_uri)
-    if durable:
-        fault_tolerance.resume(manager, lambda found: load_state_dict(torch.load(f"{found.path}/state.pt")))
+    first_step = True
     ddp = DistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, inner)
     loss = torch.zeros(())
@@ -64,6 +64,12 @@ def main() -> None:
         loss = nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
         loss.backward()
         optimizer.step()
+        if durable and first_step:  # after torchft's first quorum: healed from a peer, or resume from storage
+            found = fault_tolerance.resume(manager, lambda c: load_state_dict(torch.load(f"{c.path}/state.pt")))
+            first_step = False
+            if found is not None:  # at the checkpoint's step now: train on from there (it is written already)
+                print(f"replica group {REPLICA_GROUP_ID} resumed from the durable checkpoint at step {found.step}")
+                continue
         step = manager.current_step()
         print(
             f"replica group {REPLICA_GROUP_ID} step {step} quorum {manager.num_participants()} loss {loss.item():.4f}"

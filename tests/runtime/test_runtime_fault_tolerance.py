@@ -64,3 +64,29 @@ def test_resume_on_a_first_start_changes_nothing(tmp_path: Path):
     manager = FakeManager()
     assert resume(manager, lambda c: None, ctx=Context(checkpoint_uri=str(tmp_path))) is None
     assert manager.state == {"step": 0, "batches_committed": 0}
+
+
+def test_a_replacement_that_healed_from_a_live_peer_reads_no_checkpoint(tmp_path: Path, monkeypatch):
+    """After its first step a replacement is at the live quorum's step (healed from a peer): the durable checkpoint
+    is neither listed nor loaded."""
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    save_checkpoint(FakeManager(0, {"step": 40, "batches_committed": 110}), files={"weights": "w40"}, ctx=ctx)
+    listed: list[object] = []
+    monkeypatch.setattr(
+        "airflow_elastic.runtime.fault_tolerance.latest_checkpoint", lambda **kw: listed.append(kw) or None
+    )
+    healed, loaded = FakeManager(None, {"step": 53, "batches_committed": 150}), []
+    assert resume(healed, loaded.append, ctx=ctx) is None
+    assert (listed, loaded, healed.state["step"]) == ([], [], 53)
+
+
+def test_after_a_whole_group_restarts_first_step_every_replica_group_loads_the_checkpoint(tmp_path: Path):
+    """Every replica group started afresh: the first quorum was at step 0, so each is at step 1 (or 0 when the step
+    did not commit) after its first step, and each loads the same checkpoint."""
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    save_checkpoint(FakeManager(0, {"step": 40, "batches_committed": 110}), files={"weights": "w40"}, ctx=ctx)
+    for first_step in (1, 0):
+        restarted, loaded = FakeManager(None, {"step": first_step, "batches_committed": 3}), []
+        found = resume(restarted, lambda c, out=loaded: out.append(Path(c.path, "weights").read_text()), ctx=ctx)
+        assert found is not None and restarted.state == {"step": 40, "batches_committed": 110}
+        assert loaded == ["w40"]

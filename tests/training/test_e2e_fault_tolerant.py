@@ -69,7 +69,8 @@ def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_o
         )
 
     healed = wait_for(replacement, timeout=120, interval=0.5, what="the replacement healing from a peer")
-    assert "recover_src_replica_rank" in logs(jobsets, healed)  # from a peer, not from the checkpoint alone
+    assert "recover_src_replica_rank" in logs(jobsets, healed)  # from a peer
+    assert "resumed from the durable checkpoint" not in logs(jobsets, healed)  # and no checkpoint read
     for index, pod in zip((0, 2), survivors, strict=True):
         (now,) = replica_group_pods(jobsets, jobset, index)
         assert now.metadata.uid == pod.metadata.uid  # the survivors were never replaced
