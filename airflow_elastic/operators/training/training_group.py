@@ -92,8 +92,10 @@ class TrainingGroupOperator(BaseOperator):
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "uid", "backend", "state", "restarts", "preemptions", "failures", "checkpoint",
         "metrics"}`` (plus ``trial_params`` when given, for ``sweeps.select_best``), and the attempt summary
-        (``attempts`` with ``restart_causes`` and ``absorbed_causes`` each, GPU-hours, lost work). XComs
-        ``jobset_name`` and ``jobset_namespace`` are pushed as soon as the group is submitted.
+        (``attempts`` with ``restart_causes`` and ``absorbed_causes`` each, GPU-hours, lost work); a fault-tolerant
+        group's adds ``fault_tolerance`` (replica-group and lighthouse losses absorbed, seconds the quorum ran
+        short, survivor restarts, whole-group restarts, over all attempts). XComs ``jobset_name`` and
+        ``jobset_namespace`` are pushed as soon as the group is submitted.
 
     Raises:
         SpecError: neither or both of ``group``/``jobset``, a bad manifest, a rendered value breaking a rule, or a
