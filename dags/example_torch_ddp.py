@@ -55,22 +55,6 @@ STATIC_TORCHRUN = (
 )
 
 
-def elastic_torchrun(hosts_store: bool) -> tuple[str, ...]:
-    """torchrun with c10d rendezvous at the coordinator; only the leader's pod hosts the store, so a reclaimed
-    worker does not take it along. Each lost peer costs one of ``--max-restarts``."""
-    return (
-        "torchrun",
-        "--nnodes=$(NNODES)",
-        "--nproc-per-node=$(NPROC_PER_NODE)",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
-        "--rdzv-id=$(AE_JOBSET)",
-        f"--rdzv-conf=is_host={int(hosts_store)},last_call_timeout=5",
-        "--max-restarts=3",
-        "{{ params.script }}",
-    )
-
-
 def torch_group(name: str, leader: Role, workers: Role, elastic: Elastic | None = None) -> TrainingGroup:
     # torch 2.13's shared rendezvous store publishes the workers' store address in the first round only: a
     # replacement pod joining a later round would wait for it forever. Without sharing, every round publishes it.
@@ -87,6 +71,33 @@ def torch_group(name: str, leader: Role, workers: Role, elastic: Elastic | None 
     )
 
 
+# [START howto_elastic_group]
+def elastic_torchrun(hosts_store: bool) -> tuple[str, ...]:
+    """torchrun with c10d rendezvous at the coordinator; only the leader's pod hosts the store, so a reclaimed
+    worker does not take it along. Each lost peer costs one of ``--max-restarts``."""
+    return (
+        "torchrun",
+        "--nnodes=$(NNODES)",
+        "--nproc-per-node=$(NPROC_PER_NODE)",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+        "--rdzv-id=$(AE_JOBSET)",
+        f"--rdzv-conf=is_host={int(hosts_store)},last_call_timeout=5",
+        "--max-restarts=3",
+        "{{ params.script }}",
+    )
+
+
+#: A leader on on-demand capacity (it writes the checkpoints, and hosts the rendezvous store) and two elastic workers
+#: on spot: a reclaimed worker is replaced without a group restart, and torchrun re-forms the group.
+ELASTIC = torch_group(
+    "torch-elastic",
+    Role("leader", resources=RESOURCES, command=elastic_torchrun(True)),
+    Role("worker", replicas=2, resources=RESOURCES, placement=SPOT, command=elastic_torchrun(False)),
+    elastic=Elastic(1, 2, role="worker"),
+)
+# [END howto_elastic_group]
+
 GROUPS = {
     "example_torch_ddp": torch_group(
         "torch-ddp",
@@ -98,12 +109,7 @@ GROUPS = {
         Role("leader", resources=RESOURCES, command=STATIC_TORCHRUN, processes_per_pod=2),
         Role("worker", resources=RESOURCES, placement=SPOT, command=STATIC_TORCHRUN, processes_per_pod=2),
     ),
-    "example_torch_elastic": torch_group(
-        "torch-elastic",
-        Role("leader", resources=RESOURCES, command=elastic_torchrun(True)),
-        Role("worker", replicas=2, resources=RESOURCES, placement=SPOT, command=elastic_torchrun(False)),
-        elastic=Elastic(1, 2, role="worker"),
-    ),
+    "example_torch_elastic": ELASTIC,
 }
 
 for dag_id, group in GROUPS.items():

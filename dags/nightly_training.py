@@ -9,9 +9,11 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
   digits into train/val/test ``.npz`` under ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
 * ``sweep``: a TPE sweep of the PyTorch digits classifier (``scripts/train_digits.py``, DDP over gloo), each trial a
   two-pod group on spot capacity, validation loss the objective; warm-started from the previous run's sweep.
-* ``train``: the best parameters trained for longer, the leader on on-demand capacity (it writes the checkpoints),
-  two elastic workers on spot (torchrun's c10d rendezvous: a reclaimed worker is replaced without a group restart),
-  checkpointed under ``<root>/checkpoints/digits/<version>/final``.
+* ``train``: the best parameters trained for longer, fault tolerant (``scripts/train_digits_ft.py``, torchft): two
+  replica groups of one pod on spot and the torchft lighthouse on on-demand capacity. A reclaimed replica group
+  drops out of the quorum while the other trains on, untouched; its replacement heals from the live peer. One pod
+  of the quorum checkpoints every epoch under ``<root>/checkpoints/digits/<version>/final`` (the model ``evaluate``
+  scores, and the resume point should every replica group be lost at once).
 * ``evaluate`` (batch stage, CPU pool): the final checkpoint's accuracy and loss on the held-out test split
   (``scripts/evaluate_digits.py``), and the model exported as TorchScript to ``<version>/model/model.pt``.
 * ``publish``: checkpoint, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted
@@ -36,7 +38,8 @@ test`` with a fresh DB; and it is the sweep the published model came from.
 ``max_trials`` and ``starting_deadline`` is the run's param, else the Airflow Variable ``nightly_training_<param>``,
 else its default. Every task retries (``RETRIES``): a retry adopts what its previous try started or finished.
 
-Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, with a spot reclaim during ``train``)::
+Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, reclaiming one replica group's node during
+``train``)::
 
     airflow-elastic cluster up --detach --image-map dags/image-map.yaml
     # it prints AIRFLOW_CONN_LOCAL_CLUSTER=... and AIRFLOW_VAR_NIGHTLY_TRAINING_SCRIPTS=<repo>/dags/scripts: export both
@@ -45,9 +48,10 @@ Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, with 
     airflow dags unpause nightly_training
 
 The stages' and the final training's commands name the scripts under ``scripts``: ``/workspace/scripts``, the
-default, in ``docker/trainer/Dockerfile``'s image (built with ``--build-arg SCRIPT=train_digits.py``), so a real
-cluster needs the connection and ``nightly_training_root`` but no scripts setting. The sweep trials run the image's
-entrypoint, ``train_digits.py`` (``dags/image-map.yaml`` maps it locally).
+default, in ``docker/trainer/Dockerfile``'s image (built with ``--build-arg SCRIPT=train_digits.py``; it has
+torchft, whose ``torchft_lighthouse`` the lighthouse pod runs), so a real cluster needs the connection and
+``nightly_training_root`` but no scripts setting. The sweep trials run the image's entrypoint, ``train_digits.py``
+(``dags/image-map.yaml`` maps it locally).
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ from airflow.sdk import DAG, Param, task
 from airflow_elastic import (
     BatchStage,
     Checkpointing,
-    Elastic,
     FailurePolicy,
+    FaultTolerance,
     Placement,
     Resources,
     Role,
@@ -76,8 +80,8 @@ from airflow_elastic.operators.links import RunReportLink
 from airflow_elastic.serving import publishing
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
-#: The digits trainer image: torch 2.13 (CPU), scikit-learn, the scripts under /workspace/scripts; its entrypoint
-#: runs ``train_digits.py``.
+#: The digits trainer image: torch 2.13 (CPU), torchft, scikit-learn, the scripts under /workspace/scripts; its
+#: entrypoint runs ``train_digits.py``.
 DIGITS_IMAGE = "ghcr.io/airflow-elastic/digits-trainer:0.1.0"
 #: A setting a run leaves empty falls back to the Airflow Variable ``nightly_training_<param>``, then to its default:
 #: a scheduled run has no conf, so a deployment sets its storage, scripts and size with Variables.
@@ -89,8 +93,11 @@ ROOT_VARIABLE = f"{VARIABLE_PREFIX}root"
 DEFAULT_SCRIPTS = "/workspace/scripts"
 SCRIPTS_VARIABLE = f"{VARIABLE_PREFIX}scripts"
 #: The sizes of a night: epochs per sweep trial, epochs of the final training, trials of the sweep. Sized for `make
-#: demo` (minutes on 2 cores): a real night affords more trials and epochs.
-DEFAULT_SIZES = {"sweep_epochs": 6, "final_epochs": 20, "max_trials": 6}
+#: demo` (minutes on 2 cores): a real night affords more trials and epochs. The final training's epochs are 16
+#: steps of ~10 ms, and its survivors never stop for a reclaim: its 200 epochs outlast a replacement replica group's
+#: start (a pod, torchrun's and the trainer's imports of torch: 5-20 s on 2 busy cores), which then heals from its
+#: peer and trains on with it.
+DEFAULT_SIZES = {"sweep_epochs": 6, "final_epochs": 200, "max_trials": 6}
 
 
 def setting(name: str, default: object) -> str:
@@ -120,31 +127,30 @@ CPU_POOL = Placement(node_selector={"airflow-elastic.io/capacity-type": "on-dema
 STAGE_RESOURCES = Resources(cpu="1", memory="1Gi")
 TRAINER_RESOURCES = Resources(cpu="500m", memory="1Gi")
 SPOT = Placement(spot=True)
-#: The rendezvous port. torchrun's store binds every address, and on the local cluster every address is the host's:
-#: not torchrun's conventional 29400, which other groups on the same machine may hold.
+#: A replica group of the final training: spot capacity, a node of its own (JobSet exclusive placement), so one
+#: reclaim takes one replica group.
+REPLICA_GROUP_PLACEMENT = Placement(spot=True, exclusive_topology="kubernetes.io/hostname")
+LIGHTHOUSE_RESOURCES = Resources(cpu="100m", memory="256Mi")
+#: The store port of each replica group's torchrun. torchrun's store binds every address, and on the local cluster
+#: every address is the host's: not torchrun's conventional 29400, which other groups on the same machine may hold.
 PORT = 29471
 #: Default retries of every task: a lost worker or a failed try costs a retry, not the night.
 RETRIES = 2
 RETRY_DELAY = timedelta(seconds=30)
 
 
-#: torchrun's elastic launch: c10d rendezvous at the leader's pod, the node range from the environment contract
-#: (``NNODES=2:3``), and a launcher restart per lost peer (``--max-restarts``).
-TORCHRUN_FLAGS = {
-    "nnodes": "$(NNODES)",
-    "nproc-per-node": "$(NPROC_PER_NODE)",
-    "rdzv-backend": "c10d",
-    "rdzv-endpoint": "$(MASTER_ADDR):$(MASTER_PORT)",
-    "rdzv-id": "$(AE_JOBSET)",
-    "max-restarts": "5",
-}
-
-
-def torchrun(hosts_store: bool) -> tuple[str, ...]:
-    """The final training's command; only the leader hosts the rendezvous store, so a reclaimed worker does not
-    take it along."""
-    flags = {**TORCHRUN_FLAGS, "rdzv-conf": f"is_host={int(hosts_store)},last_call_timeout=5"}
-    return ("torchrun", *(f"--{flag}={value}" for flag, value in flags.items()), f"{SCRIPTS}/train_digits.py")
+#: Each replica group runs the trainer as torchft's examples do, under torchrun within the replica group: its agent
+#: on the replica group's pod 0 serves the store torchft's Manager joins (``MASTER_ADDR``/``MASTER_PORT``: that pod;
+#: ``AE_RANK``/``AE_WORLD_SIZE``: within the replica group).
+TORCHRUN = (
+    "torchrun",
+    "--nnodes=$(AE_WORLD_SIZE)",
+    "--node-rank=$(AE_RANK)",
+    "--nproc-per-node=1",
+    "--master-addr=$(MASTER_ADDR)",
+    "--master-port=$(MASTER_PORT)",
+    f"{SCRIPTS}/train_digits_ft.py",
+)
 
 
 #: One sweep trial: a leader and a worker, both on spot (a reclaimed trial resumes from its own checkpoint).
@@ -159,30 +165,28 @@ trial = TrainingGroup(
     env={"DATA_URI": DATA, "EPOCHS": setting("sweep_epochs", DEFAULT_SIZES["sweep_epochs"]), "PYTHONUNBUFFERED": "1"},
 )
 
-#: The final training: the leader on on-demand capacity, two elastic workers on spot.
-# [START howto_elastic_group]
+#: The final training: two torchft replica groups of one pod on spot, each on a node of its own, and the lighthouse
+#: on on-demand capacity (its default placement). A reclaimed replica group drops out of the quorum after 2 s
+#: (``heartbeat_timeout_ms``) while the other trains on; its Job replaces the pod, which heals from the live peer.
+# [START howto_fault_tolerant_group]
 final = TrainingGroup(
     name="digits-final",
-    image=DIGITS_IMAGE,
-    roles=[
-        Role("leader", resources=TRAINER_RESOURCES, command=torchrun(True)),
-        Role("worker", replicas=2, resources=TRAINER_RESOURCES, placement=SPOT, command=torchrun(False)),
-    ],
-    elastic=Elastic(1, 2, role="worker"),
-    success=SuccessPolicy(roles=("leader",)),
+    image=DIGITS_IMAGE,  # it has torchft: the trainer's Manager and the lighthouse's torchft_lighthouse
+    roles=[Role("trainer", resources=TRAINER_RESOURCES, placement=REPLICA_GROUP_PLACEMENT, command=TORCHRUN)],
+    fault_tolerance=FaultTolerance(
+        2, heartbeat_timeout_ms=2000, join_timeout_ms=10_000, lighthouse_resources=LIGHTHOUSE_RESOURCES
+    ),
     failure=FailurePolicy(max_failures=1, max_preemptions=5),
-    checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/final", keep=3),
+    checkpoint=Checkpointing(uri=f"{ROOT}/checkpoints/digits/{VERSION}/final", keep=3),  # if every group is lost
     env={
         "DATA_URI": DATA,
         "EPOCHS": setting("final_epochs", DEFAULT_SIZES["final_epochs"]),
         "TRAIN_PARAMS": "{{ ti.xcom_pull(task_ids='sweep')['best_params'] | tojson }}",  # the sweep's best
-        # torch 2.13's shared rendezvous store tells a replacement joining a later round nothing: do not share it.
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "PYTHONUNBUFFERED": "1",
     },
     coordinator_port=PORT,
 )
-# [END howto_elastic_group]
+# [END howto_fault_tolerant_group]
 
 
 def fallback(what: str, name: str, default: object) -> str:
@@ -272,7 +276,7 @@ with DAG(
             wait=WaitSettings(poll_interval=1),
         ),
     )
-    # [START howto_training_group_operator_elastic]
+    # [START howto_training_group_operator_fault_tolerant]
     train = TrainingGroupOperator(
         task_id="train",
         group=final,
@@ -281,7 +285,7 @@ with DAG(
             wait=WaitSettings(poll_interval=1, startup_timeout=300),
         ),
     )
-    # [END howto_training_group_operator_elastic]
+    # [END howto_training_group_operator_fault_tolerant]
     evaluate = BatchStageOperator(
         task_id="evaluate",
         stage=stage(

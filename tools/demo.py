@@ -4,10 +4,13 @@ Starts a local cluster (its own process) whose image map runs the digits trainer
 fresh Airflow home (SQLite) at it through the explicitly named connection ``local_cluster``, and runs
 ``dags/nightly_training.py`` with ``airflow dags test``: prepare → sweep → train → evaluate → publish → serve (the
 model rolled out to a KServe InferenceService on the local cluster, and a smoke request answered). While the
-final training runs, once it has written a checkpoint, one of its spot workers' nodes is reclaimed GKE-style. Progress
-is printed stage by stage and trial by trial (``tools/demo_progress.py``); at the end the run report, and where the
-plot, the model and the checkpoints are. The cluster and the Airflow home are removed; the artefacts stay under
-``--output`` (default: a new temporary directory). Exits non-zero if the pipeline did not succeed.
+final training (two torchft replica groups) runs, once both are in the quorum and a checkpoint exists, one replica
+group's node is reclaimed GKE-style (``tools/demo_reclaim.py``): the demo prints whether the other replica group was
+untouched (same pod uid, restartCount 0) and the replacement's torchft line saying it healed from the live peer.
+Progress is printed stage by stage and trial by trial (``tools/demo_progress.py``); at the end the run report, and
+where the plot, the model and the checkpoints are. The cluster and the Airflow home are removed; the artefacts stay
+under ``--output`` (default: a new temporary directory). Exits non-zero if the pipeline did not succeed, a survivor
+of the reclaim was restarted or replaced, or the replacement did not heal from a peer.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from demo_progress import Progress
+from demo_reclaim import Reclaim
 
-from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster
 from airflow_elastic.localcluster.imagemap import parse_image_map
 from airflow_elastic.serving import publishing
@@ -36,8 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 DAG_ID = "nightly_training"
 TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "promoted", "serve")
-#: The reclaim comes once the final training's latest complete checkpoint is at least this step.
-RECLAIM_AT_STEP = 1
 DEADLINE = 900  # seconds: bounds a broken run only
 
 
@@ -59,55 +60,6 @@ def airflow_env(home: Path, kubeconfig: Path) -> dict[str, str]:
         }
     )
     return env
-
-
-class Reclaim(threading.Thread):
-    """Reclaims the node of one running spot worker of the final training, GKE-style, once that training has
-    written a complete checkpoint (an observed step, not a timer)."""
-
-    def __init__(self, cluster: LocalCluster, emit: Any) -> None:
-        super().__init__(daemon=True)
-        self.cluster, self.emit = cluster, emit
-        self.stop = threading.Event()
-        self.injected: dict[str, Any] | None = None
-
-    def run(self) -> None:
-        from kubernetes import client, config
-
-        api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
-        core = client.CoreV1Api(api)
-        selector = f"airflow-elastic.io/dag-id={DAG_ID},airflow-elastic.io/task-id=train,airflow-elastic.io/role=worker"
-        try:
-            while not self.stop.wait(0.2):
-                try:
-                    pods = core.list_namespaced_pod("default", label_selector=selector).items
-                except Exception:  # the API server is busy or going away: look again
-                    continue
-                running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-                step = self._checkpoint_step(running)
-                if running and step is not None and step >= RECLAIM_AT_STEP:
-                    pod = running[0]
-                    self.cluster.preempt_node(
-                        pod.spec.node_name, style="gke", grace_seconds=1, delete_after=1, replace_after=0.5
-                    )
-                    self.injected = {"node": pod.spec.node_name, "pod": pod.metadata.name, "step": step}
-                    self.emit(
-                        f"[train] injected: spot reclaim of node {pod.spec.node_name} (worker pod "
-                        f"{pod.metadata.name}) after checkpoint step {step}"
-                    )
-                    return
-        finally:
-            api.close()
-
-    @staticmethod
-    def _checkpoint_step(pods: list[Any]) -> int | None:
-        for pod in pods:
-            env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
-            uri = env.get("AE_CHECKPOINT_URI")
-            if uri:
-                latest = checkpoints.latest_complete(None, uri)
-                return latest.step if latest is not None else None
-        return None
 
 
 def query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -177,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit(f"demo: airflow db migrate failed:\n{(migrated.stdout + migrated.stderr)[-3000:]}")
                 return 1
             emit(f"airflow dags test {DAG_ID} --conf '{json.dumps(conf)}' (full output: {log})")
-            reclaim = Reclaim(cluster, emit)
+            reclaim = Reclaim(cluster, DAG_ID, emit)
             reclaim.start()
             started = time.monotonic()
             progress = Progress(TASKS, emit=emit)
@@ -209,10 +161,26 @@ def main(argv: list[str] | None = None) -> int:
     if set(states.values()) != {"success"} or not published or not served:
         emit("demo: the nightly pipeline did not succeed (see the full output above the report)")
         return 1
-    if reclaim.injected is None:
+    return reclaim_verdict(reclaim, emit)
+
+
+def reclaim_verdict(reclaim: Reclaim, emit: Any) -> int:
+    """What the reclaim showed, plainly; non-zero if it was not injected, a survivor was touched, or the replacement
+    did not heal from a live peer."""
+    if reclaim.injected is None or reclaim.survivors is None:
         emit("demo: the final training ended before a spot reclaim could be injected")
         return 1
-    return 0
+    for line in reclaim.survivors.lines():
+        emit(line)
+    if reclaim.healed is not None:
+        name, line = reclaim.healed
+        emit(f"replacement healed from a live peer: {name} logged {line!r}")
+    else:
+        emit(f"demo: replica group {reclaim.injected['replica_group']}'s replacement never logged torchft's healing")
+    if reclaim.survivors.problems:
+        emit("demo: a survivor of the reclaim was restarted or replaced")
+        return 1
+    return 0 if reclaim.healed is not None else 1
 
 
 if __name__ == "__main__":

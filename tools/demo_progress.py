@@ -3,8 +3,8 @@
 ``airflow dags test`` runs the DAG's tasks one after another in one process and prints every task's log (and the
 triggers' logs, run inline) as ``<time> [<level>] <message> [<logger>] key=value ...``. :class:`Progress` reads
 those lines and keeps what tells a person how far along the run is: each task's start and end, the batch stages'
-output, the sweep's per-trial lines, the final training's checkpoints, resumes and restarts, the publish decision,
-the model's rollout to KServe (each awaited step, the smoke request's answer), and every error.
+output, the sweep's per-trial lines, the final training's quorum changes, healing, checkpoints, resumes and restarts,
+the publish decision, the model's rollout to KServe (each awaited step, the smoke request's answer), and every error.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SHOW: Mapping[str, re.Pattern[str]] = {
     "sweep": re.compile(r"^trial \d+/\d+ |^best |warm|budget"),  # the sweep's own lines, not its trials' logs
     "train": re.compile(
         r"resum|saved .*checkpoint|lost|restart|preempt|resubmit|rank 0/|final metrics|^epoch \d+: |"
-        r"attempt \d+:|succeeded after"
+        r"attempt \d+:|succeeded after|training epochs|quorum of|healed from"  # the last three: torchft replica groups
     ),
     "evaluate": re.compile(r"test|accuracy|loaded"),
     "publish": re.compile(r"^promotion:"),  # the whole report is printed at the end
@@ -40,9 +40,9 @@ SHOW: Mapping[str, re.Pattern[str]] = {
 #: Lines those patterns catch that say nothing to a person watching.
 HIDE = re.compile(r"^waiting up to|^Checkpoint interval")
 #: The final training's per-epoch validation (``runtime.report_intermediate``, which the task log shows as
-#: ``step 5: val_loss=0.312345``), shown every ``EPOCH_EVERY`` epochs.
+#: ``step 25: val_loss=0.312345``), shown every ``EPOCH_EVERY`` epochs.
 EPOCH = re.compile(r"^step (\d+): (\w+=\S+(?:, \w+=\S+)*)$")
-EPOCH_EVERY = 5
+EPOCH_EVERY = 25
 
 
 class Progress:
@@ -121,7 +121,7 @@ class Progress:
 
 
 def _epoch(step: int, values: str) -> str:
-    """``epoch 5: val_loss=0.3123, val_accuracy=0.93`` for every ``EPOCH_EVERY``-th epoch, else empty."""
+    """``epoch 25: val_loss=0.3123, val_accuracy=0.93`` for every ``EPOCH_EVERY``-th epoch, else empty."""
     if step % EPOCH_EVERY:
         return ""
     return f"epoch {step}: " + ", ".join(_short(pair) for pair in values.split(", "))

@@ -22,8 +22,6 @@ import os
 import sys
 
 import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from airflow_elastic import runtime
 from airflow_elastic.contract import checkpoints
@@ -36,6 +34,11 @@ def split(seed: int, val_fraction: float, test_fraction: float) -> dict[str, tup
     """The three splits, stratified by digit, the same for the same seed and fractions."""
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise ValueError(f"fractions must be in (0, 1) and sum below 1, got val={val_fraction} test={test_fraction}")
+    # Here, not at the top: the trainers import this module to read the .npz splits, and scikit-learn's import
+    # (seconds on a busy node) would delay every trainer's start, a replacement's most of all.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int64)

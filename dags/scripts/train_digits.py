@@ -79,6 +79,24 @@ def splits(data_uri: str | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]
     return {name: (torch.from_numpy(x), torch.from_numpy(y)) for name, (x, y) in arrays.items() if name != "test"}
 
 
+def checkpoint_state(net: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, params: dict) -> dict:
+    """What ``model.pt`` holds (see the module docstring): :func:`build` and ``evaluate_digits.py`` read it."""
+    architecture = {"inputs": INPUTS, "classes": CLASSES, **{k: params[k] for k in ("hidden", "layers", "dropout")}}
+    return {
+        "model": net.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": epoch,
+        "params": params,
+        "architecture": architecture,
+    }
+
+
+def load_state(uri: str, step_path: str) -> dict:
+    """``model.pt`` of the checkpoint at ``step_path`` (under the checkpoint URI ``uri``)."""
+    fs, _ = checkpoints.storage_for(uri)
+    return torch.load(io.BytesIO(fs.cat_file(f"{step_path}/{MODEL_FILE}")), weights_only=True)
+
+
 class Trainer:
     """One process of the group."""
 
@@ -96,8 +114,7 @@ class Trainer:
         self.start = self.done = 0
         last = runtime.latest_checkpoint()
         if last is not None:
-            fs, _ = checkpoints.storage_for(self.ctx.checkpoint_uri)
-            state = torch.load(io.BytesIO(fs.cat_file(f"{last.path}/{MODEL_FILE}")), weights_only=True)
+            state = load_state(self.ctx.checkpoint_uri, last.path)
             self.net.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.start = self.done = int(state["epoch"])
@@ -112,14 +129,7 @@ class Trainer:
             if existing is not None:  # the regular save of this epoch: nothing is lost, and no marker changes
                 log(f"epoch {self.done} is already checkpointed ({why}): no emergency checkpoint needed")
                 return existing
-        architecture = {"inputs": INPUTS, "classes": CLASSES, **{k: self.params[k] for k in ("hidden", "layers")}}
-        state = {
-            "model": self.net.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": self.done,
-            "params": self.params,
-            "architecture": {**architecture, "dropout": self.params["dropout"]},
-        }
+        state = checkpoint_state(self.net, self.optimizer, self.done, self.params)
         saved = runtime.save_checkpoint(
             self.done, lambda d: torch.save(state, f"{d}/{MODEL_FILE}"), metadata={"emergency": why} if why else None
         )

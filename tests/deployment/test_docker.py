@@ -66,6 +66,8 @@ def test_the_trainer_installs_the_package_without_its_dependencies_and_pins_torc
     runs = [" ".join(args) for word, args in instructions(ROOT / "docker" / "trainer" / "Dockerfile") if word == "RUN"]
     assert any("--no-deps /src" in r for r in runs)
     assert any("-c /tmp/constraints.txt" in r and "${TORCH_INDEX}" in r and "torch" in r for r in runs)
+    # The digits image runs the nightly final training's torchft trainer and its lighthouse.
+    assert any("-c /tmp/constraints.txt" in r and "torchft" in r.split() for r in runs)
 
 
 def priority_classes() -> set[str]:

@@ -1,5 +1,7 @@
-"""``make demo`` runs the nightly pipeline with ``airflow dags test`` on a local cluster, through a spot reclaim of the
-final training, to a KServe rollout, and shows its progress and report; the assertions read what it left in storage."""
+"""``make demo`` runs the nightly pipeline with ``airflow dags test`` on a local cluster, through a spot reclaim of one
+of the final training's torchft replica groups, to a KServe rollout, and shows its progress, the reclaim's outcome
+(the survivor untouched, the replacement healed from it) and the report; the assertions read what it left in
+storage."""
 
 from __future__ import annotations
 
@@ -31,8 +33,12 @@ def test_demo_runs_the_nightly_pipeline_through_a_spot_reclaim(tmp_path):
     for task in ("prepare", "sweep", "train", "evaluate", "publish", "serve"):
         assert f"[{task}] started" in shown and f"[{task}] success after" in shown, task
     assert "[sweep] trial 6/6 " in shown and "[train] injected: spot reclaim of node " in shown
-    assert "[train] resumed from epoch" in shown  # the re-formed group went on from the checkpoint
     assert "] error: " not in shown, shown  # no task logged an error
+    # The reclaim took one replica group; the other trained on in the same pod, never restarted, and the
+    # replacement healed from it (torchft's own line, read from the replacement's log).
+    assert "quorum of 1 replica group(s)" in shown and "survivor untouched: replica group " in shown
+    assert "survivor touched" not in shown and "replacement healed from a live peer: " in shown
+    assert "'s replacement digits-final-" in shown and "healed: healing is required step=" in shown
     # The final training survived the reclaim in Airflow try 1, and the model was published and promoted.
     assert "final training: try 1;" in shown
     models = tmp_path / "storage" / "models" / "digits"
@@ -42,6 +48,7 @@ def test_demo_runs_the_nightly_pipeline_through_a_spot_reclaim(tmp_path):
     assert report["training"]["preemptions_survived"] >= 1, report["training"]
     assert report["trials"]["total"] == 6 and report["best_params"].keys() == {"lr", "hidden", "dropout", "layers"}
     assert report["test"]["test_rows"] == 360 and report["test"]["test_accuracy"] > 0.8, report["test"]
+    assert report["test"]["epoch"] == 200  # the last epoch's checkpoint, written by one pod of the quorum
     assert (models / "latest" / "model" / "model.pt").stat().st_size > 0  # the TorchScript the predictor loaded
     assert (models / "latest" / "checkpoint" / "model.pt").stat().st_size > 0
     # The promoted version was rolled out to KServe, and its predictor answered the smoke request through its Service.

@@ -53,25 +53,32 @@ def test_progress_shows_each_task_and_only_the_lines_that_say_how_far_it_got():
     ]
 
 
-def test_the_final_training_shows_every_fifth_epoch_and_its_recovery():
+def test_the_final_training_shows_every_25th_epoch_and_its_quorum():
     shown: list[str] = []
     progress = Progress(["train"], emit=shown.append, clock=lambda: 0.0)
-    pod = "[digits-final-abc-leader-0-0-x]"
+    pod = "[digits-final-abc-trainer-0-0-x]"
+    torchft = "2026-12-02T12:37:40.1 [INFO] [torchft::manager] - [Replica train_digits_ft_0]"
     output = [
         *lines("[DAG TEST] starting task_id=train map_index=-1 [airflow.sdk.definitions.dag] loc=dag.py:1501"),
-        *(lines(f"{pod} step {n}: val_loss=0.123456 {TRIGGER}")[0] for n in range(1, 11)),
-        *lines(f"{pod} saved emergency checkpoint at epoch 10 (peer_lost) {TRIGGER}"),
-        *lines(f"{pod} waiting up to 0 s for the group restart to stop this pod {TRIGGER}"),
-        *lines(f"{pod} resumed from epoch 10 (/c/step-000000010) {TRIGGER}"),
-        *lines(f"{pod} step 10: val_loss=0.123456 {TRIGGER}"),  # again
+        *lines(f"{pod} replica group 0: of 2, training epochs 1..200 (16 steps each) with {{}} {TRIGGER}"),
+        *lines(f"{pod} {torchft} Finished quorum for group_rank 0 {TRIGGER}"),  # torchft's own chatter
+        *lines(f"{pod} replica group 0: step 2: quorum of 2 replica group(s) {TRIGGER}"),
+        *(lines(f"{pod} step {n}: val_loss=0.123456 {TRIGGER}")[0] for n in range(1, 51)),
+        *lines(f"{pod} replica group 0: step 129: quorum of 1 replica group(s) {TRIGGER}"),
+        *lines(f"{pod} replica group 0: healed from a live peer at step 110 (epoch 6) {TRIGGER}"),
+        *lines(f"{pod} resumed from epoch 10 (/c/step-000000010) {TRIGGER}"),  # a whole-group restart
+        *lines(f"{pod} step 25: val_loss=0.123456 {TRIGGER}"),  # again
     ]
     for line in output:
         progress.feed(line)
     assert shown == [
         "[train] started (task 1/1)",
-        "[train] epoch 5: val_loss=0.1235",
-        "[train] epoch 10: val_loss=0.1235",
-        "[train] saved emergency checkpoint at epoch 10 (peer_lost)",
+        "[train] replica group 0: of 2, training epochs 1..200 (16 steps each) with {}",
+        "[train] replica group 0: step 2: quorum of 2 replica group(s)",
+        "[train] epoch 25: val_loss=0.1235",
+        "[train] epoch 50: val_loss=0.1235",
+        "[train] replica group 0: step 129: quorum of 1 replica group(s)",
+        "[train] replica group 0: healed from a live peer at step 110 (epoch 6)",
         "[train] resumed from epoch 10 (/c/step-000000010)",
     ]
 

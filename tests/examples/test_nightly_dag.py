@@ -54,7 +54,7 @@ def test_each_step_feeds_the_next(nightly):
     )
 
 
-def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_demand(nightly):
+def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_replica_groups_on_spot(nightly):
     tasks = nightly.dag.task_dict
     for stage_task in ("prepare", "evaluate"):
         placement = tasks[stage_task].stage.placement
@@ -63,10 +63,15 @@ def test_stages_run_on_the_cpu_pool_trials_on_spot_and_the_final_leader_on_deman
     assert tasks["prepare"].concurrency_policy == "forbid"
     trial = tasks["sweep"].group
     assert trial.placement.spot and all(role.placement is None for role in trial.roles)
+    # The final training: fault-tolerant replica groups of one pod, each on a spot node of its own, the lighthouse
+    # on on-demand capacity, a durable checkpoint for the case every replica group is lost.
     final = tasks["train"].group
-    leader, workers = final.roles
-    assert not (leader.placement or final.placement).spot and workers.placement.spot
-    assert final.elastic is not None and final.elastic.role == "worker" and final.checkpoint is not None
+    (trainer,) = final.roles
+    ft = final.fault_tolerance
+    assert ft is not None and ft.replica_groups == 2 and ft.min_replica_groups == 1 and final.elastic is None
+    assert trainer.replicas == 1 and trainer.placement.spot and trainer.placement.exclusive_topology
+    assert not ft.lighthouse_placement.spot and final.checkpoint is not None
+    assert trainer.command[0] == "torchrun" and trainer.command[-1].endswith("/train_digits_ft.py")
 
 
 def test_the_ui_links_the_sweep_report_and_plot_the_run_report_and_the_served_endpoint(nightly):
@@ -109,7 +114,7 @@ def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_defaul
         "root": (nightly.ROOT, "{}", "/tmp/airflow-elastic/nightly"),
         "scripts": (tasks["prepare"].stage.command[1], "{}/prepare_digits.py", "/workspace/scripts"),
         "sweep_epochs": (tasks["sweep"].group.env["EPOCHS"], "{}", "6"),
-        "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "20"),
+        "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "200"),
         "max_trials": (tasks["sweep"].max_trials, "{}", "6"),
         "starting_deadline": (tasks["prepare"].starting_deadline, "{}", str(4 * 3600)),  # a night starts by 06:00
     }[name]

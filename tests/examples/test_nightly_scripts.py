@@ -1,5 +1,6 @@
 """The nightly pipeline's batch-stage scripts (``dags/scripts/{prepare,evaluate}_digits.py``), run as a pod runs them:
-a process with the stage's environment, reporting through the termination-message file."""
+a process with the stage's environment, reporting through the termination-message file; and the final training's
+gradient hook (``train_digits_ft.py``; ``tests/examples/test_demo.py`` runs that trainer through a reclaim)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,51 @@ def test_evaluate_without_a_checkpoint_says_where_it_looked(tmp_path):
     out, metrics = run_stage("evaluate_digits.py", tmp_path, {"MODEL_URI": str(tmp_path / "none")})
     assert out.returncode != 0 and f"no complete checkpoint under {tmp_path / 'none'}" in out.stderr
     assert metrics == {}
+
+
+def test_the_final_trainers_gradient_hook_survives_a_peer_lost_mid_all_reduce():
+    """torchft 0.2.0's DDP hook asserts when the all-reduce's wait fails (a peer died during it), crashing the
+    survivor; ``train_digits_ft.py``'s hook hands the gradients back, and the manager (told of the error by the
+    wait) skips the step."""
+    import importlib.util
+    import logging
+
+    torch = pytest.importorskip("torch")
+    torchft = pytest.importorskip("torchft")
+    from torchft.manager import _ManagedWork
+
+    sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location("train_digits_ft", SCRIPTS / "train_digits_ft.py")
+    assert spec is not None and spec.loader is not None
+    train_digits_ft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_digits_ft)
+
+    class LostPeer(torch.distributed.distributed_c10d.Work):
+        def wait(self, timeout=None):
+            raise RuntimeError("Read error [127.0.0.1]:29333: Connection reset by peer")
+
+    class Manager:  # what _ManagedWork and the hook use of torchft's Manager
+        _logger = logging.getLogger("test")
+
+        def __init__(self) -> None:
+            self.errors: list[Exception] = []
+
+        def report_error(self, error: Exception) -> None:
+            self.errors.append(error)
+
+        def allreduce(self, tensor):
+            return _ManagedWork(self, LostPeer(), tensor)
+
+    class Bucket:
+        def __init__(self, grads):
+            self.grads = grads
+
+        def buffer(self):
+            return self.grads
+
+    grads = torch.ones(3)
+    with pytest.raises(AssertionError):  # torchft's own hook
+        torchft.DistributedDataParallel._comm_hook(Manager(), Bucket(grads))
+    manager = Manager()
+    future = train_digits_ft.DistributedDataParallel._comm_hook(manager, Bucket(grads))
+    assert future.wait() is grads and len(manager.errors) == 1  # the step will not commit
