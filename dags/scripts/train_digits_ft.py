@@ -123,8 +123,9 @@ class Trainer:
             timeout=timedelta(seconds=10),
         )
 
-    def resume(self, manager: Manager) -> None:
-        """The durable checkpoint, if any (a whole-group restart; a replacement then heals past it)."""
+    def resume(self, manager: Manager) -> bool:
+        """After the first step: the durable checkpoint, when every replica group started afresh (a whole-group
+        restart); a replacement that healed from a live peer in that step reads nothing. Whether one was loaded."""
 
         def load(found: runtime.Checkpoint) -> None:
             state = train_digits.load_state(self.ctx.checkpoint_uri, found.path)
@@ -133,7 +134,7 @@ class Trainer:
             self.resumed_from = int(state["epoch"])
             log(f"resumed from epoch {self.resumed_from} ({found.path})")
 
-        fault_tolerance.resume(manager, load)
+        return fault_tolerance.resume(manager, load) is not None
 
     def rows(self, step: int) -> torch.Tensor:
         """This replica group's rows of step ``step``'s global batch (see the module docstring)."""
@@ -166,7 +167,7 @@ class Trainer:
 
     def train(self, manager: Manager, ddp: nn.Module, optimizer: Optimizer) -> None:
         x, y = self.data["train"]
-        total, quorum = self.epochs * self.per_epoch, 0
+        total, quorum, first = self.epochs * self.per_epoch, 0, True
         log(
             f"of {NUM_REPLICA_GROUPS}, training epochs {manager.current_step() // self.per_epoch + 1}..{self.epochs} "
             f"({self.per_epoch} steps each) with {json.dumps(self.params)}"
@@ -177,6 +178,10 @@ class Trainer:
             optimizer.zero_grad()  # starts the quorum (a replacement heals from a peer in it)
             nn.functional.cross_entropy(ddp(x[rows]), y[rows]).backward()  # the gradients averaged over the quorum
             optimizer.step()  # commits only if the whole quorum did
+            if first:  # torchft's first quorum has decided: healed from a live peer, or resume from storage
+                first = False
+                if self.resume(manager):
+                    continue
             now = manager.current_step()
             if now > step + 1 and self.healed_at is None:
                 self.healed_at = now - 1
@@ -221,7 +226,6 @@ class Trainer:
 
     def run(self) -> None:
         manager = self.manager()
-        self.resume(manager)
         ddp = DistributedDataParallel(manager, self.model)
         optimizer = Optimizer(manager, self.inner)
         runtime.run_then_exit(lambda: self.train(manager, ddp, optimizer), teardown=lambda: manager.shutdown(False))
