@@ -190,7 +190,9 @@ def decide(
         "outcome": outcome,
         "cause": (cause or {}).get("cause") or ("succeeded" if outcome == "succeeded" else event.reason or "unknown"),
         "preemptions": free + ends_preempted,
+        "preemptions_absorbed": free,
         "failures": event.restarts_counted - lost + len(event.retried),
+        "restarts": event.restarts,
         "restart_causes": restarts,
         "absorbed_causes": [r.get("cause") for r in event.absorbed],
         "started": started,
@@ -255,14 +257,16 @@ class Guards:
 
 def lost_work(attempt: Mapping[str, Any], resume: Any, *, gpus: int) -> dict[str, Any]:
     """Work a preempted attempt lost, given the checkpoint (``checkpoints.Checkpoint`` or ``None``) the next one
-    resumes from: steps past it that the attempt last reported, and GPU-hours since the checkpoint was written
-    (its marker's ``time``) until the attempt ended. ``None`` where the evidence does not say."""
+    resumes from: steps past it that the attempt last reported, and the seconds (and GPU-hours) since the checkpoint
+    was written (its marker's ``time``) until the attempt ended. ``None`` where the evidence does not say."""
     reached = attempt.get("reached_step")
     step = getattr(resume, "step", 0) if resume is not None else 0
     written = (getattr(resume, "marker", None) or {}).get("time") if resume is not None else attempt.get("started")
     steps = max(int(reached) - step, 0) if reached is not None else None
-    hours = round(gpus * max(float(attempt["ended"]) - float(written), 0.0) / 3600, 6) if written else None
-    return {"lost_steps": steps, "lost_gpu_hours": hours}
+    lost = max(float(attempt["ended"]) - float(written), 0.0) if written else None
+    seconds = round(lost, 3) if lost is not None else None
+    hours = round(gpus * lost / 3600, 6) if lost is not None else None
+    return {"lost_steps": steps, "lost_seconds": seconds, "lost_gpu_hours": hours}
 
 
 def summary(history: History) -> dict[str, Any]:

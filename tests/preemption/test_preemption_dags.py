@@ -4,6 +4,8 @@ disruption Kubernetes does not label, budget exhaustion, and a genuine failure p
 
 ``airflow dags test`` runs the four tasks one after another; while it runs, the test watches each task's checkpoint
 directory and disrupts the worker's node once that task's checkpoints reach step 2 (an observed step, not a timer).
+Airflow's metrics go to a StatsD listener on localhost, where the test reads what each verdict sent
+(``airflow_elastic.training.*``, docs/concepts/metrics.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from tests.support.airflow_env import dags_test, tail, task_states
+from tests.support.statsd import Received, StatsdListener
 from tests.support.training_group_helpers import jobsets, pods_of, xcom
 
 DAG_ID = "training_group_preemption"
@@ -77,8 +80,9 @@ def test_preemption_budget_and_resubmission(
 ):
     base = tmp_path / "ckpt"
     done, injected, steps = threading.Event(), [], {}
-    with ThreadPoolExecutor(1) as pool:
-        run = pool.submit(dags_test, DAG_ID, cluster_airflow_env, {"namespace": namespace, "base": str(base)})
+    with StatsdListener() as statsd, ThreadPoolExecutor(1) as pool:
+        env = {**cluster_airflow_env, **statsd.environment()}  # and the metrics each verdict sends (5)
+        run = pool.submit(dags_test, DAG_ID, env, {"namespace": namespace, "base": str(base)})
         try:
             steps = _disrupt_at_step(local_cluster, api_client, namespace, base, done, injected)
         finally:
@@ -135,3 +139,37 @@ def test_preemption_budget_and_resubmission(
     # (4) A genuine failure beyond max_failures fails the task (an Airflow retry would apply).
     diverged = xcom(airflow_db, DAG_ID, "diverges", "jobset_name")
     assert f"JobSet {namespace}/{diverged} failed" in out and "user_error" in out, tail(out)
+
+    # (5) Each verdict's metrics, read from a StatsD listener on localhost as Airflow's Stats sent them (tags in the
+    # name): the reclaim absorbed, the raw delete resubmitted, the spent budget stopped, the divergence failed.
+    sent = _metrics(statsd.received("airflow.airflow_elastic.training."))
+    assert {task: got["finished"] for task, got in sent.items()} == {
+        "reclaim": ("c", 1, "succeeded"),
+        "raw_delete": ("c", 1, "succeeded"),
+        "exhausted": ("c", 1, "stopped"),
+        "diverges": ("c", 1, "failed"),
+    }, sent
+    assert sent["reclaim"]["preemptions_absorbed"] == ("c", 1, "succeeded") == sent["reclaim"]["restarts"], sent
+    assert "preemptions_resubmitted" not in sent["reclaim"] and sent["reclaim"]["goodput"][1] == 1.0, sent
+    assert sent["raw_delete"]["preemptions_resubmitted"] == ("c", 1, "succeeded"), sent
+    assert 0 < sent["raw_delete"]["goodput"][1] < 1, sent  # the work past the checkpoint, the gap to the next group
+    assert sent["exhausted"]["preemptions_absorbed"] == ("c", 1, "stopped"), sent
+    logged = re.search(rf"attempt 1: JobSet {diverged} \(uid [^)]+\) failed, .*?, (\d+) failure\(s\)", out)
+    assert logged and sent["diverges"]["failures"] == ("c", int(logged.group(1)), "failed"), (sent, tail(out))
+    for task in ("reclaim", "raw_delete"):
+        value = xcom(airflow_db, DAG_ID, task)
+        assert sent[task]["gpu_hours"] == ("g", value["gpu_hours"], "succeeded"), (sent, value)
+        elapsed = value["attempts"][-1]["ended"] - value["attempts"][0]["started"]
+        assert elapsed * 1000 <= sent[task]["time_to_verdict"][1] < (elapsed + 30) * 1000, (sent, value)
+
+
+def _metrics(received: list[Received]) -> dict[str, dict[str, tuple[str, float, str | None]]]:
+    """task -> metric (without the prefix) -> (type, value, outcome tag); every metric sent once per task."""
+    found: dict[str, dict[str, tuple[str, float, str | None]]] = {}
+    for r in received:
+        assert r.tags["dag_id"] == DAG_ID, r
+        metric = r.name.removeprefix("airflow.airflow_elastic.training.")
+        task = found.setdefault(r.tags["task_id"], {})
+        assert metric not in task, (r, task)
+        task[metric] = (r.type, r.value, r.tags.get("outcome"))
+    return found

@@ -17,6 +17,7 @@ from airflow_elastic.operators.stages.batch_stage import STATE_KEY
 from tests.support.airflow_env import dags_test, kubernetes_connection, tail, task_states
 from tests.support.operator_fakes import StateStore, TaskInstance
 from tests.support.paths import ROOT
+from tests.support.statsd import StatsdListener
 from tests.support.training_group_helpers import xcom
 
 RESULT_KEYS = {"name", "namespace", "succeeded", "failed", "duration", "metrics"}
@@ -41,7 +42,8 @@ def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
     cluster_airflow_env, airflow_db, namespace, api_client
 ):
     dag_id = "batch_stage_outcomes"
-    result = dags_test(dag_id, cluster_airflow_env, conf={"namespace": namespace})
+    with StatsdListener() as statsd:  # each verdict's metrics, as Airflow's Stats sends them (tags in the name)
+        result = dags_test(dag_id, cluster_airflow_env | statsd.environment(), conf={"namespace": namespace})
     states = task_states(airflow_db, dag_id)
     assert states == {"prepare": "success", "prepare_sync": "success", "evaluate_fails": "failed"}, tail(result.stdout)
 
@@ -70,6 +72,20 @@ def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
     # The failed stage: the pod, its reason and exit code, and the termination message (its log's tail).
     assert "failed (BackoffLimitExceeded" in result.stdout, tail(result.stdout)
     assert "(role evaluate, attempt 0) Error (exit code 3): no held-out data" in result.stdout, tail(result.stdout)
+
+    # Each verdict's metrics: its outcome, the failed pods and the Job's duration (ms), as its result says.
+    received = statsd.received("airflow.airflow_elastic.stage.")
+    sent = {(r.tags["task_id"], r.name.rpartition(".")[2]): r for r in received}
+    assert {task: r.tags["outcome"] for (task, metric), r in sent.items() if metric == "finished"} == {
+        "prepare": "succeeded",
+        "prepare_sync": "succeeded",
+        "evaluate_fails": "failed",
+    }, sent
+    for task_id in ("prepare", "prepare_sync"):
+        duration = xcom(airflow_db, dag_id, task_id)["duration"]
+        assert sent[task_id, "duration"].value == pytest.approx(duration * 1000, abs=0.01), sent
+        assert (task_id, "pods_failed") not in sent, sent
+    assert sent["evaluate_fails", "pods_failed"].value >= 1 and sent["evaluate_fails", "duration"].type == "ms", sent
 
 
 def test_forbid_skips_naming_the_active_job_and_replace_deletes_it_first(

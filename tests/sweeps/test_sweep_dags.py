@@ -18,6 +18,7 @@ from airflow_elastic.contract import checkpoints
 from airflow_elastic.localcluster import LocalCluster
 from tests.support.airflow_env import dags_test, tail, task_states
 from tests.support.images import png_size
+from tests.support.statsd import Received, StatsdListener
 from tests.support.training_group_helpers import JOBSET_RESOURCE, JOBSETS, pods_of, xcom
 
 TRIAL_LABEL = "airflow-elastic.io/trial"
@@ -162,10 +163,9 @@ def test_failures_median_stopping_and_preemption(
     base = tmp_path / "ckpt"
     done, injected = threading.Event(), []
     mark = local_cluster.request_count()
-    with JobSetRecorder(api_client, namespace) as recorder, ThreadPoolExecutor(1) as pool:
-        run = pool.submit(
-            dags_test, "sweep_behaviours", cluster_airflow_env, {"namespace": namespace, "base": str(base)}
-        )
+    with StatsdListener() as statsd, JobSetRecorder(api_client, namespace) as recorder, ThreadPoolExecutor(1) as pool:
+        env = {**cluster_airflow_env, **statsd.environment()}  # and the sweeps' metrics (4)
+        run = pool.submit(dags_test, "sweep_behaviours", env, {"namespace": namespace, "base": str(base)})
         try:
             _reclaim_when_checkpointed(
                 local_cluster, api_client, namespace, base / "sw-preempt" / "trial-1", done, injected
@@ -204,6 +204,34 @@ def test_failures_median_stopping_and_preemption(
     [trial] = preempted["trials"]
     assert trial["state"] == "complete" and trial["preemptions"] >= 1, trial
     assert preempted["best_value"] < 1e-9, preempted
+
+    # (4) The metrics each sweep sent as it went, read from a StatsD listener on localhost (Airflow's Stats, tags in
+    # the name): trials by state, how many ran, the best value so far, and the verdict.
+    sent = statsd.received("airflow.airflow_elastic.sweep.")
+    assert {r.tags["dag_id"] for r in sent} == {"sweep_behaviours"}, sent
+    assert _trials_by_state(sent, "median") == {"running": 4, "complete": 3, "pruned": 1}, sent
+    assert _trials_by_state(sent, "failing")["failed"] >= 2, sent
+    assert _last(sent, "median", "best_value") == (median["best_value"], {"objective": "loss", "mode": "min"})
+    assert _last(sent, "median", "trials_running")[0] == 0
+    assert _last(sent, "median", "finished") == (1, {"outcome": "succeeded"})
+    assert _last(sent, "failing", "finished") == (1, {"outcome": "failed"})
+    assert _last(sent, "preempted", "best_value")[0] == preempted["best_value"]
+    assert _last(sent, "median", "time_to_verdict")[0] > 0
+
+
+def _trials_by_state(sent: list[Received], task: str) -> dict[str, int]:
+    """The ``sweep.trials`` counter of ``task`` summed by state."""
+    found: dict[str, int] = {}
+    for r in sent:
+        if r.tags["task_id"] == task and r.name.endswith(".sweep.trials"):
+            found[r.tags["state"]] = found.get(r.tags["state"], 0) + int(r.value)
+    return found
+
+
+def _last(sent: list[Received], task: str, metric: str) -> tuple[float, dict[str, str]]:
+    """The last value ``task`` sent of ``sweep.<metric>``, with its own tags (not the task's)."""
+    [*_, last] = [r for r in sent if r.tags["task_id"] == task and r.name.endswith(f".sweep.{metric}")]
+    return last.value, {k: v for k, v in last.tags.items() if k not in ("dag_id", "task_id")}
 
 
 def test_sync_mode_warm_start_the_wall_clock_budget_and_all_failed(

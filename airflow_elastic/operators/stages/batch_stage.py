@@ -318,10 +318,13 @@ class BatchStageOperator(BaseOperator):
     # -------------------------------------------------------------------------------------------- finish
 
     def _finish(self, context: Context, hook: BatchJobHook, event: StageEvent) -> dict[str, Any]:
+        from airflow_elastic.metering.stages import stage_samples
         from airflow_elastic.operators.identity import TaskIdentity
+        from airflow_elastic.operators.metrics import report
         from airflow_elastic.operators.stages import cron as cron
         from airflow_elastic.training.state import PodFailure
 
+        report(lambda: stage_samples(event), context, self.log)  # the verdict's metrics, whatever it is
         store = context["task_state_store"]
         where = f"Job {event.namespace}/{event.name}"
         if event.status == "timeout":

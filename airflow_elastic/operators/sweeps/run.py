@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
 from airflow_elastic.hooks.errors import KubernetesApiError
+from airflow_elastic.metering import sweeps as metering
 from airflow_elastic.operators import identity as ident
 from airflow_elastic.operators import reruns
+from airflow_elastic.operators.metrics import report
 from airflow_elastic.operators.sweeps import outcome
 from airflow_elastic.operators.sweeps.trial_groups import TRIAL_LABEL, TrialIdentity, TrialStore, sweep_id, trial_port
 from airflow_elastic.operators.training.resubmission import Attempts
@@ -190,6 +192,7 @@ class SweepRun:
             self.save()
             self._submit(trial)
             self.save()
+            report(lambda: metering.trial_started(self.history), self.context, self.log)
             self.log.info(
                 "%s as JobSet %s/%s",
                 self.history.summary_line(trial.number, self.spec.objective, self.spec.mode, self.max_trials),
@@ -344,6 +347,7 @@ class SweepRun:
             if not spent:
                 self.state["finished"] = True
                 self.save()
+                self._report_verdict("timeout")
                 raise AirflowTaskTimeout(f"execution_timeout ({self.spec.execution_timeout}) reached; trials stopped")
             return
         store = self._store(trial)
@@ -416,6 +420,11 @@ class SweepRun:
                 max(trial.finished_at - (trial.started_at or trial.finished_at), 0.0) * self._gpus() / 3600, 6
             )
         self.save()
+
+        def ended() -> list[Any]:
+            return metering.trial_ended(self.history, trial.number, objective=self.spec.objective, mode=self.spec.mode)
+
+        report(ended, self.context, self.log)
         line = self.history.summary_line(trial.number, self.spec.objective, self.spec.mode, self.max_trials)
         (self.log.warning if state == "failed" else self.log.info)("%s", line)
 
@@ -437,6 +446,7 @@ class SweepRun:
         self.state["finished"] = True
         self.save()
         outcome.write(self.history, self.spec, self.render, self.log)  # what ran, for the post-mortem
+        self._report_verdict("failed")
         raise AirflowFailException(
             f"The sweep failed: {len(charged)} trial(s) failed, more than max_failed_trials="
             f"{self.spec.max_failed_trials}: {listing}"
@@ -447,16 +457,30 @@ class SweepRun:
     def finish(self) -> dict[str, Any]:
         """The result: the best trial, every trial, the report (paths logged); raises when none completed. Kept
         with the try that finished, so that a retry of this task instance returns it (:meth:`begin`)."""
-        report = outcome.write(self.history, self.spec, self.render, self.log)
+        written = outcome.write(self.history, self.spec, self.render, self.log)
         self.state["finished"] = True  # saved with the result, or failed: a worker dying before finishes again
         try:
-            result = outcome.result(self.history, self.spec, report, self.log)
+            result = outcome.result(self.history, self.spec, written, self.log)
         except AirflowFailException:
             self.save()
+            self._report_verdict("failed")
             raise
         self.state.update(reruns.keep(result, self.context))
         self.save()
+        self._report_verdict("succeeded")
         return result
+
+    def _report_verdict(self, verdict: metering.SweepOutcome) -> None:
+        """Send the sweep's verdict metrics (never raises)."""
+        spec, started = self.spec, self.state.get("started")
+
+        def samples() -> list[Any]:
+            now = time.time()
+            return metering.sweep_finished(
+                self.history, outcome=verdict, objective=spec.objective, mode=spec.mode, started=started, now=now
+            )
+
+        report(samples, self.context, self.log)
 
 
 def _last(trial: Trial) -> float | None:

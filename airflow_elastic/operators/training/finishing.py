@@ -1,9 +1,11 @@
 """How ``TrainingGroupOperator`` ends a task with its group's verdict: carry out
 :func:`~airflow_elastic.preemption.verdicts.finish_plan` (delete what it says, raise or return the result) and log
-a failure's evidence. The decisions are the plan's; this module only does the I/O."""
+a failure's evidence, and send the verdict's metrics (:func:`report_verdict`). The decisions are the plan's; this
+module only does the I/O."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
@@ -103,3 +105,34 @@ def report_failure(hook: JobSetHook, submission: ident.Submission, event: GroupE
     except KubernetesApiError as error:
         log.warning("Could not list the group's events: %s", error)
     return failure_message(where, event)
+
+
+def report_verdict(
+    context: Mapping[str, Any], log: Any, *, result: dict[str, Any] | None = None, error: BaseException | None = None
+) -> None:
+    """Send the metrics of the task's verdict (:func:`airflow_elastic.metering.groups.group_samples`) through
+    Airflow's ``Stats``: of ``result`` when the group succeeded, else of the attempt history in ``task_state_store``
+    with the outcome ``error`` says (``timeout``, ``stopped`` for a spent budget or guardrail, else ``failed``).
+    Never raises (:mod:`airflow_elastic.operators.metrics`)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_elastic.metering.groups import Outcome, group_samples
+    from airflow_elastic.operators.metrics import report
+    from airflow_elastic.preemption import attempts
+
+    outcome: Outcome = "succeeded"
+    if isinstance(error, AirflowTaskTimeout):
+        outcome = "timeout"
+    elif isinstance(error, AirflowFailException):
+        outcome = "stopped"
+    elif error is not None:
+        outcome = "failed"
+
+    def samples() -> list[Any]:
+        summary = result
+        if summary is None:
+            history = attempts.History.load(context["task_state_store"])
+            summary = {**attempts.summary(history), "attempts": history.attempts}
+        return group_samples(summary, outcome=outcome, now=time.time())
+
+    report(samples, context, log)

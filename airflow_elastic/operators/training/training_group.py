@@ -347,6 +347,7 @@ class TrainingGroupOperator(BaseOperator):
         self, context: Context, hook: JobSetHook, submission: ident.Submission, history: attempts.History
     ) -> GroupEvent:
         """Poll the group from the worker until it ends (sync mode; at once for a group that already ended)."""
+        from airflow_elastic.operators.training.finishing import report_verdict
         from airflow_elastic.operators.training.waiting import wait_for_group
         from airflow_elastic.preemption import attempts
 
@@ -356,10 +357,11 @@ class TrainingGroupOperator(BaseOperator):
             return wait_for_group(
                 hook, submission.namespace, submission.name, settings, log_role=log_role, log=self.log
             )
-        except AirflowTaskTimeout:
+        except AirflowTaskTimeout as error:
             # Airflow's own execution_timeout alarm fired mid-poll: the group goes, whatever on_kill_action says.
             self._delete(hook, submission, "execution_timeout reached")
             attempts.History.close(context["task_state_store"])
+            report_verdict(context, self.log, error=error)
             raise
 
     def _wait_settings(self, context: Context, submission: ident.Submission, history: attempts.History) -> WaitSettings:
@@ -434,15 +436,19 @@ class TrainingGroupOperator(BaseOperator):
     ) -> dict[str, Any]:
         """Judge the ended attempt; finish the task with it, or submit the next attempt (a disrupted TrainJob or
         PyTorchJob is deleted first; ``training.backends.DELETED_BEFORE_RESUBMISSION``)."""
+        from airflow_elastic.operators.training.finishing import report_verdict
         from airflow_elastic.training.backends import DELETED_BEFORE_RESUBMISSION
 
         verdict: Judgement | None = None
         try:
             verdict = self._attempts.judge(context, hook, submission, event)
             if verdict.action != "resubmit":
-                return self._attempts.conclude(context, verdict, self._finish(hook, submission, event))
-        except (AirflowException, AirflowTaskTimeout):
+                result = self._attempts.conclude(context, verdict, self._finish(hook, submission, event))
+                report_verdict(context, self.log, result=result)
+                return result
+        except (AirflowException, AirflowTaskTimeout) as error:
             self._attempts.failed(context, event, verdict)
+            report_verdict(context, self.log, error=error)
             raise
         if self.backend in DELETED_BEFORE_RESUBMISSION:
             self._delete(hook, submission, "it was disrupted; the next attempt resumes from the checkpoint")
