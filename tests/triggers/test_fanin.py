@@ -48,7 +48,7 @@ def test_waits_with_evidence_and_logs_share_one_pod_list_per_poll():
     async def all_of_them() -> list[list[dict[str, Any]]]:
         return await asyncio.gather(*(wait(hook, name) for name in names))
 
-    results = asyncio.run(asyncio.wait_for(all_of_them(), 20))
+    results = asyncio.run(asyncio.wait_for(all_of_them(), 60))  # a hang guard: 2 s alone, far more on a busy machine
     assert [[e["status"] for e in events] for events in results] == [["succeeded"]] * WAITS
     per_poll = [b - a for a, b in itertools.pairwise(pods_per_poll)]
     assert per_poll and max(per_poll) == 1, per_poll  # one shared pod list per poll, whatever the number of waits
