@@ -117,7 +117,9 @@ class Run:
         return out, xcom(self.db, DAG_ID, "train")
 
     def wait_for(self, what: str, ready: Callable[[], Any], timeout: float = 150.0) -> Any:
-        return wait_for(ready, timeout, what=lambda: f"{what}; injected so far: {self.injected}", interval=0.5)
+        logs = self.root.parent / "pod-logs"
+        message = lambda: f"{what}; injected so far: {self.injected}; the pods' logs go to {logs}"  # noqa: E731
+        return wait_for(ready, timeout, what=message, interval=0.5)
 
     # ------------------------------------------------------------------------------------------ observing
 
@@ -311,8 +313,10 @@ def restarted(cluster, core, tmp_path_factory, migrated_airflow_db) -> Restarted
         for node in _spot_nodes(core):  # all the spot capacity, and none comes back
             cluster.preempt_node(node, style="gke", grace_seconds=1, delete_after=1)
             run.injected.append(f"gke on {node} after checkpoint {seen['checkpoint']}")
-        seen["resubmitted"] = run.wait_for("the whole group resubmitted", resubmitted, timeout=60)
-        seen["nodes"] = [cluster.add_node("spot") for _ in range(3)]
+        try:
+            seen["resubmitted"] = run.wait_for("the whole group resubmitted", resubmitted, timeout=45)
+        finally:  # spot capacity again, also when that failed (the run can end then)
+            seen["nodes"] = [cluster.add_node("spot") for _ in range(3)]
 
     out, result = run.run(inject)
     print(f"cases (b) and (c): {run.seconds:.1f} s wall, injected {run.injected}")
