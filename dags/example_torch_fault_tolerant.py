@@ -25,7 +25,15 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from airflow_elastic import Checkpointing, FailurePolicy, FaultTolerance, Role, TrainingGroup
+from airflow_elastic import (
+    Checkpointing,
+    FailurePolicy,
+    FaultTolerance,
+    Role,
+    RunOptions,
+    TrainingGroup,
+    WaitSettings,
+)
 from airflow_elastic.operators import TrainingGroupOperator
 
 if (here := str(Path(__file__).resolve().parent)) not in sys.path:
@@ -54,8 +62,11 @@ GROUP = TrainingGroup(
     checkpoint=Checkpointing(uri="{{ params.checkpoint_root }}/{{ run_id }}", keep=3),
     env=ENV,
     # The lighthouse stays on on-demand capacity (its default placement); a silent replica group leaves the
-    # quorum after 2 s, and a replacement that finds a quorum waits at most 10 s for stragglers.
-    fault_tolerance=FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=10_000),
+    # quorum after 2 s, and a replacement that finds a quorum waits at most 10 s for stragglers. Every replica
+    # group gone for 10 s (all the spot capacity reclaimed at once): the task restarts the whole group from the
+    # durable checkpoint. The default bound (305 s) allows for a cloud's spot node provisioning; a local cluster's
+    # nodes come back in seconds or not at all.
+    fault_tolerance=FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=10_000, quorum_lost_timeout=10),
 )
 
 with DAG(
@@ -71,7 +82,8 @@ with DAG(
     TrainingGroupOperator(
         task_id="train",
         group=GROUP,
-        kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
-        poll_interval=1,
-        startup_timeout=180,
+        options=RunOptions(
+            kubernetes_conn_id="local_cluster",  # the connection `airflow-elastic cluster up` prints
+            wait=WaitSettings(poll_interval=1, startup_timeout=180),
+        ),
     )

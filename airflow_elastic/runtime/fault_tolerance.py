@@ -4,9 +4,10 @@ In a group with ``FaultTolerance(...)`` torchft keeps the replica groups trainin
 the quorum and its replacement heals from a live peer. What torchft does not do is survive losing *every* replica
 group; then the operator restarts the whole group, and it resumes from the durable checkpoint. So:
 
-* :func:`is_writer`: the one pod of the current quorum that writes durable checkpoints and reports (rank 0 of
-  the replica group that is rank 0 of the quorum); every other pod skips, so the quorum does not write
-  ``replica_groups`` copies.
+* :func:`is_writer`: the one pod of the current quorum that writes durable checkpoints and intermediate reports
+  (rank 0 of the replica group that is rank 0 of the quorum); every other pod skips, so the quorum does not write
+  ``replica_groups`` copies. The final report comes from every replica group's rank 0: the first replica group to
+  finish completes the group, and the JobSet stops the others, the writer's perhaps before it reported.
 * :func:`save_checkpoint`: :func:`airflow_elastic.runtime.save_checkpoint` on that pod, with the manager's state
   (torchft's step and committed batches; torchft says to save it with every periodic checkpoint) in the marker.
 * :func:`resume`: after the first step, the manager's state and the caller's from the latest durable checkpoint
@@ -83,8 +84,9 @@ def replica_group(env: Mapping[str, str] | None = None) -> ReplicaGroup | None:
 
 
 def is_writer(manager: Manager, ctx: Context | None = None) -> bool:
-    """True on the one pod of the quorum that writes checkpoints and reports: rank 0 of its replica group, in the
-    replica group that is rank 0 of the current quorum (waits for the quorum, as ``participating_rank`` does)."""
+    """True on the one pod of the quorum that writes checkpoints and intermediate reports: rank 0 of its replica
+    group, in the replica group that is rank 0 of the current quorum (waits for the quorum, as
+    ``participating_rank`` does)."""
     ctx = ctx or context()
     return ctx.rank == 0 and manager.participating_rank() == 0
 

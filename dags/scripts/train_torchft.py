@@ -8,19 +8,26 @@ checkpoint (one pod of the quorum writes it, with the manager's state) and the r
 restart, decided after the first step (``fault_tolerance.resume``: a replica group healed from a live peer skips it).
 
 Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10).
+
+Test hook, not part of the example (``tests/examples/test_fault_tolerant_example.py``): ``FAIL_REPLICA_GROUP`` and
+``FAIL_AT_STEP`` make that replica group exit 1 at the first step it reaches at or past that one, a failure of its
+own that no disruption explains. Only a process that started before the step fails (not its replacement, healed from
+a peer past it, nor a process resumed from the durable checkpoint past it), so it fails once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from datetime import timedelta
 from typing import Any
 
 import torch
+import torchft
 from torch import nn, optim
-from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+from torchft import Manager, Optimizer, ProcessGroupGloo
 
 from airflow_elastic import runtime
 from airflow_elastic.runtime import fault_tolerance
@@ -30,6 +37,27 @@ STEPS = int(os.environ.get("TRAIN_STEPS", "40"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
 CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
 REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+#: The test hook (see above): unset, nothing fails.
+FAIL_REPLICA_GROUP = int(os.environ.get("FAIL_REPLICA_GROUP", "-1"))
+FAIL_AT_STEP = int(os.environ.get("FAIL_AT_STEP", "0"))
+
+
+class DistributedDataParallel(torchft.DistributedDataParallel):
+    """torchft's DDP, whose gradient hook also accepts a skipped allreduce.
+
+    When the process group cannot be configured for a new quorum (a peer that just died was still in it: the
+    configure times out waiting for it), torchft 0.2.0's ``Manager.allreduce`` reports the error and returns a
+    completed ``_DummyWork``, but its DDP hook asserts the future of a managed work and the survivor crashes
+    (``AttributeError: 'Future' object has no attribute '_fut'``; torchft issues #295, #304, unfixed upstream).
+    Returning the completed future instead lets the manager discard the step and the survivor train on.
+    """
+
+    @staticmethod
+    def _comm_hook(state, bucket):  # unannotated: DDP rejects annotations but its own (as strings, they are not)
+        work = state.allreduce(bucket.buffer())
+        work.wait()
+        future = work.get_future()
+        return getattr(future, "_fut", None) or future
 
 
 def main() -> None:
@@ -54,6 +82,7 @@ def main() -> None:
     )
     durable = bool(runtime.context().checkpoint_uri)
     first_step = True
+    started_at = 0  # (the test hook) the step this process started from: 1, or where it healed or resumed
     ddp = DistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, inner)
     loss = torch.zeros(())
@@ -69,15 +98,23 @@ def main() -> None:
             first_step = False
             if found is not None:  # at the checkpoint's step now: train on from there (it is written already)
                 print(f"replica group {REPLICA_GROUP_ID} resumed from the durable checkpoint at step {found.step}")
+                started_at = found.step
                 continue
         step = manager.current_step()
+        started_at = started_at or step
         print(
             f"replica group {REPLICA_GROUP_ID} step {step} quorum {manager.num_participants()} loss {loss.item():.4f}"
         )
+        if REPLICA_GROUP_ID == FAIL_REPLICA_GROUP and started_at < FAIL_AT_STEP <= step:
+            print(f"replica group {REPLICA_GROUP_ID} fails on its own at step {step} (FAIL_AT_STEP, a test hook)")
+            sys.stdout.flush()
+            os._exit(1)  # at once, as a crash: no manager shutdown
         if durable and step % CHECKPOINT_EVERY == 0:
             fault_tolerance.save_checkpoint(manager, lambda d: torch.save(state_dict(), f"{d}/state.pt"))
         time.sleep(STEP_SECONDS)
-    if fault_tolerance.is_writer(manager):
+    # Every replica group reports, not only the writer: the first replica group to finish completes the group, and
+    # the JobSet then stops the others (its active Jobs are deleted), the writer's perhaps before it reported.
+    if runtime.context().rank == 0:
         runtime.report({"step": manager.current_step(), "loss": loss.item(), "batches": manager.batches_committed()})
     manager.shutdown(wait=False)
 

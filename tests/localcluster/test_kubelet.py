@@ -299,6 +299,44 @@ async def test_no_process_outlives_deletion_or_shutdown(side: NodeSide) -> None:
     assert not list(side.state_dir.glob("pods/*/pids/*.json"))
 
 
+#: A main process whose child leaves its process group (``setsid``, as torchrun starts each worker), records the
+#: child's pid and waits for it; SIGTERM is ignored, so only a SIGKILL ends it.
+ESCAPING_CHILD = """
+import os, pathlib, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(999)"], start_new_session=True)
+pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+child.wait()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.parametrize("how", ["node_lost", "grace_ended"])
+async def test_a_child_that_left_the_process_group_dies_with_its_container(
+    side: NodeSide, tmp_path: Path, how: str
+) -> None:
+    """A container's SIGKILL takes every process of it, as a PID namespace ends: also a descendant in a session of
+    its own (torchrun's workers), which would otherwise outlive a vanished node and keep its ports."""
+    pid_file = tmp_path / "child.pid"
+    container = {"command": [PY, "-c", ESCAPING_CHILD, str(pid_file)]}
+    side.create(PODS, pod_body("tree", container=container, terminationGracePeriodSeconds=1))
+    pod = await side.wait(lambda: pid_file.exists() and pid_file.read_text() and side.pod("tree"))
+    child = int(pid_file.read_text())
+    assert _alive(child) and group_alive(child)  # in a process group of its own, not the container's
+    if how == "node_lost":
+        side.kubelet.lose_node(pod["spec"]["nodeName"])
+    else:
+        side.store.delete(PODS, "default", "tree")  # SIGTERM ignored: SIGKILL once the grace ends
+    await side.wait(lambda: not _alive(child) and not group_alive(pgid_of(pod)), timeout=10)
+
+
 async def test_orphans_reaped_and_pods_failed_after_crash(tmp_path: Path) -> None:
     first = NodeSide(tmp_path, persistent=True)
     first.create(PODS, pod_body("survivor", container={"command": ["sh", "-c", "sleep 999 & wait"]}))

@@ -5,9 +5,11 @@ A container's processes are its process group; its main process (the group leade
 As a container runtime does, termination signals the main process only (``sh -c "python train.py"`` leaves python
 unsignalled: the shell must ``exec`` it), and SIGKILL after the grace period goes to the whole group. When the
 main process exits, the rest of the group is killed (a container's PID namespace ends with its init process).
-A process that leaves the group (``setsid``) escapes.
+A process that leaves the group (``setsid``; torchrun starts each worker so) is still the container's while its
+parent chain leads back to the group: a SIGKILL (the grace period's end, a vanished node) takes it too. Only one
+whose ancestors in the container all exited before it escapes (its parent is then init: nothing links it back).
 Before signalling a group that may be stale, the members are checked in ``/proc``: only processes of that group
-that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
+(or descending from it) that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """``(pgid, start time in clock ticks since boot)`` of a live, non-zombie process."""
+def _fields(pid: int) -> list[str] | None:
+    """The ``/proc/<pid>/stat`` fields after the command name of a live, non-zombie process."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[2]), int(fields[19])
+    return None if fields[0] == "Z" else fields
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(pgid, start time in clock ticks since boot)`` of a live, non-zombie process."""
+    fields = _fields(pid)
+    return (int(fields[2]), int(fields[19])) if fields else None
 
 
 def start_ticks(pid: int) -> int:
@@ -54,18 +60,41 @@ def group_members(pgid: int, since: int) -> list[int]:
     return members
 
 
+def container_processes(pgid: int, since: int) -> tuple[list[int], list[int]]:
+    """Live processes of group ``pgid``, and their descendants outside it (``setsid``), started at or after
+    ``since`` (the leader's start time)."""
+    group: set[int] = set()
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _fields(int(entry.name))
+        if not fields or int(fields[19]) < since:
+            continue
+        if int(fields[2]) == pgid:
+            group.add(int(entry.name))
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    seen, queue = set(group), list(group)
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                queue.append(child)
+    return sorted(group), sorted(seen - group)
+
+
 def signal_group(pgid: int, since: int, sig: int) -> bool:
-    """Signal the group's verified members; False when none is left."""
-    leader = _stat(pgid)
-    if leader and leader[0] == pgid and leader[1] == since:
+    """Signal the group's verified members and their descendants that left it; False when none is left."""
+    verified = _stat(pgid) == (pgid, since)
+    members, escaped = container_processes(pgid, since)  # first: a killed parent no longer links its children
+    if verified:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, sig)
-            return True
-    members = group_members(pgid, since)
-    for pid in members:
+            os.killpg(pgid, sig)  # the whole group, also a member forked since the look
+            members = []
+    for pid in members + escaped:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-    return bool(members)
+    return verified or bool(members or escaped)
 
 
 async def wait_group_gone(pgid: int, since: int, timeout: float) -> None:
