@@ -46,13 +46,12 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torchft
 from torch import nn
 from torchft import Manager, Optimizer, ProcessGroupGloo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_digits  # the model, data, parameters and checkpoint layout: next to this script, in the image too
+from torchft_ddp import DistributedDataParallel  # torchft's DDP, surviving a peer lost mid-step
 
 from airflow_elastic import runtime
 from airflow_elastic.runtime import fault_tolerance
@@ -61,27 +60,6 @@ logging.basicConfig(level=logging.WARNING)
 REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 NUM_REPLICA_GROUPS = int(os.environ.get("NUM_REPLICA_GROUPS", "1"))
 FINAL_CHECKPOINT_WAIT = float(os.environ.get("FINAL_CHECKPOINT_WAIT", "60"))
-
-
-class DistributedDataParallel(torchft.DistributedDataParallel):
-    """torchft's ``DistributedDataParallel``, with a gradient hook that survives a peer lost mid-all-reduce.
-
-    torchft 0.2.0's hook asserts on the future of the manager's all-reduce, which a failed wait leaves unset (the
-    manager has recorded the error and will not commit the step): a survivor would crash exactly when a replica
-    group dies during the all-reduce, the likeliest moment for a trainer that spends its time in it. Here the hook
-    then hands the (uncommitted) gradients back, and the step is skipped as torchft intends.
-    """
-
-    @staticmethod
-    def _comm_hook(state: Manager, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        work = state.allreduce(bucket.buffer())
-        work.wait()  # a failure is reported to the manager, which then refuses to commit
-        future = work.get_future()
-        inner = getattr(future, "_fut", future)  # torchft's managed future wraps the process group's
-        if inner is None:
-            inner = torch.futures.Future()
-            inner.set_result(bucket.buffer())
-        return inner
 
 
 def log(message: str) -> None:

@@ -25,9 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-import torchft
 from torch import nn, optim
 from torchft import Manager, Optimizer, ProcessGroupGloo
+from torchft_ddp import DistributedDataParallel  # torchft's DDP, surviving a peer lost mid-step (next to this file)
 
 from airflow_elastic import runtime
 from airflow_elastic.runtime import fault_tolerance
@@ -40,24 +40,6 @@ REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 #: The test hook (see above): unset, nothing fails.
 FAIL_REPLICA_GROUP = int(os.environ.get("FAIL_REPLICA_GROUP", "-1"))
 FAIL_AT_STEP = int(os.environ.get("FAIL_AT_STEP", "0"))
-
-
-class DistributedDataParallel(torchft.DistributedDataParallel):
-    """torchft's DDP, whose gradient hook also accepts a skipped allreduce.
-
-    When the process group cannot be configured for a new quorum (a peer that just died was still in it: the
-    configure times out waiting for it), torchft 0.2.0's ``Manager.allreduce`` reports the error and returns a
-    completed ``_DummyWork``, but its DDP hook asserts the future of a managed work and the survivor crashes
-    (``AttributeError: 'Future' object has no attribute '_fut'``; torchft issues #295, #304, unfixed upstream).
-    Returning the completed future instead lets the manager discard the step and the survivor train on.
-    """
-
-    @staticmethod
-    def _comm_hook(state, bucket):  # unannotated: DDP rejects annotations but its own (as strings, they are not)
-        work = state.allreduce(bucket.buffer())
-        work.wait()
-        future = work.get_future()
-        return getattr(future, "_fut", None) or future
 
 
 def main() -> None:
