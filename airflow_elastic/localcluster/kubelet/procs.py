@@ -5,7 +5,9 @@ A container's processes are its process group; its main process (the group leade
 As a container runtime does, termination signals the main process only (``sh -c "python train.py"`` leaves python
 unsignalled: the shell must ``exec`` it), and SIGKILL after the grace period goes to the whole group. When the
 main process exits, the rest of the group is killed (a container's PID namespace ends with its init process).
-A process that leaves the group (``setsid``) escapes.
+A descendant that left the group (``setsid``: torchrun starts its workers in sessions of their own) is killed with
+it while it is still a descendant of a member (a container's PID namespace holds it either way), or, once
+orphaned, if it was seen as one when the container was signalled (the stop signal may end its parent first).
 Before signalling a group that may be stale, the members are checked in ``/proc``: only processes of that group
 that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
 """
@@ -19,7 +21,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,37 @@ def _stat(pid: int) -> tuple[int, int] | None:
     if fields[0] == "Z":
         return None
     return int(fields[2]), int(fields[19])
+
+
+def _parents() -> dict[int, tuple[int, int]]:
+    """``pid -> (parent pid, start time)`` of every live, non-zombie process."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            found[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    return found
+
+
+def descendants(pids: list[int], since: int) -> list[int]:
+    """Live descendants of ``pids`` (started no earlier than ``since``) that are not among them."""
+    parents = _parents()
+    tree, found = set(pids), []
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, start) in parents.items():
+            if ppid in tree and pid not in tree and start >= since:
+                tree.add(pid)
+                found.append(pid)
+                grew = True
+    return found
 
 
 def start_ticks(pid: int) -> int:
@@ -55,17 +88,21 @@ def group_members(pgid: int, since: int) -> list[int]:
 
 
 def signal_group(pgid: int, since: int, sig: int) -> bool:
-    """Signal the group's verified members; False when none is left."""
+    """Signal the group's verified members and their descendants outside it; False when none is left."""
+    members = group_members(pgid, since)
+    escaped = descendants(members, since)
+    for pid in escaped:  # first: once their parents die they are orphans, no longer found
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
     leader = _stat(pgid)
     if leader and leader[0] == pgid and leader[1] == since:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, sig)
             return True
-    members = group_members(pgid, since)
     for pid in members:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-    return bool(members)
+    return bool(members or escaped)
 
 
 async def wait_group_gone(pgid: int, since: int, timeout: float) -> None:
@@ -84,16 +121,35 @@ class Running:
     pgid: int
     since: int
     pid_file: Path
+    #: Descendants outside the group seen when the container was signalled: ``pid -> start time``.
+    escaped: dict[int, int] = field(default_factory=dict)
 
     def signal(self, sig: int) -> bool:
         """Signal every process of the container (SIGKILL at the end of the grace period, node loss)."""
-        return signal_group(self.pgid, self.since, sig)
+        hit = False
+        for pid in self._remembered():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+                hit = True
+        return signal_group(self.pgid, self.since, sig) or hit
+
+    def _remembered(self) -> list[int]:
+        """The remembered escaped descendants still alive (the same process: its start time matches)."""
+        alive = _parents()
+        return [pid for pid, start in self.escaped.items() if pid in alive and alive[pid][1] == start]
+
+    def _remember(self) -> None:
+        parents = _parents()
+        for pid in descendants(group_members(self.pgid, self.since), self.since):
+            if pid in parents:
+                self.escaped[pid] = parents[pid][1]
 
     def signal_main(self, sig: int) -> bool:
         """Signal the main process only, as a runtime stops a container (containerd/runc send the stop signal to the
         container's init; its children get nothing). False when it is gone."""
         if self.proc.returncode is not None or _stat(self.proc.pid) is None:
             return False
+        self._remember()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, sig)
             return True
