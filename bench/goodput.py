@@ -67,6 +67,8 @@ sys.path.insert(0, str(ROOT))  # tests.airflow helpers, for `airflow dags test` 
 
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E402
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
+from bench.scripts.goodput_figures import ft_figures, ft_lost, ft_step_time, retained  # noqa: E402
+from bench.scripts.goodput_pods import PodLog, pod_seconds  # noqa: E402
 from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
 from tests.support import airflow_env as af  # noqa: E402
 from tests.support.training_group_helpers import xcom  # noqa: E402
@@ -134,13 +136,15 @@ class Run:
         self.checkpoint = self.dir / "checkpoints"
         self.checkpoint.mkdir(parents=True)
         self.reclaims: list[float] = []  # epoch seconds
+        self.reclaimed: list[dict[str, Any]] = []  # {"node", "time", "style"}
+        self.pods: list[Any] = []  # goodput_pods.Pod, every pod the run's namespace had
         self.output = ""
 
     def settings(self) -> dict[str, Any]:
         args = self.bench.args
         return {
             "dag_id": f"goodput_{self.tag.replace('-', '_')}",
-            "strategy": "handrolled" if self.strategy == "handrolled" else "elastic",
+            "strategy": self.strategy if self.strategy in ("handrolled", "ft") else "elastic",
             "name": "goodput",
             "namespace": self.bench.namespace(self.tag),
             "conn_id": CONN_ID,
@@ -152,10 +156,13 @@ class Run:
             "checkpoint_uri": str(self.checkpoint),
             "emergency": self.strategy == "elastic",
             "max_preemptions": args.budget,
-            "max_failures": 1 if self.strategy == "elastic" else args.budget,  # why: bench/scripts/goodput_dag.py
+            "max_failures": 1 if self.strategy in ("elastic", "ft") else args.budget,  # why: scripts/goodput_dag.py
             "retries": args.budget,
             "retry_delay": self.bench.timings["retry_delay"],
             "poll": self.bench.timings["poll"],
+            "ft_heartbeat_ms": args.ft_heartbeat_ms,
+            "ft_join_ms": args.ft_join_ms,
+            "ft_collective_timeout": args.ft_collective_timeout,
         }
 
     def execute(self) -> dict[str, Any]:
@@ -171,6 +178,7 @@ class Run:
         finished = threading.Event()
         schedule = threading.Thread(target=self._reclaim, args=(finished,), daemon=True)
         schedule.start()
+        watch = PodLog(self.bench.client, settings["namespace"]).start()
         try:
             result = af.dags_test(settings["dag_id"], env, timeout=self.bench.args.timeout)
             self.output = result.stdout
@@ -178,6 +186,8 @@ class Run:
         finally:
             finished.set()
             schedule.join()
+            self.pods = list(watch.stop().values())
+            (self.dir / "pods.json").write_text(json.dumps([vars(p) for p in self.pods], indent=1))
         return self.figures(db, settings)
 
     def _reclaim(self, finished: threading.Event) -> None:
@@ -201,6 +211,7 @@ class Run:
         finally:
             history = cluster.stop_preemptions()["history"]
             self.reclaims = [started + h["at"] for h in history]
+            self.reclaimed = [{"node": h["node"], "time": started + h["at"], "style": h["style"]} for h in history]
             (self.dir / "reclaims.json").write_text(json.dumps([{**h, "time": started + h["at"]} for h in history]))
 
     # -------------------------------------------------------------------------------------------- figures
@@ -209,37 +220,57 @@ class Run:
         args, dag_id = self.bench.args, settings["dag_id"]
         state = af.task_states(db, dag_id).get("train")
         [(tries,)] = af._query(db, "SELECT try_number FROM task_instance WHERE dag_id = ?", dag_id) or [(0,)]
-        records = steps(self.checkpoint)
-        done = [r for r in records if not r.get("start")]
-        step_time = self._step_time(done)
-        gpus = args.workers + 1
+        records, starts = steps(self.checkpoint), steps(self.checkpoint, "starts.jsonl")
+        ft = self.strategy == "ft"
+        done = [r for r in records if r.get("committed")] if ft else [r for r in records if not r.get("start")]
+        done.sort(key=lambda r: r["time"])
+        step_time = ft_step_time(done, args.workers) if ft else self._step_time(done)
+        gpus = args.workers if ft else args.workers + 1  # the lighthouse requests no GPU
+        reached = [r for r in done if r["step"] >= args.steps]
         figures: dict[str, Any] = {
             "strategy": self.strategy,
             "seed": self.seed,
             "mtbr_intervals": round(self.mtbr / (self.every * args.step), 3),
             "mtbr_seconds": self.mtbr,
             "interval_seconds": round(self.every * args.step, 3),
-            "succeeded": state == "success" and bool(done) and done[-1]["step"] >= args.steps,
+            "succeeded": state == "success" and bool(reached),
             "state": state,
             "reclaims": len(self.reclaims),
             "tries_on_reclaims": max(int(tries) - 1, 0),
             "step_seconds": step_time,
         }
-        if not done or step_time is None:
+        if not reached or step_time is None:
             return figures
         ideal = args.steps * step_time
-        wall = done[-1]["time"] - done[0]["time"] + step_time
+        first, last = done[0]["time"] - step_time, reached[0]["time"]
+        wall = last - first
+        paid = pod_seconds(self.pods, first, last, {r["node"]: r["time"] for r in self.reclaimed})
+        kept = retained(done, args.steps, None if ft else args.workers + 1)
         requested = self._gpu_hours(db, dag_id, settings["namespace"], gpus)
-        overheads = self._restart_overheads(records, steps(self.checkpoint, "starts.jsonl"))
         figures |= {
-            "goodput": round(ideal / wall, 4),
+            "goodput": round(kept * step_time / paid, 4) if paid else None,
+            "retained_pod_batches": kept,
+            "pod_seconds": round(paid, 2),
+            "time_goodput": round(ideal / wall, 4),  # the definition before pod-time (ideal time ÷ wall time)
             "wall_seconds": round(wall, 2),
-            "lost_steps": len(done) - len({r["step"] for r in done}),
-            **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
-            "interruptions": len({r["process"] for r in done}) - 1,
             "gpu_hours": requested,
             "lost_gpu_hours": round(requested - gpus * ideal / 3600, 6) if requested is not None else None,
             "advice_seconds": self._advice(),
+        }
+        if ft:
+            window = (first, last)
+            figures |= ft_figures(records, starts, self.pods, self.reclaimed, step_time, window)
+            figures |= {
+                "lost_steps": ft_lost(records),
+                "interruptions": figures["replacements"],
+                **dict.fromkeys(OVERHEADS),
+            }
+            return figures
+        overheads = self._restart_overheads(records, starts)
+        figures |= {
+            "lost_steps": len(done) - len({r["step"] for r in done}),
+            **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
+            "interruptions": len({r["process"] for r in done}) - 1,
         }
         return figures
 
@@ -345,6 +376,12 @@ class Bench:
         self._api.close()
         self.cluster.__exit__(*exc)
 
+    def client(self) -> Any:
+        """A new Kubernetes API client of the cluster (one per thread)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+
     def namespace(self, tag: str) -> str:
         from kubernetes import client
 
@@ -431,6 +468,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sweep-rate", type=float, default=10, help="the sweep's MTBR in default intervals")
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES), help="a subset")
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[15], help="schedules")
+    parser.add_argument("--ft-heartbeat-ms", type=int, default=1000, help="strategy 4: the lighthouse's heartbeat")
+    parser.add_argument("--ft-join-ms", type=int, default=10_000, help="strategy 4: the lighthouse's join timeout")
+    parser.add_argument(
+        "--ft-collective-timeout", type=float, default=2, help="strategy 4: a survivor's collective timeout (s)"
+    )
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")

@@ -6,12 +6,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = {"elastic": "1 airflow-elastic", "periodic": "2 periodic only", "handrolled": "3 hand-rolled retries"}
+STRATEGIES = {
+    "elastic": "1 airflow-elastic",
+    "periodic": "2 periodic only",
+    "handrolled": "3 hand-rolled retries",
+    "ft": "4 fault-tolerant replica groups",
+}
 
 
 #: Figures averaged over a (strategy, MTBR) cell's seeds.
 MEANS = ("goodput", "lost_steps", "restart_overhead", "gpu_hours", "lost_gpu_hours", "reclaims", "interruptions")
 MEANS += ("tries_on_reclaims", "restart_wait", "restart_startup")
+#: Strategy 4's own figures (``bench/scripts/goodput_figures.py``), averaged likewise; None ("—") elsewhere.
+MEANS += ("survivor_restarts", "survivor_pause", "rejoin_pause", "heal_seconds", "replacements", "healed_from_peer")
 
 
 def cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,8 +48,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| MTBR (x interval) | strategy | succeeded | goodput | x strategy 3 | lost steps "
         "| restart overhead (s) | GPU-h requested | GPU-h lost | reclaims | interruptions "
-        "| Airflow tries on reclaims |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Airflow tries on reclaims | survivor restarts | survivors' pause (s) | replacement heal (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines[0] = _split_header(lines[0], rows)
     if several:
@@ -69,17 +76,28 @@ def table(rows: list[dict[str, Any]]) -> str:
             _num(cell.get("reclaims"), ".3g"),
             _num(cell.get("interruptions"), ".3g"),
             _num(cell.get("tries_on_reclaims"), ".3g"),
+            *ft_cells(cell),
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def ft_cells(row: dict[str, Any]) -> list[str]:
+    """Survivor restarts, survivors' pause per reclaim and replacement heal time (with how many replacements
+    healed from a live peer); "—" where they do not apply (strategies 1-3) or nothing was measured."""
+    heal = _num(row.get("heal_seconds"), ".1f")
+    if row.get("heal_seconds") is not None and row.get("replacements"):
+        heal += f" ({row['healed_from_peer']:.3g}/{row['replacements']:.3g} from a peer)"
+    return [_num(row.get("survivor_restarts"), ".3g"), _num(row.get("survivor_pause"), ".1f"), heal]
 
 
 def runs_table(rows: list[dict[str, Any]]) -> str:
     """Every run of the grid, one line each."""
     lines = [
         "| seed | MTBR (x interval) | strategy | succeeded | goodput | lost steps "
-        "| restart overhead (s) | reclaims | interruptions | Airflow tries on reclaims |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| restart overhead (s) | reclaims | interruptions | Airflow tries on reclaims | survivor restarts "
+        "| survivors' pause (s) | replacement heal (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines[0] = _split_header(lines[0], rows)
     for row in sorted(rows, key=lambda r: (r["seed"], r["mtbr_intervals"], list(STRATEGIES).index(r["strategy"]))):
@@ -94,6 +112,7 @@ def runs_table(rows: list[dict[str, Any]]) -> str:
             str(row["reclaims"]),
             _num(row.get("interruptions"), "d"),
             str(row["tries_on_reclaims"]),
+            *ft_cells(row),
         ]
         lines.append("| " + " | ".join(cells_) + " |")
     return "\n".join(lines)

@@ -6,7 +6,12 @@ gloo reads ``TORCHFT_LIGHTHOUSE`` (rendered) and joins the store torchrun serves
 train on; its replacement heals from a live peer. The product adds only the durable checkpoint (one pod of the
 quorum writes it, with the manager's state) and the resume from it after a whole-group restart.
 
-Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10).
+Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10),
+``COLLECTIVE_TIMEOUT`` (seconds, 5): the gloo process group's timeout, how long a survivor's collective waits for a
+replica group that stopped answering before the step fails (a peer that died outright fails it at once). torchft reads
+its own timeouts from the environment too: ``TORCHFT_TIMEOUT_SEC`` (the manager's operations, healing included;
+10 here), ``TORCHFT_QUORUM_TIMEOUT_SEC`` (waiting for a quorum, 60) and ``TORCHFT_CONNECT_TIMEOUT_SEC`` (60); the
+lighthouse's ``heartbeat_timeout_ms`` (``FaultTolerance``) is how soon a silent replica group leaves the quorum.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ STEPS = int(os.environ.get("TRAIN_STEPS", "40"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
 CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "10"))
 REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+COLLECTIVE_TIMEOUT = float(os.environ.get("COLLECTIVE_TIMEOUT", "5"))
 
 
 def main() -> None:
@@ -44,7 +50,7 @@ def main() -> None:
         inner.load_state_dict(state["optim"])
 
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=timedelta(seconds=5)),
+        pg=ProcessGroupGloo(timeout=timedelta(seconds=COLLECTIVE_TIMEOUT)),
         min_replica_size=1,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
