@@ -13,7 +13,14 @@ every run. Strategies:
 2. ``periodic``: the same with periodic checkpoints only (no emergency checkpoint, no peer-loss helper);
 3. ``handrolled``: the same JobSet with a plain counted failure policy (``maxRestarts: 0``), applied and polled by
    a ``@task`` through the cncf ``KubernetesHook``, Airflow ``retries`` starting it again from the latest checkpoint
-   (why this is the faithful baseline: ``bench/scripts/goodput_dag.py``).
+   (why this is the faithful baseline: ``bench/scripts/goodput_dag.py``);
+4. ``ft``: fault-tolerant replica groups, as a user writes them (``TrainingGroup(...,
+   fault_tolerance=FaultTolerance(...))`` through ``TrainingGroupOperator``): one replica group of one pod on spot
+   per worker of the others (the same spot pool), the torchft lighthouse on on-demand where their leader runs (the
+   same pod count), the torchft example's trainer (``dags/scripts/train_torchft.py``, wrapped by
+   ``bench/scripts/goodput_train_ft.py``) under torchrun, with the same steps, step time, checkpoint interval and
+   checkpoint cost. The lighthouse drops a silent replica group after ``--ft-heartbeat-ms``; a survivor's collective
+   gives up after ``--ft-collective-timeout`` (the trainer's ``COLLECTIVE_TIMEOUT``, gloo's timeout).
 
 **Time scale.** Everything the platform waits for is compressed by one factor, ``--scale`` real seconds per bench
 second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's
@@ -24,14 +31,33 @@ two minutes; the default checkpoint interval (80 steps of 0.1 s = 8 s) then stan
 every 10 intervals for one every 40 minutes. ``airflow dags test``'s in-process start of a retried task (a few
 seconds) is not compressed either: it stands for the scheduler round trip of strategy 3.
 
-Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), all from the
-trainer's step records, the task's result and the Airflow metadata DB: goodput = ideal training time (steps x the
-median step time) ÷ wall time (first step to last; the start-up before it is the same for all); lost steps (steps
-computed again); restart overhead (a reclaim → the next step of the next attempt, median), split at the start of
+**Goodput**, one definition for every strategy: the samples retained ÷ the samples the paid pod-time would have
+processed undisturbed, counted in pod-batches (one pod's share of one step). Retained: each step of the final
+model once — a DDP step (strategies 1-3) retains one pod-batch per pod of the group, a torchft step one batch per
+replica group that took part in it (torchft's ``num_participants()``, recorded by the trainer per step). Paid
+pod-time: the training pods' running time (a watch of the run's pods) from the start of the first step to the last
+step, restarted and replacement pods included from the moment they run (their start-up, checkpoint load,
+rendezvous and healing are paid), each until it ended or its node was reclaimed; the lighthouse (no GPU, no samples)
+is not counted. Undisturbed: one pod-batch per pod per step time (the median time between consecutive steps of one
+process; for strategy 4, with every replica group taking part). So goodput = retained pod-batches x step time ÷
+paid pod-seconds, and a run that never stopped nor wrote a checkpoint has 1 (``bench/scripts/goodput_figures.py``).
+Before strategy 4 the bench's goodput was ideal time ÷ wall time (``time_goodput`` in the rows); the two differ by
+the pod-time not paid while a pod waits for a replacement node, so strategies 1-3's values changed with it.
+
+Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), from the
+trainers' step records, the watched pods, the task's result and the Airflow metadata DB: goodput (above); lost
+steps (steps computed again; for strategy 4, replica-group steps discarded or committed again); restart overhead
+(a reclaim → the next step of the next attempt, median), split at the start of
 the group's last process into the wait for it (the cluster's node-loss handling, the restart, a replacement node;
 strategy 3's retry) and its start-up (``import torch``, model, checkpoint, rendezvous); requested GPU-hours (the
 task result's ``gpu_hours``; for the hand-rolled task, which has none, its JobSets' lifetimes x GPUs) and lost
 GPU-hours (requested minus GPUs x ideal time); Airflow tries spent on reclaims; whether the task succeeded.
+Strategy 4 has no restart overhead (training never stops as a whole) and three figures of its own, "—" for the
+others: survivor restarts (replica-group pods whose node was not reclaimed that restarted or ended before the last
+step: 0 is the design), the survivors' pause per reclaim (from the end of a survivor's last step in the old quorum,
+where its failed collective began, to the end of its first step in the smaller one, less one step time; median) and
+the replacement heal time (a replacement process's start to its first committed step in the quorum; median, with how
+many took their state from a live peer rather than only the durable checkpoint).
 
 Young/Daly check: at ``--sweep-rate``, strategy 2 (where the interval matters: no emergency checkpoint) runs with
 each interval of ``--sweep`` and each seed; the measured optimum (the peak of ``goodput = c - a/T - b·T`` fitted to
@@ -483,7 +509,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one rate, few steps, no extra sweep runs (the test)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.every, args.mtbr, args.sweep, args.sweep_rate = 40, 10, [20], [1], 20
+        # Few steps, so that four strategies take about the time three took with 40: a run's cost is mostly its
+        # `airflow dags test` and its pods' start-up, not its steps.
+        args.steps, args.every, args.mtbr, args.sweep, args.sweep_rate = 24, 8, [20], [1], 20
     return args
 
 
