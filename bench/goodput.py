@@ -93,7 +93,7 @@ sys.path.insert(0, str(ROOT))  # tests.airflow helpers, for `airflow dags test` 
 
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E402
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
-from bench.scripts.goodput_figures import ft_figures, ft_lost, ft_step_time, retained  # noqa: E402
+from bench.scripts.goodput_figures import ft_figures, ft_lost, ft_step_time, restart_overheads, retained  # noqa: E402
 from bench.scripts.goodput_pods import PodLog, pod_seconds  # noqa: E402
 from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
 from tests.support import airflow_env as af  # noqa: E402
@@ -102,8 +102,6 @@ from tests.support.training_group_helpers import xcom  # noqa: E402
 SCRIPTS = ROOT / "bench" / "scripts"
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"
 CONN_ID = "local_cluster"
-#: Seconds after a reclaim within which the process training at that moment stops if the reclaim interrupted it.
-INTERRUPTED = 5.0
 #: What the platform waits for on a real cluster (seconds), each divided by ``--scale`` in the bench.
 REAL_SECONDS = {
     "gke_grace": 15,  # GKE Spot graceful node shutdown: 30 s, of which regular pods get 15 s (critical pods 15 s)
@@ -292,7 +290,7 @@ class Run:
                 **dict.fromkeys(OVERHEADS),
             }
             return figures
-        overheads = self._restart_overheads(records, starts)
+        overheads = restart_overheads(records, starts, self.reclaims)
         figures |= {
             "lost_steps": len(done) - len({r["step"] for r in done}),
             **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
@@ -309,34 +307,6 @@ class Run:
             if a["process"] == b["process"] and b["step"] == a["step"] + 1
         ]
         return round(statistics.median(gaps), 4) if gaps else None
-
-    def _restart_overheads(
-        self, records: list[dict[str, Any]], starts: list[dict[str, Any]]
-    ) -> list[tuple[float, float | None, float | None]]:
-        """Per reclaim that interrupted training: reclaim → first step of a process that started after it, split at
-        the start of the last process (any rank) that began in between: the wait until the whole group runs again
-        (the cluster's node-loss handling, the restart, a replacement node, scheduling; an Airflow retry) and that
-        process's start-up (``import torch``, model, checkpoint, rendezvous) to the first step; ``None`` parts
-        without start records. A reclaim interrupted if the process training at that moment recorded its last step
-        within :data:`INTERRUPTED` s after it (a reclaim of a node without pods does not stop it), or if training
-        was already stopped."""
-        done = [r for r in records if not r.get("start")]
-        found: list[tuple[float, float | None, float | None]] = []
-        for at in self.reclaims:
-            before = [r for r in done if r["time"] <= at]
-            if not before:
-                continue
-            old = before[-1]["process"]
-            last = max(r["time"] for r in done if r["process"] == old)
-            if last - at > INTERRUPTED:
-                continue
-            resumed = [r for r in done if r["time"] > max(at, last) and r["process"] != old]
-            if resumed:
-                first = resumed[0]["time"]
-                began = max((r["began"] for r in starts if at < r["began"] < first), default=None)
-                split = (began - at, first - began) if began is not None else (None, None)
-                found.append((first - at, *split))
-        return found
 
     def _gpu_hours(self, db: Path, dag_id: str, namespace: str, gpus: int) -> float | None:
         result = xcom(db, dag_id, "train") or {}
@@ -356,7 +326,7 @@ class Run:
         return float(found[-1]) if found else None
 
 
-#: The medians of a run's restarts: reclaim → first step, and its two parts (see ``Run._restart_overheads``).
+#: The medians of a run's restarts: reclaim → first step, and its two parts (see ``goodput_figures.restart_overheads``).
 OVERHEADS = ("restart_overhead", "restart_wait", "restart_startup")
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from bench.scripts.goodput_pods import Pod
 
+#: Seconds after a reclaim within which the process training at that moment stops if the reclaim interrupted it.
+INTERRUPTED = 5.0
 #: A survivor's step in the new quorum counts only if it comes within this many seconds of the reclaim.
 PAUSE_WINDOW = 60.0
 
@@ -69,6 +71,35 @@ def ft_step_time(records: list[dict[str, Any]], full: int) -> float | None:
             if b["step"] == a["step"] + 1 and a["participants"] == b["participants"] == full
         ]
     return round(statistics.median(gaps), 4) if gaps else None
+
+
+def restart_overheads(
+    records: list[dict[str, Any]], starts: list[dict[str, Any]], reclaims: list[float]
+) -> list[tuple[float, float | None, float | None]]:
+    """Per reclaim that interrupted training: reclaim → first step of a process that started after it, split at
+    the start of the last process (any rank) that began in between: the wait until the whole group runs again
+    (the cluster's node-loss handling, the restart, a replacement node, scheduling; an Airflow retry) and that
+    process's start-up (``import torch``, model, checkpoint, rendezvous) to the first step; ``None`` parts
+    without start records. A reclaim interrupted if the process training at that moment recorded its last step
+    within :data:`INTERRUPTED` s after it (a reclaim of a node without pods does not stop it), or if training
+    was already stopped."""
+    done = [r for r in records if not r.get("start")]
+    found: list[tuple[float, float | None, float | None]] = []
+    for at in reclaims:
+        before = [r for r in done if r["time"] <= at]
+        if not before:
+            continue
+        old = before[-1]["process"]
+        last = max(r["time"] for r in done if r["process"] == old)
+        if last - at > INTERRUPTED:
+            continue
+        resumed = [r for r in done if r["time"] > max(at, last) and r["process"] != old]
+        if resumed:
+            first = resumed[0]["time"]
+            began = max((r["began"] for r in starts if at < r["began"] < first), default=None)
+            split = (began - at, first - began) if began is not None else (None, None)
+            found.append((first - at, *split))
+    return found
 
 
 def _median(values: list[float]) -> float | None:
