@@ -222,9 +222,10 @@ def _ticks(axes: Any, values: list[float]) -> None:
     axes.minorticks_off()
 
 
-def _means(axes: Any, x_key: str, points: list[dict[str, Any]], label: str) -> None:
-    """Mean goodput against ``x_key``, with bars to the min and max of its seeds (``goodput_range``)."""
-    x = [p[x_key] for p in points]
+def _means(axes: Any, x_key: str, points: list[dict[str, Any]], label: str, shift: float = 1.0) -> None:
+    """Mean goodput against ``x_key``, with bars to the min and max of its seeds (``goodput_range``); ``shift``
+    multiplies x (on the log axis: a small offset that keeps strategies at one MTBR apart)."""
+    x = [p[x_key] * shift for p in points]
     y = [p.get("goodput") or 0.0 for p in points]
     spread = [p["goodput_range"] or (y[i], y[i]) for i, p in enumerate(points)]
     error = [[y[i] - lo for i, (lo, _) in enumerate(spread)], [hi - y[i] for i, (_, hi) in enumerate(spread)]]
@@ -237,13 +238,16 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    if sweep:
+        figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    else:  # a grid without a sweep: no empty Young/Daly panel
+        figure, left = pyplot.subplots(1, 1, figsize=(6.5, 4.2))
     grid = cells(rows)
-    for strategy, label in STRATEGIES.items():
+    for i, (strategy, label) in enumerate(STRATEGIES.items()):
         mine = sorted((c for c in grid if c["strategy"] == strategy), key=lambda c: c["mtbr_intervals"])
         if not mine:
             continue
-        _means(left, "mtbr_intervals", mine, label)
+        _means(left, "mtbr_intervals", mine, label, shift=2 ** (0.04 * (i - (len(STRATEGIES) - 1) / 2)))
     left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
     _ticks(left, [r["mtbr_intervals"] for r in rows])
     fewest, most = min((c["seeds"] for c in grid), default=1), max((c["seeds"] for c in grid), default=1)
@@ -260,8 +264,8 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
             right.axvline(statistics.median(advice), color="tab:red", linestyle="--", label="operator's advice")
         _ticks(right, [r["interval_seconds"] for r in sweep])
         right.legend()
-    right.set(xlabel="checkpoint interval (s)", ylabel="goodput", ylim=(0, 1.05))
-    right.set_title("Young/Daly check")
+        right.set(xlabel="checkpoint interval (s)", ylabel="goodput", ylim=(0, 1.05))
+        right.set_title("Young/Daly check")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
