@@ -202,7 +202,7 @@ class Run:
         finished = threading.Event()
         schedule = threading.Thread(target=self._reclaim, args=(finished,), daemon=True)
         schedule.start()
-        watch = PodLog(self.bench.client, settings["namespace"]).start()
+        watch = PodLog(self.bench.client, settings["namespace"], self.dir / "pod-logs").start()
         try:
             result = af.dags_test(settings["dag_id"], env, timeout=self.bench.args.timeout)
             self.output = result.stdout

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: JobSet's label naming a pod's replicated job (``leader``/``worker``, ``trainer``, ``lighthouse``).
@@ -47,9 +48,10 @@ class Pod:
 class PodLog:
     """Watches ``namespace`` from :meth:`start` to :meth:`stop`; :attr:`pods` by uid."""
 
-    def __init__(self, connect: Callable[[], Any], namespace: str) -> None:
-        self.connect, self.namespace = connect, namespace
+    def __init__(self, connect: Callable[[], Any], namespace: str, logs: Path | None = None) -> None:
+        self.connect, self.namespace, self.logs = connect, namespace, logs
         self.pods: dict[str, Pod] = {}
+        self._core: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -66,10 +68,9 @@ class PodLog:
         from kubernetes import client
 
         api = self.connect()
-        core = client.CoreV1Api(api)
-        version: str | None = None
+        self._core = core = client.CoreV1Api(api)
         try:
-            self._watch(core, version)
+            self._watch(core, None)
         finally:
             api.close()
 
@@ -114,6 +115,18 @@ class PodLog:
             pod.running = now
         if (deleted or phase in ("Succeeded", "Failed") or terminated) and pod.ended is None:
             pod.ended = now
+            self._keep_log(pod)
+
+    def _keep_log(self, pod: Pod) -> None:
+        """Save an ended pod's log (the cluster forgets it with the pod): why a replica group stopped."""
+        if self.logs is None or self._core is None:
+            return
+        try:
+            text = self._core.read_namespaced_pod_log(pod.name, self.namespace)
+        except Exception:  # already deleted with its log
+            return
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.logs / f"{pod.name}.log").write_text(text)
 
 
 def pod_seconds(pods: list[Pod], start: float, end: float, reclaimed: dict[str, float]) -> float:
