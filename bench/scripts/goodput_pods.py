@@ -122,7 +122,8 @@ class PodLog:
         if self.logs is None or self._core is None:
             return
         try:
-            text = self._core.read_namespaced_pod_log(pod.name, self.namespace)
+            response = self._core.read_namespaced_pod_log(pod.name, self.namespace, _preload_content=False)
+            text = response.data.decode(errors="replace")
         except Exception:  # already deleted with its log
             return
         self.logs.mkdir(parents=True, exist_ok=True)
