@@ -13,7 +13,14 @@ every run. Strategies:
 2. ``periodic``: the same with periodic checkpoints only (no emergency checkpoint, no peer-loss helper);
 3. ``handrolled``: the same JobSet with a plain counted failure policy (``maxRestarts: 0``), applied and polled by
    a ``@task`` through the cncf ``KubernetesHook``, Airflow ``retries`` starting it again from the latest checkpoint
-   (why this is the faithful baseline: ``bench/scripts/goodput_dag.py``).
+   (why this is the faithful baseline: ``bench/scripts/goodput_dag.py``);
+4. ``ft``: fault-tolerant replica groups, as a user writes them (``TrainingGroup(...,
+   fault_tolerance=FaultTolerance(...))`` through ``TrainingGroupOperator``): one replica group of one pod on spot
+   per worker of the others (the same spot pool), the torchft lighthouse on on-demand where their leader runs (the
+   same pod count), the torchft example's trainer (``dags/scripts/train_torchft.py``, wrapped by
+   ``bench/scripts/goodput_train_ft.py``) under torchrun, with the same steps, step time, checkpoint interval and
+   checkpoint cost. The lighthouse drops a silent replica group after ``--ft-heartbeat-ms``; a survivor's collective
+   gives up after ``--ft-collective-timeout`` (the trainer's ``COLLECTIVE_TIMEOUT``, gloo's timeout).
 
 **Time scale.** Everything the platform waits for is compressed by one factor, ``--scale`` real seconds per bench
 second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's
@@ -24,14 +31,33 @@ two minutes; the default checkpoint interval (80 steps of 0.1 s = 8 s) then stan
 every 10 intervals for one every 40 minutes. ``airflow dags test``'s in-process start of a retried task (a few
 seconds) is not compressed either: it stands for the scheduler round trip of strategy 3.
 
-Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), all from the
-trainer's step records, the task's result and the Airflow metadata DB: goodput = ideal training time (steps x the
-median step time) ÷ wall time (first step to last; the start-up before it is the same for all); lost steps (steps
-computed again); restart overhead (a reclaim → the next step of the next attempt, median), split at the start of
+**Goodput**, one definition for every strategy: the samples retained ÷ the samples the paid pod-time would have
+processed undisturbed, counted in pod-batches (one pod's share of one step). Retained: each step of the final
+model once — a DDP step (strategies 1-3) retains one pod-batch per pod of the group, a torchft step one batch per
+replica group that took part in it (torchft's ``num_participants()``, recorded by the trainer per step). Paid
+pod-time: the training pods' running time (a watch of the run's pods) from the start of the first step to the last
+step, restarted and replacement pods included from the moment they run (their start-up, checkpoint load,
+rendezvous and healing are paid), each until it ended or its node was reclaimed; the lighthouse (no GPU, no samples)
+is not counted. Undisturbed: one pod-batch per pod per step time (the median time between consecutive steps of one
+process; for strategy 4, with every replica group taking part). So goodput = retained pod-batches x step time ÷
+paid pod-seconds, and a run that never stopped nor wrote a checkpoint has 1 (``bench/scripts/goodput_figures.py``).
+Before strategy 4 the bench's goodput was ideal time ÷ wall time (``time_goodput`` in the rows); the two differ by
+the pod-time not paid while a pod waits for a replacement node, so strategies 1-3's values changed with it.
+
+Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), from the
+trainers' step records, the watched pods, the task's result and the Airflow metadata DB: goodput (above); lost
+steps (steps computed again; for strategy 4, replica-group steps discarded or committed again); restart overhead
+(a reclaim → the next step of the next attempt, median), split at the start of
 the group's last process into the wait for it (the cluster's node-loss handling, the restart, a replacement node;
 strategy 3's retry) and its start-up (``import torch``, model, checkpoint, rendezvous); requested GPU-hours (the
 task result's ``gpu_hours``; for the hand-rolled task, which has none, its JobSets' lifetimes x GPUs) and lost
 GPU-hours (requested minus GPUs x ideal time); Airflow tries spent on reclaims; whether the task succeeded.
+Strategy 4 has no restart overhead (training never stops as a whole) and three figures of its own, "—" for the
+others: survivor restarts (replica-group pods whose node was not reclaimed that restarted or ended before the last
+step: 0 is the design), the survivors' pause per reclaim (from the end of a survivor's last step in the old quorum,
+where its failed collective began, to the end of its first step in the smaller one, less one step time; median) and
+the replacement heal time (a replacement process's start to its first committed step in the quorum; median, with how
+many took their state from a live peer rather than only the durable checkpoint).
 
 Young/Daly check: at ``--sweep-rate``, strategy 2 (where the interval matters: no emergency checkpoint) runs with
 each interval of ``--sweep`` and each seed; the measured optimum (the peak of ``goodput = c - a/T - b·T`` fitted to
@@ -67,6 +93,8 @@ sys.path.insert(0, str(ROOT))  # tests.airflow helpers, for `airflow dags test` 
 
 from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E402
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
+from bench.scripts.goodput_figures import ft_figures, ft_lost, ft_step_time, restart_overheads, retained  # noqa: E402
+from bench.scripts.goodput_pods import PodLog, pod_seconds  # noqa: E402
 from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
 from tests.support import airflow_env as af  # noqa: E402
 from tests.support.training_group_helpers import xcom  # noqa: E402
@@ -74,8 +102,6 @@ from tests.support.training_group_helpers import xcom  # noqa: E402
 SCRIPTS = ROOT / "bench" / "scripts"
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"
 CONN_ID = "local_cluster"
-#: Seconds after a reclaim within which the process training at that moment stops if the reclaim interrupted it.
-INTERRUPTED = 5.0
 #: What the platform waits for on a real cluster (seconds), each divided by ``--scale`` in the bench.
 REAL_SECONDS = {
     "gke_grace": 15,  # GKE Spot graceful node shutdown: 30 s, of which regular pods get 15 s (critical pods 15 s)
@@ -134,13 +160,15 @@ class Run:
         self.checkpoint = self.dir / "checkpoints"
         self.checkpoint.mkdir(parents=True)
         self.reclaims: list[float] = []  # epoch seconds
+        self.reclaimed: list[dict[str, Any]] = []  # {"node", "time", "style"}
+        self.pods: list[Any] = []  # goodput_pods.Pod, every pod the run's namespace had
         self.output = ""
 
     def settings(self) -> dict[str, Any]:
         args = self.bench.args
         return {
             "dag_id": f"goodput_{self.tag.replace('-', '_')}",
-            "strategy": "handrolled" if self.strategy == "handrolled" else "elastic",
+            "strategy": self.strategy if self.strategy in ("handrolled", "ft") else "elastic",
             "name": "goodput",
             "namespace": self.bench.namespace(self.tag),
             "conn_id": CONN_ID,
@@ -152,10 +180,13 @@ class Run:
             "checkpoint_uri": str(self.checkpoint),
             "emergency": self.strategy == "elastic",
             "max_preemptions": args.budget,
-            "max_failures": 1 if self.strategy == "elastic" else args.budget,  # why: bench/scripts/goodput_dag.py
+            "max_failures": 1 if self.strategy in ("elastic", "ft") else args.budget,  # why: scripts/goodput_dag.py
             "retries": args.budget,
             "retry_delay": self.bench.timings["retry_delay"],
             "poll": self.bench.timings["poll"],
+            "ft_heartbeat_ms": args.ft_heartbeat_ms,
+            "ft_join_ms": args.ft_join_ms,
+            "ft_collective_timeout": args.ft_collective_timeout,
         }
 
     def execute(self) -> dict[str, Any]:
@@ -171,6 +202,7 @@ class Run:
         finished = threading.Event()
         schedule = threading.Thread(target=self._reclaim, args=(finished,), daemon=True)
         schedule.start()
+        watch = PodLog(self.bench.client, settings["namespace"], self.dir / "pod-logs").start()
         try:
             result = af.dags_test(settings["dag_id"], env, timeout=self.bench.args.timeout)
             self.output = result.stdout
@@ -178,6 +210,8 @@ class Run:
         finally:
             finished.set()
             schedule.join()
+            self.pods = list(watch.stop().values())
+            (self.dir / "pods.json").write_text(json.dumps([vars(p) for p in self.pods], indent=1))
         return self.figures(db, settings)
 
     def _reclaim(self, finished: threading.Event) -> None:
@@ -201,6 +235,7 @@ class Run:
         finally:
             history = cluster.stop_preemptions()["history"]
             self.reclaims = [started + h["at"] for h in history]
+            self.reclaimed = [{"node": h["node"], "time": started + h["at"], "style": h["style"]} for h in history]
             (self.dir / "reclaims.json").write_text(json.dumps([{**h, "time": started + h["at"]} for h in history]))
 
     # -------------------------------------------------------------------------------------------- figures
@@ -209,37 +244,57 @@ class Run:
         args, dag_id = self.bench.args, settings["dag_id"]
         state = af.task_states(db, dag_id).get("train")
         [(tries,)] = af._query(db, "SELECT try_number FROM task_instance WHERE dag_id = ?", dag_id) or [(0,)]
-        records = steps(self.checkpoint)
-        done = [r for r in records if not r.get("start")]
-        step_time = self._step_time(done)
-        gpus = args.workers + 1
+        records, starts = steps(self.checkpoint), steps(self.checkpoint, "starts.jsonl")
+        ft = self.strategy == "ft"
+        done = [r for r in records if r.get("committed")] if ft else [r for r in records if not r.get("start")]
+        done.sort(key=lambda r: r["time"])
+        step_time = ft_step_time(done, args.workers) if ft else self._step_time(done)
+        gpus = args.workers if ft else args.workers + 1  # the lighthouse requests no GPU
+        reached = [r for r in done if r["step"] >= args.steps]
         figures: dict[str, Any] = {
             "strategy": self.strategy,
             "seed": self.seed,
             "mtbr_intervals": round(self.mtbr / (self.every * args.step), 3),
             "mtbr_seconds": self.mtbr,
             "interval_seconds": round(self.every * args.step, 3),
-            "succeeded": state == "success" and bool(done) and done[-1]["step"] >= args.steps,
+            "succeeded": state == "success" and bool(reached),
             "state": state,
             "reclaims": len(self.reclaims),
             "tries_on_reclaims": max(int(tries) - 1, 0),
             "step_seconds": step_time,
         }
-        if not done or step_time is None:
+        if not reached or step_time is None:
             return figures
         ideal = args.steps * step_time
-        wall = done[-1]["time"] - done[0]["time"] + step_time
+        first, last = done[0]["time"] - step_time, reached[0]["time"]
+        wall = last - first
+        paid = pod_seconds(self.pods, first, last, {r["node"]: r["time"] for r in self.reclaimed})
+        kept = retained(done, args.steps, None if ft else args.workers + 1)
         requested = self._gpu_hours(db, dag_id, settings["namespace"], gpus)
-        overheads = self._restart_overheads(records, steps(self.checkpoint, "starts.jsonl"))
         figures |= {
-            "goodput": round(ideal / wall, 4),
+            "goodput": round(kept * step_time / paid, 4) if paid else None,
+            "retained_pod_batches": kept,
+            "pod_seconds": round(paid, 2),
+            "time_goodput": round(ideal / wall, 4),  # the definition before pod-time (ideal time ÷ wall time)
             "wall_seconds": round(wall, 2),
-            "lost_steps": len(done) - len({r["step"] for r in done}),
-            **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
-            "interruptions": len({r["process"] for r in done}) - 1,
             "gpu_hours": requested,
             "lost_gpu_hours": round(requested - gpus * ideal / 3600, 6) if requested is not None else None,
             "advice_seconds": self._advice(),
+        }
+        if ft:
+            window = (first, last)
+            figures |= ft_figures(records, starts, self.pods, self.reclaimed, step_time, window)
+            figures |= {
+                "lost_steps": ft_lost(records),
+                "interruptions": figures["replacements"],
+                **dict.fromkeys(OVERHEADS),
+            }
+            return figures
+        overheads = restart_overheads(records, starts, self.reclaims)
+        figures |= {
+            "lost_steps": len(done) - len({r["step"] for r in done}),
+            **{key: _median([o[i] for o in overheads]) for i, key in enumerate(OVERHEADS)},
+            "interruptions": len({r["process"] for r in done}) - 1,
         }
         return figures
 
@@ -252,34 +307,6 @@ class Run:
             if a["process"] == b["process"] and b["step"] == a["step"] + 1
         ]
         return round(statistics.median(gaps), 4) if gaps else None
-
-    def _restart_overheads(
-        self, records: list[dict[str, Any]], starts: list[dict[str, Any]]
-    ) -> list[tuple[float, float | None, float | None]]:
-        """Per reclaim that interrupted training: reclaim → first step of a process that started after it, split at
-        the start of the last process (any rank) that began in between: the wait until the whole group runs again
-        (the cluster's node-loss handling, the restart, a replacement node, scheduling; an Airflow retry) and that
-        process's start-up (``import torch``, model, checkpoint, rendezvous) to the first step; ``None`` parts
-        without start records. A reclaim interrupted if the process training at that moment recorded its last step
-        within :data:`INTERRUPTED` s after it (a reclaim of a node without pods does not stop it), or if training
-        was already stopped."""
-        done = [r for r in records if not r.get("start")]
-        found: list[tuple[float, float | None, float | None]] = []
-        for at in self.reclaims:
-            before = [r for r in done if r["time"] <= at]
-            if not before:
-                continue
-            old = before[-1]["process"]
-            last = max(r["time"] for r in done if r["process"] == old)
-            if last - at > INTERRUPTED:
-                continue
-            resumed = [r for r in done if r["time"] > max(at, last) and r["process"] != old]
-            if resumed:
-                first = resumed[0]["time"]
-                began = max((r["began"] for r in starts if at < r["began"] < first), default=None)
-                split = (began - at, first - began) if began is not None else (None, None)
-                found.append((first - at, *split))
-        return found
 
     def _gpu_hours(self, db: Path, dag_id: str, namespace: str, gpus: int) -> float | None:
         result = xcom(db, dag_id, "train") or {}
@@ -299,7 +326,7 @@ class Run:
         return float(found[-1]) if found else None
 
 
-#: The medians of a run's restarts: reclaim → first step, and its two parts (see ``Run._restart_overheads``).
+#: The medians of a run's restarts: reclaim → first step, and its two parts (see ``goodput_figures.restart_overheads``).
 OVERHEADS = ("restart_overhead", "restart_wait", "restart_startup")
 
 
@@ -344,6 +371,12 @@ class Bench:
     def __exit__(self, *exc: Any) -> None:
         self._api.close()
         self.cluster.__exit__(*exc)
+
+    def client(self) -> Any:
+        """A new Kubernetes API client of the cluster (one per thread)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
 
     def namespace(self, tag: str) -> str:
         from kubernetes import client
@@ -431,6 +464,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sweep-rate", type=float, default=10, help="the sweep's MTBR in default intervals")
     parser.add_argument("--strategies", type=lambda t: t.split(","), default=list(STRATEGIES), help="a subset")
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[15], help="schedules")
+    parser.add_argument("--ft-heartbeat-ms", type=int, default=1000, help="strategy 4: the lighthouse's heartbeat")
+    parser.add_argument("--ft-join-ms", type=int, default=10_000, help="strategy 4: the lighthouse's join timeout")
+    parser.add_argument(
+        "--ft-collective-timeout", type=float, default=2, help="strategy 4: a survivor's collective timeout (s)"
+    )
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")
@@ -441,7 +479,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one rate, few steps, no extra sweep runs (the test)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.every, args.mtbr, args.sweep, args.sweep_rate = 40, 10, [20], [1], 20
+        # Few steps, so that four strategies take about the time three took with 40: a run's cost is mostly its
+        # `airflow dags test` and its pods' start-up, not its steps.
+        args.steps, args.every, args.mtbr, args.sweep, args.sweep_rate = 24, 8, [20], [1], 20
     return args
 
 

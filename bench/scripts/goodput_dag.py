@@ -13,6 +13,13 @@
   plus a scheduler round trip (Airflow's default ``retry_delay`` of 300 s, compressed like every other wait). Each
   try names its JobSet after the try number; the trainer resumes from the latest complete checkpoint in the shared
   checkpoint directory, as a sensible team's trainer does.
+* ``ft`` (strategy 4): fault-tolerant replica groups as a user writes them: ``TrainingGroup(...,
+  fault_tolerance=FaultTolerance(...))`` through ``TrainingGroupOperator``, one replica group of one pod on spot per
+  worker of the other strategies (so the same spot pool and, with the lighthouse on on-demand where their leader
+  runs, the same pod count), the torchft example's trainer (``dags/scripts/train_torchft.py``, wrapped by
+  ``goodput_train_ft.py``) under torchrun as the example runs it, with the same steps, step time and checkpoints.
+  The lighthouse drops a silent replica group after ``ft_heartbeat_ms``; a survivor's collective gives up after
+  ``COLLECTIVE_TIMEOUT`` (``ft_collective_timeout``).
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ import copy
 import datetime
 import json
 import time
+from pathlib import Path
 from typing import Any
 
-from airflow_elastic import Checkpointing, FailurePolicy, Placement, Resources, Role, TrainingGroup
+from airflow_elastic import Checkpointing, FailurePolicy, FaultTolerance, Placement, Resources, Role, TrainingGroup
 
 IMAGE = "ghcr.io/airflow-elastic/torch-trainer:0.1.0"  # the example's image, mapped to the bench trainer
+FT_TRAINER = Path(__file__).resolve().parent / "goodput_train_ft.py"
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
@@ -53,6 +62,42 @@ def group(settings: dict[str, Any]) -> TrainingGroup:
             "PYTHONUNBUFFERED": "1",
         },
         coordinator_port=29400,
+    )
+
+
+def ft_group(settings: dict[str, Any]) -> TrainingGroup:
+    """The same training as replica groups: one pod on spot per worker, the lighthouse on on-demand."""
+    # The torchft example's command (dags/example_torch_fault_tolerant.py), with the bench's trainer.
+    torchrun = (
+        "torchrun",
+        "--nnodes=$(AE_WORLD_SIZE)",
+        "--node-rank=$(AE_RANK)",
+        "--nproc-per-node=1",
+        "--master-addr=$(MASTER_ADDR)",
+        "--master-port=$(MASTER_PORT)",
+        str(FT_TRAINER),
+    )
+    resources = Resources(cpu="500m", memory="1Gi", gpu=1)
+    return TrainingGroup(
+        name=settings["name"],
+        image=IMAGE,
+        roles=[Role("trainer", resources=resources, placement=Placement(spot=True), command=torchrun)],
+        failure=FailurePolicy(max_failures=settings["max_failures"], max_preemptions=settings["max_preemptions"]),
+        checkpoint=Checkpointing(uri=settings["checkpoint_uri"], keep=3),
+        env={
+            "TRAIN_STEPS": str(settings["steps"]),
+            "STEP_SECONDS": str(settings["step_seconds"]),
+            "CHECKPOINT_EVERY": str(settings["every"]),
+            "CHECKPOINT_SECONDS": str(settings["checkpoint_seconds"]),
+            "COLLECTIVE_TIMEOUT": str(settings["ft_collective_timeout"]),
+            "PYTHONUNBUFFERED": "1",
+        },
+        coordinator_port=29400,
+        fault_tolerance=FaultTolerance(
+            settings["workers"],
+            heartbeat_timeout_ms=settings["ft_heartbeat_ms"],
+            join_timeout_ms=settings["ft_join_ms"],
+        ),
     )
 
 
@@ -95,7 +140,7 @@ def run_handrolled(manifest: dict[str, Any], conn_id: str, poll: float, try_numb
 
 
 def build(settings: dict[str, Any]) -> Any:
-    """The DAG of ``settings["strategy"]`` (``elastic`` or ``handrolled``)."""
+    """The DAG of ``settings["strategy"]`` (``elastic``, ``handrolled`` or ``ft``)."""
     from airflow.sdk import DAG, task
 
     with DAG(settings["dag_id"], schedule=None, catchup=False) as dag:
@@ -112,7 +157,7 @@ def build(settings: dict[str, Any]) -> Any:
 
             TrainingGroupOperator(
                 task_id="train",
-                group=group(settings),
+                group=ft_group(settings) if settings["strategy"] == "ft" else group(settings),
                 namespace=settings["namespace"],
                 kubernetes_conn_id=settings["conn_id"],
                 poll_interval=settings["poll"],

@@ -6,12 +6,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = {"elastic": "1 airflow-elastic", "periodic": "2 periodic only", "handrolled": "3 hand-rolled retries"}
+STRATEGIES = {
+    "elastic": "1 airflow-elastic",
+    "periodic": "2 periodic only",
+    "handrolled": "3 hand-rolled retries",
+    "ft": "4 fault-tolerant replica groups",
+}
 
 
 #: Figures averaged over a (strategy, MTBR) cell's seeds.
 MEANS = ("goodput", "lost_steps", "restart_overhead", "gpu_hours", "lost_gpu_hours", "reclaims", "interruptions")
 MEANS += ("tries_on_reclaims", "restart_wait", "restart_startup")
+#: Strategy 4's own figures (``bench/scripts/goodput_figures.py``), averaged likewise; None ("—") elsewhere.
+MEANS += ("survivor_restarts", "survivor_pause", "rejoin_pause", "heal_seconds", "replacements", "healed_from_peer")
 
 
 def cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,8 +48,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| MTBR (x interval) | strategy | succeeded | goodput | x strategy 3 | lost steps "
         "| restart overhead (s) | GPU-h requested | GPU-h lost | reclaims | interruptions "
-        "| Airflow tries on reclaims |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Airflow tries on reclaims | survivor restarts | survivors' pause (s) | replacement heal (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines[0] = _split_header(lines[0], rows)
     if several:
@@ -69,17 +76,28 @@ def table(rows: list[dict[str, Any]]) -> str:
             _num(cell.get("reclaims"), ".3g"),
             _num(cell.get("interruptions"), ".3g"),
             _num(cell.get("tries_on_reclaims"), ".3g"),
+            *ft_cells(cell),
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def ft_cells(row: dict[str, Any]) -> list[str]:
+    """Survivor restarts, survivors' pause per reclaim and replacement heal time (with how many replacements
+    healed from a live peer); "—" where they do not apply (strategies 1-3) or nothing was measured."""
+    heal = _num(row.get("heal_seconds"), ".1f")
+    if row.get("heal_seconds") is not None and row.get("replacements"):
+        heal += f" ({row['healed_from_peer']:.3g}/{row['replacements']:.3g} from a peer)"
+    return [_num(row.get("survivor_restarts"), ".3g"), _num(row.get("survivor_pause"), ".1f"), heal]
 
 
 def runs_table(rows: list[dict[str, Any]]) -> str:
     """Every run of the grid, one line each."""
     lines = [
         "| seed | MTBR (x interval) | strategy | succeeded | goodput | lost steps "
-        "| restart overhead (s) | reclaims | interruptions | Airflow tries on reclaims |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| restart overhead (s) | reclaims | interruptions | Airflow tries on reclaims | survivor restarts "
+        "| survivors' pause (s) | replacement heal (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines[0] = _split_header(lines[0], rows)
     for row in sorted(rows, key=lambda r: (r["seed"], r["mtbr_intervals"], list(STRATEGIES).index(r["strategy"]))):
@@ -94,6 +112,7 @@ def runs_table(rows: list[dict[str, Any]]) -> str:
             str(row["reclaims"]),
             _num(row.get("interruptions"), "d"),
             str(row["tries_on_reclaims"]),
+            *ft_cells(row),
         ]
         lines.append("| " + " | ".join(cells_) + " |")
     return "\n".join(lines)
@@ -203,9 +222,10 @@ def _ticks(axes: Any, values: list[float]) -> None:
     axes.minorticks_off()
 
 
-def _means(axes: Any, x_key: str, points: list[dict[str, Any]], label: str) -> None:
-    """Mean goodput against ``x_key``, with bars to the min and max of its seeds (``goodput_range``)."""
-    x = [p[x_key] for p in points]
+def _means(axes: Any, x_key: str, points: list[dict[str, Any]], label: str, shift: float = 1.0) -> None:
+    """Mean goodput against ``x_key``, with bars to the min and max of its seeds (``goodput_range``); ``shift``
+    multiplies x (on the log axis: a small offset that keeps strategies at one MTBR apart)."""
+    x = [p[x_key] * shift for p in points]
     y = [p.get("goodput") or 0.0 for p in points]
     spread = [p["goodput_range"] or (y[i], y[i]) for i, p in enumerate(points)]
     error = [[y[i] - lo for i, (lo, _) in enumerate(spread)], [hi - y[i] for i, (_, hi) in enumerate(spread)]]
@@ -218,13 +238,16 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    if sweep:
+        figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    else:  # a grid without a sweep: no empty Young/Daly panel
+        figure, left = pyplot.subplots(1, 1, figsize=(6.5, 4.2))
     grid = cells(rows)
-    for strategy, label in STRATEGIES.items():
+    for i, (strategy, label) in enumerate(STRATEGIES.items()):
         mine = sorted((c for c in grid if c["strategy"] == strategy), key=lambda c: c["mtbr_intervals"])
         if not mine:
             continue
-        _means(left, "mtbr_intervals", mine, label)
+        _means(left, "mtbr_intervals", mine, label, shift=2 ** (0.04 * (i - (len(STRATEGIES) - 1) / 2)))
     left.set(xlabel="mean time between reclaims (checkpoint intervals)", ylabel="goodput", ylim=(0, 1.05))
     _ticks(left, [r["mtbr_intervals"] for r in rows])
     fewest, most = min((c["seeds"] for c in grid), default=1), max((c["seeds"] for c in grid), default=1)
@@ -241,8 +264,8 @@ def plot(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], path: Path) ->
             right.axvline(statistics.median(advice), color="tab:red", linestyle="--", label="operator's advice")
         _ticks(right, [r["interval_seconds"] for r in sweep])
         right.legend()
-    right.set(xlabel="checkpoint interval (s)", ylabel="goodput", ylim=(0, 1.05))
-    right.set_title("Young/Daly check")
+        right.set(xlabel="checkpoint interval (s)", ylabel="goodput", ylim=(0, 1.05))
+        right.set_title("Young/Daly check")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -7,7 +7,12 @@ train on; its replacement heals from a live peer and reads no checkpoint. The pr
 checkpoint (one pod of the quorum writes it, with the manager's state) and the resume from it after a whole-group
 restart, decided after the first step (``fault_tolerance.resume``: a replica group healed from a live peer skips it).
 
-Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10).
+Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10),
+``COLLECTIVE_TIMEOUT`` (seconds, 5): the gloo process group's timeout, how long a survivor's collective waits for a
+replica group that stopped answering before the step fails (a peer that died outright fails it at once). torchft reads
+its own timeouts from the environment too: ``TORCHFT_TIMEOUT_SEC`` (the manager's operations, healing included;
+10 here), ``TORCHFT_QUORUM_TIMEOUT_SEC`` (waiting for a quorum, 60) and ``TORCHFT_CONNECT_TIMEOUT_SEC`` (60); the
+lighthouse's ``heartbeat_timeout_ms`` (``FaultTolerance``) is how soon a silent replica group leaves the quorum.
 
 Test hook, not part of the example (``tests/examples/test_fault_tolerant_example.py``): ``FAIL_REPLICA_GROUP`` and
 ``FAIL_AT_STEP`` make that replica group exit 1 at the first step it reaches at or past that one, a failure of its
@@ -40,6 +45,7 @@ REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 #: The test hook (see above): unset, nothing fails.
 FAIL_REPLICA_GROUP = int(os.environ.get("FAIL_REPLICA_GROUP", "-1"))
 FAIL_AT_STEP = int(os.environ.get("FAIL_AT_STEP", "0"))
+COLLECTIVE_TIMEOUT = float(os.environ.get("COLLECTIVE_TIMEOUT", "5"))
 
 
 def main() -> None:
@@ -55,7 +61,7 @@ def main() -> None:
         inner.load_state_dict(state["optim"])
 
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=timedelta(seconds=5)),
+        pg=ProcessGroupGloo(timeout=timedelta(seconds=COLLECTIVE_TIMEOUT)),
         min_replica_size=1,
         load_state_dict=load_state_dict,
         state_dict=state_dict,

@@ -1,4 +1,4 @@
-"""``bench/goodput.py --quick`` runs end to end (three `airflow dags test` runs on its own local cluster), so the
+"""``bench/goodput.py --quick`` runs end to end (four `airflow dags test` runs on its own local cluster), so the
 benchmark cannot rot. Its figures stay out of the test: only their sanity is checked, which holds on a busy machine
 too, so it runs beside other tests (the published figures come from ``bench/goodput.py`` run alone)."""
 
@@ -33,11 +33,16 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     found = bench.main(bench.parse(["--quick", "--png", str(png), "--table", str(table), "--json", str(saved)]))
 
     rows = {row["strategy"]: row for row in found["rows"]}
-    assert set(rows) == {"elastic", "periodic", "handrolled"}
+    assert set(rows) == {"elastic", "periodic", "handrolled", "ft"}
     for row in rows.values():
         assert row["succeeded"], row
         assert 0 < row["goodput"] <= 1 and row["lost_steps"] >= 0 and row["gpu_hours"] > 0, row
-    assert rows["elastic"]["tries_on_reclaims"] == 0, rows["elastic"]  # reclaims never burn an Airflow try
+        assert row["retained_pod_batches"] > 0 and row["pod_seconds"] > 0, row  # the one goodput definition
+    for strategy in ("elastic", "ft"):  # reclaims never burn an Airflow try
+        assert rows[strategy]["tries_on_reclaims"] == 0, rows[strategy]
+    ft = rows["ft"]  # replica groups: every step retains one batch per participating replica group
+    assert ft["retained_pod_batches"] <= 2 * 24 and ft["survivor_restarts"] == 0, ft
+    assert ft["restart_overhead"] is None and rows["elastic"].get("survivor_restarts") is None
     for row in rows.values():  # a measured restart is split at the start of the group's last process
         if row["restart_overhead"] is not None:
             assert 0 < row["restart_wait"] < row["restart_overhead"] and row["restart_startup"] > 0, row
@@ -47,6 +52,8 @@ def test_quick_goodput_bench_measures_every_strategy_and_writes_a_png(tmp_path: 
     assert height > 100 and width > 100
     text = table.read_text()
     assert all(label in text for label in bench.STRATEGIES.values()) and "Young/Daly" in text
+    (line,) = [line for line in text.splitlines() if "| 1 airflow-elastic |" in line and line.count("|") > 12]
+    assert line.endswith("| — | — | — |")  # strategy 4's columns do not apply to the others
 
     # --rows reports saved runs without measuring: the same tables from the --json file
     again = tmp_path / "again-table"

@@ -388,3 +388,22 @@ async def test_terminate_pod_and_active_deadline(side: NodeSide) -> None:
 
     slow = await side.wait_phase("slow", "Failed")
     assert slow["status"]["reason"] == "DeadlineExceeded"
+
+
+async def test_no_descendant_in_a_session_of_its_own_outlives_its_container(side: NodeSide, tmp_path: Path) -> None:
+    """torchrun starts its workers with ``setsid``: out of the container's process group, still in its PID
+    namespace. They die with the container, whether it is stopped (SIGTERM to the main process, which may exit and
+    orphan them first) or its node is lost (SIGKILL)."""
+    for name in ("stopped", "lost"):
+        command = f"setsid sleep 999 & echo $! > {tmp_path / name}; wait"
+        side.create(PODS, pod_body(name, container={"command": ["sh", "-c", command]}, terminationGracePeriodSeconds=5))
+    for name in ("stopped", "lost"):
+        await side.wait(lambda n=name: (tmp_path / n).exists() and (tmp_path / n).read_text().strip())
+    workers = {name: int((tmp_path / name).read_text()) for name in ("stopped", "lost")}
+    assert all(Path(f"/proc/{pid}").exists() for pid in workers.values())
+
+    side.store.delete(PODS, "default", "stopped")
+    await side.wait_gone("stopped")
+    side.kubelet.lose_node(side.pod("lost")["spec"]["nodeName"])
+    for pid in workers.values():
+        await side.wait(lambda p=pid: not Path(f"/proc/{p}").exists() or " Z " in Path(f"/proc/{p}/stat").read_text())

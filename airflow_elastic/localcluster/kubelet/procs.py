@@ -7,7 +7,9 @@ unsignalled: the shell must ``exec`` it), and SIGKILL after the grace period goe
 main process exits, the rest of the group is killed (a container's PID namespace ends with its init process).
 A process that leaves the group (``setsid``; torchrun starts each worker so) is still the container's while its
 parent chain leads back to the group: a SIGKILL (the grace period's end, a vanished node) takes it too. Only one
-whose ancestors in the container all exited before it escapes (its parent is then init: nothing links it back).
+whose ancestors in the container all exited before it escapes (its parent is then init: nothing links it back),
+unless it was seen when the container was sent its stop signal (remembered then: the stop signal may end its parent
+first).
 Before signalling a group that may be stale, the members are checked in ``/proc``: only processes of that group
 (or descending from it) that started no earlier than the recorded leader are signalled, so a reused pid is never hit.
 """
@@ -21,7 +23,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -113,16 +115,27 @@ class Running:
     pgid: int
     since: int
     pid_file: Path
+    #: Descendants outside the group seen when the container was sent its stop signal: ``pid -> start time``.
+    escaped: dict[int, int] = field(default_factory=dict)
 
     def signal(self, sig: int) -> bool:
-        """Signal every process of the container (SIGKILL at the end of the grace period, node loss)."""
-        return signal_group(self.pgid, self.since, sig)
+        """Signal every process of the container (SIGKILL at the end of the grace period, node loss), also the
+        descendants remembered at the stop signal that have been orphaned since."""
+        hit = False
+        for pid, start in self.escaped.items():
+            if start_ticks(pid) == start:  # the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                    hit = True
+        return signal_group(self.pgid, self.since, sig) or hit
 
     def signal_main(self, sig: int) -> bool:
         """Signal the main process only, as a runtime stops a container (containerd/runc send the stop signal to the
         container's init; its children get nothing). False when it is gone."""
         if self.proc.returncode is not None or _stat(self.proc.pid) is None:
             return False
+        _, escaped = container_processes(self.pgid, self.since)
+        self.escaped |= {pid: start_ticks(pid) for pid in escaped}
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, sig)
             return True
