@@ -23,7 +23,6 @@ BEGAN = time.time()  # before torch and torchft are imported: most of a replacem
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import sys  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -34,7 +33,6 @@ from airflow_elastic.contract import checkpoints  # noqa: E402
 from airflow_elastic.runtime import fault_tolerance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "dags" / "scripts"))  # the trainer's own imports next to it (torchft_ddp)
 _spec = importlib.util.spec_from_file_location("train_torchft", ROOT / "dags" / "scripts" / "train_torchft.py")
 assert _spec is not None and _spec.loader is not None
 train_torchft = importlib.util.module_from_spec(_spec)

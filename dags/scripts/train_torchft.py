@@ -32,7 +32,9 @@ from typing import Any
 import torch
 from torch import nn, optim
 from torchft import Manager, Optimizer, ProcessGroupGloo
-from torchft_ddp import DistributedDataParallel  # torchft's DDP, surviving a peer lost mid-step (next to this file)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when run through runpy or a wrapper
+from torchft_ddp import DistributedDataParallel  # torchft's DDP, surviving a peer lost mid-step
 
 from airflow_elastic import runtime
 from airflow_elastic.runtime import fault_tolerance
