@@ -30,7 +30,13 @@ SERIAL = {
 }
 #: Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``) these long files are handed out first, so no
 #: worker starts one of them while the other has nothing left to do.
-FIRST = ("tests/examples/test_demo.py", "tests/examples/test_goodput_bench.py", "tests/package/test_packaging.py")
+FIRST = (
+    "tests/examples/test_demo.py",
+    "tests/examples/test_goodput_bench.py",
+    "tests/examples/test_fault_tolerant_example.py",
+    "tests/operators/test_retry_adoption.py",
+    "tests/package/test_packaging.py",
+)
 
 
 #: The tiers, cheapest first (``pytest -m unit`` ...): what a test needs, decided from what it uses (a module may
