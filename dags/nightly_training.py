@@ -23,6 +23,12 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
   ``<version>/model`` out to the KServe InferenceService ``digits`` (``pytorch`` format), waits until the new model
   serves, POSTs three test rows to it, and rolls back to the previous model if it does not go live.
 
+**Assets** (docs/concepts/assets.md): ``prepare`` updates ``DATA_ASSET`` (the run's split), ``publish`` emits an
+event of ``MODEL_ASSET`` only when it promotes (through the alias ``PROMOTIONS``: a refused version emits none), and
+``serve`` updates ``SERVED_ASSET`` when the new model serves (a skipped or failed rollout emits none). Each event's
+extra says where the run wrote (its ``uri``), the version, and what matters of it; ``example_batch_scoring`` runs on
+each promotion.
+
 Data flows only through XCom and object storage: each step's result is the next one's argument or template, and
 every artefact lives under ``root``: the ``root`` param, else the Airflow Variable ``nightly_training_root``, else
 ``/tmp/airflow-elastic/nightly`` (works on the local cluster, whose pods are local processes; on a real cluster give a
@@ -60,7 +66,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, AssetAlias, Param, task
 
 from airflow_elastic import (
     BatchStage,
@@ -108,6 +114,21 @@ def setting(name: str, default: object) -> str:
 ROOT = setting("root", DEFAULT_ROOT)
 VERSION = "{{ run_id | version }}"
 DATA = f"{ROOT}/data/digits/{VERSION}"
+#: ``DATA`` as a URI (``file:///...`` for a local root): the extra ``uri`` of a ``DATA_ASSET`` event.
+DATA_URI = (
+    f"{{{{ ((params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}')) ~ '/data/digits/' ~ (run_id | version))"
+    " | location_uri }}"
+)
+#: The pipeline's Assets: static logical URIs (``x-airflow-elastic://nightly_training/<path under the root>``), as
+#: the root is only known when a run starts; each event's extra ``uri`` says where the run wrote. A contract:
+#: docs/concepts/assets.md.
+PIPELINE = "nightly_training"
+DATA_ASSET = Asset(name=f"{PIPELINE}.digits.data", uri=publishing.asset_uri(PIPELINE, "data/digits"))
+MODEL_ASSET = Asset(name=f"{PIPELINE}.digits.model", uri=publishing.asset_uri(PIPELINE, "models/digits/latest"))
+SERVED_ASSET = Asset(name=f"{PIPELINE}.digits.served", uri=publishing.asset_uri(PIPELINE, "serving/digits"))
+#: ``publish``'s outlet: an alias, so that a run emits a ``MODEL_ASSET`` event only when it promotes (a task emits
+#: an event for each plain ``Asset`` outlet whenever it succeeds).
+PROMOTIONS = AssetAlias(f"{PIPELINE}.digits.promotions")
 SCRIPTS = setting("scripts", DEFAULT_SCRIPTS)
 #: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
 CONN_ID = "local_cluster"
@@ -211,7 +232,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="Europe/Amsterdam"),
     catchup=False,
     max_active_runs=1,
-    user_defined_filters={"version": publishing.version_name},
+    user_defined_filters={"version": publishing.version_name, "location_uri": publishing.location_uri},
     # Every step is safe to retry: a retry adopts what its previous try started or finished.
     default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
     params={
@@ -248,6 +269,8 @@ with DAG(
         task_id="prepare",
         stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
         concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
+        outlets=[DATA_ASSET],  # a skipped preparation emits no event
+        outlet_extra={"version": VERSION, "uri": DATA_URI},
         starting_deadline=setting("starting_deadline", DEADLINE_SECONDS),
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
@@ -301,18 +324,23 @@ with DAG(
         poll_interval=1,
     )
 
-    @task
+    @task(outlets=[PROMOTIONS], inlets=[DATA_ASSET])
     def publish(
         sweep: dict[str, Any],
         train: dict[str, Any],
         evaluation: dict[str, Any],
         params: dict[str, Any] | None = None,
         run_id: str | None = None,
+        outlet_events: Any = None,
     ) -> dict[str, Any]:
-        """Write this run's version, promote it if the test metric does not regress, return the run report."""
+        """Write this run's version, promote it if the test metric does not regress, return the run report; a
+        promotion is a ``MODEL_ASSET`` event."""
         evidence = training_evidence(train)
         metrics = {k: v for k, v in evaluation["metrics"].items() if not k.startswith("smoke_")}
-        return publish_run(models_root(params or {}), str(run_id), sweep, train, metrics, evidence, params)
+        root = models_root(params or {})
+        report = publish_run(root, str(run_id), sweep, train, metrics, evidence, params)
+        announce(report, outlet_events, data=str(root.parent.parent / "data" / "digits" / report["version"]))
+        return report
 
     @task.short_circuit
     def promoted(report: dict[str, Any]) -> bool:
@@ -333,6 +361,8 @@ with DAG(
         rollback_on_failure=True,
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
+        inlets=[MODEL_ASSET],
+        outlets=[SERVED_ASSET],  # the operator adds the served URL and model to the event
     )
     # [END howto_inference_service_operator]
 
@@ -391,6 +421,15 @@ def training_evidence(train: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     evidence = saved.restore(jobset)
     return list(evidence.records) if evidence is not None else []
+
+
+def announce(report: dict[str, Any], outlet_events: Any, *, data: str) -> bool:
+    """Emit a ``MODEL_ASSET`` event through ``PROMOTIONS`` if ``report``'s version was promoted (its extra:
+    :func:`~airflow_elastic.serving.publishing.model_event_extra`); a refused version emits nothing."""
+    if not report["promotion"]["promote"]:
+        return False
+    outlet_events[PROMOTIONS].add(MODEL_ASSET, extra=publishing.model_event_extra(report, data=data))
+    return True
 
 
 def read_previous_sweep(root: Any) -> dict[str, Any] | None:

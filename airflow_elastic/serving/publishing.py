@@ -12,6 +12,10 @@ Layout under a model root (a path or any ``ObjectStoragePath``/fsspec URI)::
 
 A version is promoted to ``latest`` only if its test metric does not regress against the model ``latest`` holds
 (:func:`decide`). Nothing here does I/O: the publishing task reads and writes, these functions decide.
+
+The pipeline's Airflow Assets (docs/concepts/assets.md) are named here too: :func:`asset_uri` gives each a static,
+logical URI (the storage root is only known when a run starts), and :func:`model_event_extra` the extra of the
+event a promotion emits, which carries where the version really is.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ LATEST = "latest"
 LATEST_MARKER = "LATEST.json"
 LAST_RUN = "LAST_RUN.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: The scheme of the pipelines' Asset URIs: an ``x-`` scheme, which Airflow keeps as written (no normalizer).
+ASSET_SCHEME = "x-airflow-elastic"
+_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def version_name(run_id: str) -> str:
@@ -203,3 +210,62 @@ def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------------------ assets
+
+
+def asset_uri(pipeline: str, path: str) -> str:
+    """The static URI of an artefact ``path`` (relative to a pipeline's storage root) as an Airflow Asset:
+    ``x-airflow-elastic://<pipeline>/<path>`` (``asset_uri("nightly_training", "models/digits/latest")``).
+
+    The storage root is a run's param or a Variable, resolved when the run starts, but an Asset's URI is fixed when
+    the DAG is parsed: the URI names the artefact by its place in the layout, and each event's extra ``uri`` says
+    where the run wrote it.
+
+    Raises:
+        ValueError: ``pipeline`` or a segment of ``path`` is empty or has characters other than letters, digits,
+            ``.``, ``_`` and ``-``.
+    """
+    segments = path.strip("/").split("/")
+    for part in (pipeline, *segments):
+        if not _SEGMENT.match(part) or part in (".", ".."):
+            raise ValueError(f"bad asset URI part {part!r} in pipeline {pipeline!r}, path {path!r}")
+    return f"{ASSET_SCHEME}://{pipeline}/{'/'.join(segments)}"
+
+
+def location_uri(location: str) -> str:
+    """A storage location as a URI: a local path becomes ``file://<absolute path>``, a URI stays as it is."""
+    if "://" in location:
+        return location
+    if not location.startswith("/"):
+        raise ValueError(f"a local location must be absolute, got {location!r}")
+    return f"file://{location}"
+
+
+def model_event_extra(report: Mapping[str, Any], *, data: str | None = None) -> dict[str, Any]:
+    """The extra of a promoted model's asset event, from the run report (:func:`run_report`): the version, where
+    it, its checkpoint and its served form are, the data it was trained on (``data``, if given), and the
+    comparison that promoted it.
+
+    Raises:
+        ValueError: the report's version was not promoted (a refused version emits no event).
+    """
+    promotion = report["promotion"]
+    if not promotion.get("promote"):
+        raise ValueError(f"version {report.get('version')!r} was not promoted: no model event")
+    locations = report["locations"]
+    return {
+        "version": report["version"],
+        "run_id": report["run_id"],
+        "uri": location_uri(locations["version"]),
+        "model": location_uri(locations["model"]),
+        "checkpoint": location_uri(locations["checkpoint"]),
+        "data": None if data is None else location_uri(data),
+        "latest": location_uri(locations["latest"]),
+        "metric": promotion["metric"],
+        "value": promotion["candidate"],
+        "previous_value": promotion["incumbent"],
+        "reason": promotion["reason"],
+        "test": {k: v for k, v in report["test"].items() if _number(v)},
+    }

@@ -89,3 +89,52 @@ def test_nothing_is_published_without_a_complete_checkpoint(nightly, tmp_path):
     with pytest.raises(ValueError, match="no complete checkpoint under"):
         nightly.publish_run(root, "x", sweep, train, evaluation, [], None)
     assert not (tmp_path / "storage" / "models" / "digits" / "LAST_RUN.json").exists()
+
+
+def test_a_promotion_is_a_model_asset_event_and_a_refusal_none(nightly, tmp_path):
+    """``publish`` declares the alias ``PROMOTIONS``; only a promoted version adds a ``MODEL_ASSET`` event to it,
+    with the version, where it is, and the comparison (what Airflow then records in ``asset_event``)."""
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from airflow_elastic.serving import publishing
+
+    assert nightly.dag.get_task("publish").outlets == [nightly.PROMOTIONS]
+    data = str(tmp_path / "storage" / "data" / "digits" / "v")
+    first = publish(nightly, tmp_path, "first", 0.95)
+    events = OutletEventAccessors()
+    assert nightly.announce(first, events, data=data) is True
+    [added] = events[nightly.PROMOTIONS].asset_alias_events
+    assert (added.source_alias_name, added.dest_asset_key.name) == (nightly.PROMOTIONS.name, nightly.MODEL_ASSET.name)
+    assert added.extra == publishing.model_event_extra(first, data=data)
+    assert added.extra["version"] == "first" and added.extra["value"] == 0.95
+    assert added.extra["model"] == f"file://{tmp_path}/storage/models/digits/first/model"
+
+    refused = publish(nightly, tmp_path, "second", 0.90)
+    events = OutletEventAccessors()
+    assert nightly.announce(refused, events, data=data) is False
+    assert events[nightly.PROMOTIONS].asset_alias_events == []
+
+
+def test_the_data_and_served_assets_are_static_outlets_with_the_runs_location(nightly):
+    prepare, serve = nightly.dag.get_task("prepare"), nightly.dag.get_task("serve")
+    assert prepare.outlets == [nightly.DATA_ASSET] and serve.outlets == [nightly.SERVED_ASSET]
+    assert nightly.MODEL_ASSET.uri == "x-airflow-elastic://nightly_training/models/digits/latest"
+    env = nightly.dag.get_template_env()
+    context = {"params": {"root": "/srv/night"}, "run_id": "manual__1:2", "var": {"value": {}}}
+    rendered = {k: env.from_string(v).render(**context) for k, v in prepare.outlet_extra.items()}
+    assert rendered == {"version": "manual__1-2", "uri": "file:///srv/night/data/digits/manual__1-2"}
+
+
+def test_the_scoring_example_runs_on_the_nightly_model_and_reads_the_event(nightly):
+    spec = importlib.util.spec_from_file_location("example_batch_scoring", ROOT / "dags" / "example_batch_scoring.py")
+    assert spec is not None and spec.loader is not None
+    scoring = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scoring)
+    assert scoring.MODEL_ASSET == nightly.MODEL_ASSET  # name and URI: the same asset
+    assert list(scoring.dag.timetable.asset_condition.objects) == [nightly.MODEL_ASSET]  # its only schedule
+    env = scoring.dag.get_template_env()
+    event = type("Event", (), {"extra": {"checkpoint": "file:///m/v/checkpoint", "data": "file:///d/v"}})()
+    stage = scoring.dag.get_task("score").stage
+    rendered = {k: env.from_string(v).render(triggering_asset_events={nightly.MODEL_ASSET: [event]}, var={"value": {}})
+                for k, v in stage.env.items() if k != "PYTHONUNBUFFERED"}  # fmt: skip
+    assert rendered == {"MODEL_URI": "file:///m/v/checkpoint", "DATA_URI": "file:///d/v"}
