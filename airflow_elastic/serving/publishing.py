@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 LATEST = "latest"
@@ -56,17 +56,39 @@ def _finite(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class Promotion:
-    """Whether a candidate model becomes ``latest``, and why."""
+    """Whether a candidate model becomes ``latest``, and why.
+
+    ``review``: the candidate regressed, but by no more than the review margin: it is not promoted unless a person
+    approves (:meth:`approved`); ``promote`` is then ``False`` until they do.
+    """
 
     promote: bool
     reason: str
     metric: str
     candidate: float | None
     incumbent: float | None
+    review: bool = False
+    approved_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The decision as plain JSON (the run report keeps it: :func:`run_report`)."""
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Promotion:
+        """The decision :meth:`to_json` wrote."""
+        return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
+
+    def approved(self, by: str) -> Promotion:
+        """The decision once a person approved the candidate under review.
+
+        Raises:
+            ValueError: the decision was not waiting for a review.
+        """
+        if not self.review or self.promote:
+            raise ValueError(f"only a candidate under review can be approved: {self.reason}")
+        reason = f"{self.reason.removesuffix(': waits for approval')}: approved by {by}"
+        return replace(self, promote=True, reason=reason, approved_by=by)
 
 
 def decide(
@@ -76,26 +98,33 @@ def decide(
     metric: str,
     mode: Literal["max", "min"] = "max",
     tolerance: float = 0.0,
+    review_margin: float = 0.0,
 ) -> Promotion:
-    """Promote ``candidate`` unless its ``metric`` regresses against ``incumbent``'s by more than ``tolerance``.
+    """Promote ``candidate`` unless its ``metric`` regresses against ``incumbent``'s by more than ``tolerance``; a
+    regression beyond the tolerance by at most ``review_margin`` waits for a person's approval.
 
     Args:
         candidate: the new model's evaluation metrics, e.g. ``{"test_accuracy": 0.97}``.
         incumbent: the metrics of the model ``latest`` holds; ``None`` when nothing was published yet.
         metric: the key compared; ``mode``: ``"max"`` (higher is better) or ``"min"``.
         tolerance: how much worse still counts as not regressing (>= 0; 0: equal or better).
+        review_margin: the grey zone beyond the tolerance (>= 0; 0: none): a candidate worse than the incumbent by
+            more than ``tolerance`` but at most ``tolerance + review_margin`` is neither promoted nor refused but
+            under review (``review=True``); worse still: refused.
 
     Returns:
         The decision. A candidate without a finite ``metric`` is never promoted; an incumbent without one (an
         older layout, a broken file) is replaced.
 
     Raises:
-        ValueError: ``mode`` is not ``"max"``/``"min"``, or ``tolerance`` is negative or not finite.
+        ValueError: ``mode`` is not ``"max"``/``"min"``, or ``tolerance`` or ``review_margin`` is negative or not
+            finite.
     """
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-    if _finite(tolerance) is None or tolerance < 0:
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    for name, setting in (("tolerance", tolerance), ("review_margin", review_margin)):
+        if _finite(setting) is None or setting < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {setting!r}")
     new = _finite(candidate.get(metric))
     old = _finite(incumbent.get(metric)) if incumbent is not None else None
     if new is None:
@@ -106,12 +135,40 @@ def decide(
     if old is None:
         reason = f"the published model has no finite {metric!r} to compare with: replaced ({metric} {new:.4g})"
         return Promotion(True, reason, metric, new, None)
-    worse = new < old - tolerance if mode == "max" else new > old + tolerance
-    if worse:
-        reason = f"{metric} {new:.4g} regresses against latest's {old:.4g} (tolerance {tolerance:g}): not promoted"
-    else:
+    regression = old - new if mode == "max" else new - old  # > 0: worse
+    if regression <= tolerance:
         reason = f"{metric} {new:.4g} does not regress against latest's {old:.4g}: promoted"
-    return Promotion(not worse, reason, metric, new, old)
+        return Promotion(True, reason, metric, new, old)
+    against = f"{metric} {new:.4g} regresses against latest's {old:.4g} (tolerance {tolerance:g}"
+    if regression <= tolerance + review_margin:
+        reason = f"{against}, review margin {review_margin:g}): waits for approval"
+        return Promotion(False, reason, metric, new, old, review=True)
+    margin = f", review margin {review_margin:g}" if review_margin else ""
+    return Promotion(False, f"{against}{margin}): not promoted", metric, new, old)
+
+
+def review_text(report: Mapping[str, Any]) -> str:
+    """What an approver reads (Markdown): the comparison, the candidate's test metrics and where it is."""
+    promotion, training = report["promotion"], report["training"]
+    new, old = promotion["candidate"], promotion["incumbent"]
+    delta = f"{new - old:+.4g}" if isinstance(new, float | int) and isinstance(old, float | int) else "-"
+    rows = [
+        f"**{promotion['reason']}**",
+        "",
+        "| | candidate | latest | change |",
+        "|---|---|---|---|",
+        f"| {promotion['metric']} | {_short(new)} | {_short(old)} | {delta} |",
+        "",
+        "Candidate's test metrics: " + ", ".join(f"{k}={_short(v)}" for k, v in sorted(report["test"].items())
+                                                 if _number(v)),
+        f"Training: {training['preemptions_survived']} preemption(s) survived, spot share "
+        f"{_short(training['spot_share'])}; best params: "
+        + ", ".join(f"{k}={_short(v)}" for k, v in sorted(report["best_params"].items())),
+        f"Version {report['version']} (run {report['run_id']}): {report['locations'].get('version', '-')}",
+        "",
+        "Approve: it becomes latest and is served. Reject, or no answer in time: latest stays as it is.",
+    ]  # fmt: skip
+    return "\n".join(rows)
 
 
 def run_report(
@@ -267,5 +324,6 @@ def model_event_extra(report: Mapping[str, Any], *, data: str | None = None) -> 
         "value": promotion["candidate"],
         "previous_value": promotion["incumbent"],
         "reason": promotion["reason"],
+        "approved_by": promotion.get("approved_by"),
         "test": {k: v for k, v in report["test"].items() if _number(v)},
     }

@@ -77,6 +77,7 @@ def test_a_promotion_event_carries_the_version_its_locations_and_the_comparison(
         "value": 0.97,
         "previous_value": 0.95,
         "reason": extra["reason"],
+        "approved_by": None,  # promoted by the rule, not by a person
         "test": {"test_accuracy": 0.97, "test_loss": 0.2},  # numbers only
     }
     assert "does not regress" in extra["reason"]
