@@ -3,8 +3,8 @@
 ``nightly_training``'s ``publish`` emits an event of the Asset ``nightly_training.digits.model`` only when it
 promotes a version (docs/concepts/assets.md); each event starts a run of this DAG, whose ``score`` stage scores the
 held-out test split of the data that version was trained on, on the CPU pool, with the promoted checkpoint
-(``scripts/evaluate_digits.py``). What to score comes from the triggering event's extra: ``checkpoint`` and
-``data`` (URIs), ``version``. A refused version emits no event, so nothing is scored for it.
+(``scripts/evaluate_digits.py``). What to score comes from the triggering event's extra: ``checkpoints`` (the
+final training's step directories) and ``data`` (URIs). A refused version emits no event, so nothing is scored for it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ with DAG(
             image="ghcr.io/airflow-elastic/digits-trainer:0.1.0",
             command=["python", f"{SCRIPTS}/evaluate_digits.py"],
             env={
-                "MODEL_URI": f"{{{{ {EVENT}['checkpoint'] }}}}",
+                "MODEL_URI": f"{{{{ {EVENT}['checkpoints'] }}}}",  # evaluates the newest complete step
                 "DATA_URI": f"{{{{ {EVENT}['data'] }}}}",
                 "PYTHONUNBUFFERED": "1",
             },

@@ -302,8 +302,8 @@ def location_uri(location: str) -> str:
 
 def model_event_extra(report: Mapping[str, Any], *, data: str | None = None) -> dict[str, Any]:
     """The extra of a promoted model's asset event, from the run report (:func:`run_report`): the version, where
-    it, its checkpoint and its served form are, the data it was trained on (``data``, if given), and the
-    comparison that promoted it.
+    it, its checkpoint's files, the training's checkpoints (step directories) and its served form are, the data it
+    was trained on (``data``, if given), and the comparison that promoted it.
 
     Raises:
         ValueError: the report's version was not promoted (a refused version emits no event).
@@ -318,6 +318,7 @@ def model_event_extra(report: Mapping[str, Any], *, data: str | None = None) -> 
         "uri": location_uri(locations["version"]),
         "model": location_uri(locations["model"]),
         "checkpoint": location_uri(locations["checkpoint"]),
+        "checkpoints": location_uri(locations["checkpoints"]),
         "data": None if data is None else location_uri(data),
         "latest": location_uri(locations["latest"]),
         "metric": promotion["metric"],

@@ -134,11 +134,11 @@ def test_the_scoring_example_runs_on_the_nightly_model_and_reads_the_event(night
     assert scoring.MODEL_ASSET == nightly.MODEL_ASSET  # name and URI: the same asset
     assert list(scoring.dag.timetable.asset_condition.objects) == [nightly.MODEL_ASSET]  # its only schedule
     env = scoring.dag.get_template_env()
-    event = type("Event", (), {"extra": {"checkpoint": "file:///m/v/checkpoint", "data": "file:///d/v"}})()
+    event = type("Event", (), {"extra": {"checkpoints": "file:///c/v/final", "data": "file:///d/v"}})()
     stage = scoring.dag.get_task("score").stage
     rendered = {k: env.from_string(v).render(triggering_asset_events={nightly.MODEL_ASSET: [event]}, var={"value": {}})
                 for k, v in stage.env.items() if k != "PYTHONUNBUFFERED"}  # fmt: skip
-    assert rendered == {"MODEL_URI": "file:///m/v/checkpoint", "DATA_URI": "file:///d/v"}
+    assert rendered == {"MODEL_URI": "file:///c/v/final", "DATA_URI": "file:///d/v"}
 
 
 def test_a_candidate_in_the_grey_zone_waits_and_an_approval_promotes_it(nightly, tmp_path):

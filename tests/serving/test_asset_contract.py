@@ -58,6 +58,7 @@ def report(candidate: float, incumbent: float | None) -> dict:
             "version": "/m/manual__1",
             "model": "/m/manual__1/model",
             "checkpoint": "/m/manual__1/checkpoint",
+            "checkpoints": "/c/manual__1/final",
             "latest": "/m/latest",
         },
     )
@@ -71,6 +72,7 @@ def test_a_promotion_event_carries_the_version_its_locations_and_the_comparison(
         "uri": "file:///m/manual__1",
         "model": "file:///m/manual__1/model",
         "checkpoint": "file:///m/manual__1/checkpoint",
+        "checkpoints": "file:///c/manual__1/final",
         "data": "gs://b/data/digits/manual__1",
         "latest": "file:///m/latest",
         "metric": "test_accuracy",
