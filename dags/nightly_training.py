@@ -3,7 +3,8 @@
 Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
 
     previous_sweep ─┐
-    prepare ────────┴─> sweep ──> train ──> evaluate ──> publish ──> promoted ──> serve
+    prepare ────────┴─> sweep ──> train ──> evaluate ──> publish ─────────────────────────────────> promoted ──> serve
+                                                           └─> under_review ──> approve ──> adopt ─┘
 
 * ``prepare`` (batch stage, CPU pool, ``forbid``, skipped when more than 4 hours late): splits scikit-learn's
   digits into train/val/test ``.npz`` under ``<root>/data/digits/<version>`` (``scripts/prepare_digits.py``).
@@ -19,9 +20,18 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
 * ``publish``: checkpoint, metrics, sweep report and a run report under ``<root>/models/digits/<version>/``, promoted
   to ``<root>/models/digits/latest/`` only if the test accuracy does not regress
   (:mod:`airflow_elastic.serving.publishing`).
+* ``under_review``, ``approve``, ``adopt``: a candidate that regresses beyond ``tolerance`` by at most
+  ``review_margin`` (0.02) waits for a person's answer (Airflow's ``ApprovalOperator``, showing the comparison);
+  Approve: ``adopt`` promotes it; Reject, or no answer in 12 hours (``APPROVAL_TIMEOUT``): nothing is promoted.
 * ``promoted`` skips the rollout of a version that was not promoted; ``serve`` (``InferenceServiceOperator``) rolls
   ``<version>/model`` out to the KServe InferenceService ``digits`` (``pytorch`` format), waits until the new model
   serves, POSTs three test rows to it, and rolls back to the previous model if it does not go live.
+
+**Assets** (docs/concepts/assets.md): ``prepare`` updates ``DATA_ASSET`` (the run's split), ``publish`` emits an
+event of ``MODEL_ASSET`` only when it promotes (through the alias ``PROMOTIONS``: a refused version emits none), and
+``serve`` updates ``SERVED_ASSET`` when the new model serves (a skipped or failed rollout emits none). Each event's
+extra says where the run wrote (its ``uri``), the version, and what matters of it; ``example_batch_scoring`` runs on
+each promotion.
 
 Data flows only through XCom and object storage: each step's result is the next one's argument or template, and
 every artefact lives under ``root``: the ``root`` param, else the Airflow Variable ``nightly_training_root``, else
@@ -56,11 +66,13 @@ torchft, whose ``torchft_lighthouse`` the lighthouse pod runs), so a real cluste
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import DAG, Asset, AssetAlias, Param, task
 
 from airflow_elastic import (
     BatchStage,
@@ -108,11 +120,32 @@ def setting(name: str, default: object) -> str:
 ROOT = setting("root", DEFAULT_ROOT)
 VERSION = "{{ run_id | version }}"
 DATA = f"{ROOT}/data/digits/{VERSION}"
+#: ``DATA`` as a URI (``file:///...`` for a local root): the extra ``uri`` of a ``DATA_ASSET`` event.
+DATA_URI = (
+    f"{{{{ ((params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}')) ~ '/data/digits/' ~ (run_id | version))"
+    " | location_uri }}"
+)
+#: The pipeline's Assets: static logical URIs (``x-airflow-elastic://nightly_training/<path under the root>``), as
+#: the root is only known when a run starts; each event's extra ``uri`` says where the run wrote. A contract:
+#: docs/concepts/assets.md.
+PIPELINE = "nightly_training"
+DATA_ASSET = Asset(name=f"{PIPELINE}.digits.data", uri=publishing.asset_uri(PIPELINE, "data/digits"))
+MODEL_ASSET = Asset(name=f"{PIPELINE}.digits.model", uri=publishing.asset_uri(PIPELINE, "models/digits/latest"))
+SERVED_ASSET = Asset(name=f"{PIPELINE}.digits.served", uri=publishing.asset_uri(PIPELINE, "serving/digits"))
+#: ``publish``'s outlet: an alias, so that a run emits a ``MODEL_ASSET`` event only when it promotes (a task emits
+#: an event for each plain ``Asset`` outlet whenever it succeeds).
+PROMOTIONS = AssetAlias(f"{PIPELINE}.digits.promotions")
 SCRIPTS = setting("scripts", DEFAULT_SCRIPTS)
 #: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
 CONN_ID = "local_cluster"
 #: What the promotion rule compares: the evaluation's test accuracy, higher is better.
 PROMOTION_METRIC = "test_accuracy"
+#: The grey zone beyond the ``tolerance`` param: a candidate whose test accuracy is worse by at most this more waits
+#: for a person's approval (``approve``); further: refused. The ``review_margin`` param overrides it (0: no review).
+REVIEW_MARGIN = 0.02
+#: How long a candidate under review waits for an answer; then ``approve`` takes its default, Reject: ``latest``
+#: stays as it is and nothing is served. Shorter than a day, so the next night's run is not held up.
+APPROVAL_TIMEOUT = timedelta(hours=12)
 #: The served model: the KServe InferenceService's name, and where the evaluation exports the TorchScript.
 SERVICE = "digits"
 EXPORT_URI = f"{ROOT}/models/digits/{VERSION}/model/model.pt"
@@ -211,7 +244,11 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="Europe/Amsterdam"),
     catchup=False,
     max_active_runs=1,
-    user_defined_filters={"version": publishing.version_name},
+    user_defined_filters={
+        "version": publishing.version_name,
+        "location_uri": publishing.location_uri,
+        "review_text": publishing.review_text,
+    },
     # Every step is safe to retry: a retry adopts what its previous try started or finished.
     default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
     params={
@@ -234,6 +271,9 @@ with DAG(
             description=fallback("seconds a night may start late", "starting_deadline", DEADLINE_SECONDS),
         ),
         "tolerance": Param(0.0, type="number", minimum=0, description="test-accuracy drop still promoted"),
+        "review_margin": Param(
+            REVIEW_MARGIN, type="number", minimum=0, description="drop beyond the tolerance that waits for approval"
+        ),
     },
     tags=["example", "airflow-elastic", "nightly", "pytorch"],
 ) as dag:
@@ -248,6 +288,8 @@ with DAG(
         task_id="prepare",
         stage=stage("prepare-digits", "prepare_digits.py", {"DATA_URI": DATA}),
         concurrency_policy="forbid",  # a previous night's preparation still running: skip, as a CronJob would
+        outlets=[DATA_ASSET],  # a skipped preparation emits no event
+        outlet_extra={"version": VERSION, "uri": DATA_URI},
         starting_deadline=setting("starting_deadline", DEADLINE_SECONDS),
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
@@ -301,23 +343,59 @@ with DAG(
         poll_interval=1,
     )
 
-    @task
+    @task(outlets=[PROMOTIONS], inlets=[DATA_ASSET])
     def publish(
         sweep: dict[str, Any],
         train: dict[str, Any],
         evaluation: dict[str, Any],
         params: dict[str, Any] | None = None,
         run_id: str | None = None,
+        outlet_events: Any = None,
     ) -> dict[str, Any]:
-        """Write this run's version, promote it if the test metric does not regress, return the run report."""
+        """Write this run's version, promote it if the test metric does not regress, return the run report; a
+        promotion is a ``MODEL_ASSET`` event."""
         evidence = training_evidence(train)
         metrics = {k: v for k, v in evaluation["metrics"].items() if not k.startswith("smoke_")}
-        return publish_run(models_root(params or {}), str(run_id), sweep, train, metrics, evidence, params)
+        root = models_root(params or {})
+        report = publish_run(root, str(run_id), sweep, train, metrics, evidence, params)
+        announce(report, outlet_events, data=str(root.parent.parent / "data" / "digits" / report["version"]))
+        return report
 
-    @task.short_circuit
-    def promoted(report: dict[str, Any]) -> bool:
-        """Roll out only a promoted version (its test accuracy did not regress); else skip ``serve``."""
-        return bool(report["promotion"]["promote"])
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def under_review(report: dict[str, Any]) -> bool:
+        """Ask for approval only for a candidate in the grey zone; else skip ``approve`` (and so ``adopt``)."""
+        return bool(report["promotion"].get("review"))
+
+    # A person sees the comparison and approves or rejects; no answer within APPROVAL_TIMEOUT: Reject. Rejecting
+    # skips ``adopt``. The run waits meanwhile (max_active_runs=1: the next night queues behind it).
+    approve = ApprovalOperator(
+        task_id="approve",
+        subject="Promote digits version {{ ti.xcom_pull(task_ids='publish')['version'] }}?",
+        body="{{ ti.xcom_pull(task_ids='publish') | review_text }}",
+        defaults="Reject",
+        response_timeout=APPROVAL_TIMEOUT,
+    )
+
+    @task(outlets=[PROMOTIONS])
+    def adopt(
+        report: dict[str, Any],
+        approval: dict[str, Any],
+        params: dict[str, Any] | None = None,
+        outlet_events: Any = None,
+    ) -> dict[str, Any]:
+        """Promote the approved candidate to ``latest`` (a ``MODEL_ASSET`` event), return the run report."""
+        user = approval.get("responded_by_user") or {}
+        approver = str(user.get("name") or user.get("id") or "an approver")
+        root = models_root(params or {})
+        approved = promote_approved(root, report, approver)
+        announce(approved, outlet_events, data=str(root.parent.parent / "data" / "digits" / report["version"]))
+        return approved
+
+    @task.short_circuit(trigger_rule="none_failed_min_one_success")
+    def promoted(report: dict[str, Any], ti: Any = None) -> bool:
+        """Roll out only a promoted version (by the rule, or approved); else skip ``serve``."""
+        approved = ti.xcom_pull(task_ids="adopt") if ti is not None else None
+        return bool((approved or report)["promotion"]["promote"])
 
     # [START howto_inference_service_operator]
     serve = InferenceServiceOperator(
@@ -333,13 +411,17 @@ with DAG(
         rollback_on_failure=True,
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
+        inlets=[MODEL_ASSET],
+        outlets=[SERVED_ASSET],  # the operator adds the served URL and model to the event
     )
     # [END howto_inference_service_operator]
 
     prepare >> sweep >> train >> evaluate
     report = publish(sweep.output, train.output, evaluate.output)
     report.operator.operator_extra_links = (RunReportLink(),)  # the run report as a button on the task in the UI
-    promoted(report) >> serve
+    adopted = adopt(report, approve.output)
+    under_review(report) >> approve
+    adopted >> promoted(report) >> serve
 
 
 # ------------------------------------------------------------------------------------------------ publishing I/O
@@ -393,6 +475,39 @@ def training_evidence(train: dict[str, Any]) -> list[dict[str, Any]]:
     return list(evidence.records) if evidence is not None else []
 
 
+def promote(root: Any, version: str, run_id: str) -> None:
+    """Copy the version to ``latest/``: readers trust it only with its marker, which goes first and comes back last."""
+    latest = root / publishing.LATEST
+    if latest.exists():
+        (latest / publishing.LATEST_MARKER).unlink(missing_ok=True)
+        latest.rmdir(recursive=True)
+    copy_tree(root / version, latest)
+    write_json(latest / publishing.LATEST_MARKER, {"version": version, "run_id": run_id})
+
+
+def promote_approved(root: Any, report: dict[str, Any], approver: str) -> dict[str, Any]:
+    """The candidate under review, approved by ``approver``: its report says so, and it becomes ``latest``.
+
+    Raises:
+        ValueError: the report's version was not under review (only an approval of one promotes).
+    """
+    promotion = publishing.Promotion.from_json(report["promotion"]).approved(approver)
+    approved = {**report, "promotion": promotion.to_json()}
+    write_json(root / report["version"] / "report.json", approved)
+    promote(root, report["version"], report["run_id"])
+    logging.getLogger("airflow.task").info("promotion: %s", promotion.reason)
+    return approved
+
+
+def announce(report: dict[str, Any], outlet_events: Any, *, data: str) -> bool:
+    """Emit a ``MODEL_ASSET`` event through ``PROMOTIONS`` if ``report``'s version was promoted (its extra:
+    :func:`~airflow_elastic.serving.publishing.model_event_extra`); a refused version emits nothing."""
+    if not report["promotion"]["promote"]:
+        return False
+    outlet_events[PROMOTIONS].add(MODEL_ASSET, extra=publishing.model_event_extra(report, data=data))
+    return True
+
+
 def read_previous_sweep(root: Any) -> dict[str, Any] | None:
     last = read_json(root / publishing.LAST_RUN)
     return read_json(root / last["version"] / "sweep.json") if last else None
@@ -436,6 +551,7 @@ def publish_run(
         metric=PROMOTION_METRIC,
         mode="max",
         tolerance=float((params or {}).get("tolerance") or 0.0),
+        review_margin=float((params or {}).get("review_margin") or 0.0),
     )
     plot = (sweep.get("report") or {}).get("png")
     locations = {
@@ -459,12 +575,8 @@ def publish_run(
         locations=locations,
     )
     write_json(target / "report.json", report)
-    if promotion.promote:  # readers trust latest/ only with its marker, which goes first and comes back last
-        if latest.exists():
-            (latest / publishing.LATEST_MARKER).unlink(missing_ok=True)
-            latest.rmdir(recursive=True)
-        copy_tree(target, latest)
-        write_json(latest / publishing.LATEST_MARKER, {"version": version, "run_id": run_id})
+    if promotion.promote:
+        promote(root, version, run_id)
     write_json(root / publishing.LAST_RUN, {"version": version, "run_id": run_id})
     for line in publishing.report_lines(report):
         log.info("%s", line)

@@ -13,6 +13,9 @@ Airflow keeps its own defaults where the defer race lives: a worker reports a de
 resumed try. The assertions: every task instance of both runs succeeded in try 1; the cluster was asked to create
 each trial's and each final training's group and each batch stage's Job exactly once and nothing else of the kind (its
 request log); and every trial's output reached the sweep's task log files (the workers' and the triggerers').
+Both runs promote their model (the first: nothing published yet; the second: its tolerance), so Airflow records
+one event of each of the pipeline's Assets per run (docs/concepts/assets.md), and ``example_batch_scoring``,
+scheduled on the model Asset and unpaused beside it, runs on those promotions and scores them.
 """
 
 from __future__ import annotations
@@ -42,8 +45,11 @@ pytest.importorskip("torch")  # the `examples` extra (part of `dev`)
 pytest.importorskip("sklearn")
 
 DAG_ID = "nightly_training"
+SCORING = "example_batch_scoring"
 API_RUN = "api_run"
-TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "promoted", "serve")
+TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "under_review", "promoted", "serve")
+ASSETS = {"nightly_training.digits.data": "prepare", "nightly_training.digits.model": "publish",
+          "nightly_training.digits.served": "serve"}  # fmt: skip
 #: A small night that still runs every task: trials two at a time, so the sweep defers more than once.
 SIZE = {"sweep_epochs": "2", "final_epochs": "2", "max_trials": "3"}
 #: ``processes.deployment_environment``'s short settings that would hide what a deployment sees: the worker
@@ -79,6 +85,7 @@ def deployment(airflow_home: Path, airflow_db: Path, cluster: LocalCluster, tmp_
     dags = airflow_home / "dags"
     dags.mkdir()
     (dags / "nightly_training.py").symlink_to(ROOT / "dags" / "nightly_training.py")
+    (dags / f"{SCORING}.py").symlink_to(ROOT / "dags" / f"{SCORING}.py")
     connection = kubernetes_connection(cluster.kubeconfig, "default")  # what `cluster up` prints
     base = airflow_environment(airflow_home, airflow_db, connections={CLUSTER_CONN_ID: connection})
     env = deployment_environment(base, dags_folder=dags, api_port=free_port())
@@ -112,11 +119,13 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
 ):
     airflow = deployment
     started = time.monotonic()
-    airflow.wait_until(
-        lambda: query(airflow.db, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG_ID),
-        120,
-        f"the dag-processor to serialize {DAG_ID}",
-    )
+    for dag_id in (DAG_ID, SCORING):
+        airflow.wait_until(
+            lambda dag_id=dag_id: query(airflow.db, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", dag_id),
+            120,
+            f"the dag-processor to serialize {dag_id}",
+        )
+    airflow.airflow("dags", "unpause", SCORING)  # runs on each promoted model
     airflow.airflow("dags", "unpause", DAG_ID)  # the README's step: the scheduler creates the latest night's run
     scheduled = airflow.wait_until(
         lambda: query(airflow.db, "SELECT run_id FROM dag_run WHERE dag_id = ? AND run_type = 'scheduled'", DAG_ID),
@@ -160,6 +169,7 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
         problems.append(f"the new triggerer (job {new_triggerer}) never ran the scheduled run's sweep")
     problems += group_problems(airflow, cluster, runs)
     problems += trial_output_problems(airflow, runs)
+    problems += asset_problems(airflow, runs)
     races = race_lines(airflow)
     assert not problems, "\n".join(problems) + "\nscheduler, defer race:\n" + "\n".join(races) + "\n" + airflow.logs()
 
@@ -196,6 +206,55 @@ def group_problems(airflow: AirflowDeployment, cluster: LocalCluster, runs: tupl
                 f"{[(r['name'], r['code']) for r in creates]}"
             )
     return problems
+
+
+def asset_problems(airflow: AirflowDeployment, runs: tuple[str, ...]) -> list[str]:
+    """One event of each Asset per run, from the task that owns it, with the run's version; the scoring DAG ran on
+    the model events (two promotions: one or two runs, as the scheduler saw them) and each of its runs succeeded."""
+    problems = []
+    rows = query(
+        airflow.db,
+        "SELECT a.name, e.source_task_id, e.source_run_id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id"
+        " WHERE e.source_dag_id = ?",
+        DAG_ID,
+    )
+    got = Counter((name, task, run) for name, task, run, _ in rows)
+    wanted = Counter((name, task, run) for name, task in ASSETS.items() for run in runs)
+    if got != wanted:
+        problems.append(f"asset events {dict(got)} are not one per Asset and run {dict(wanted)}")
+    for name, _, run, extra in rows:
+        version = (xcom(airflow, run, "publish") or {}).get("version")
+        if name.endswith(".model") and json.loads(extra).get("version") != version:
+            problems.append(f"{run}: the model event names {extra}, not the published version {version}")
+    try:
+        scoring = airflow.wait_until(
+            lambda: consumed_promotions(airflow) == len(runs) and scoring_states(airflow),
+            300,
+            f"{SCORING} to run on both promotions",
+        )
+    except AssertionError as error:
+        return [*problems, f"{SCORING}: {str(error)[:2000]}"]
+    if set(scoring.values()) != {"success"}:
+        problems.append(f"{SCORING} runs did not all succeed: {scoring}")
+    return problems
+
+
+def consumed_promotions(airflow: AirflowDeployment) -> int:
+    """Model events that started a run of the scoring DAG."""
+    rows = query(
+        airflow.db,
+        "SELECT COUNT(*) FROM dagrun_asset_event x JOIN dag_run r ON r.id = x.dag_run_id WHERE r.dag_id = ?",
+        SCORING,
+    )
+    return int(rows[0][0])
+
+
+def scoring_states(airflow: AirflowDeployment) -> dict[str, str] | None:
+    """The scoring DAG's runs and their states, once every one has finished (``None`` before)."""
+    rows = query(airflow.db, "SELECT run_id, state FROM dag_run WHERE dag_id = ?", SCORING)
+    if not rows or any(state not in ("success", "failed") for _, state in rows):
+        return None
+    return dict(rows)
 
 
 def trial_output_problems(airflow: AirflowDeployment, runs: tuple[str, ...]) -> list[str]:

@@ -32,6 +32,7 @@ def test_example_dags_import_without_errors(tmp_path):
     assert result["errors"] == {}
     assert "example_training" in result["dags"]
     assert "example_batch_stage" in result["dags"]
+    assert "example_batch_scoring" in result["dags"]  # scheduled on the nightly model Asset
     assert "example_sweep" in result["dags"]
     assert "example_trainjob" in result["dags"]
     assert "nightly_training" in result["dags"]

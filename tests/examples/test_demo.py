@@ -60,3 +60,9 @@ def test_demo_runs_the_nightly_pipeline_through_a_spot_reclaim(tmp_path):
     # The report printed at the end is the one in storage, and says where things are.
     assert f"plot: {report['locations']['plot']}" in shown and f"model: {report['locations']['model']}" in shown
     assert f"checkpoints: {report['locations']['checkpoints']}" in shown
+    # Airflow recorded one event per Asset: the split, the promotion (through publish's alias) and the served model.
+    events = {line.split(" from ")[0]: line for line in shown.splitlines() if line.startswith("asset event: ")}
+    assert sorted(events) == [f"asset event: nightly_training.digits.{a}" for a in ("data", "model", "served")], events
+    assert "from publish: " in events["asset event: nightly_training.digits.model"]
+    assert f'"version": "{latest["version"]}"' in events["asset event: nightly_training.digits.model"]
+    assert f'"storage_uri": "{model}"' in events["asset event: nightly_training.digits.served"]

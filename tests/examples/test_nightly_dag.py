@@ -35,7 +35,10 @@ def test_each_step_feeds_the_next(nightly):
         "sweep": ["publish", "train"],
         "train": ["evaluate", "publish"],
         "evaluate": ["publish"],
-        "publish": ["promoted"],
+        "publish": ["adopt", "promoted", "under_review"],
+        "under_review": ["approve"],  # only a candidate in the grey zone asks a person
+        "approve": ["adopt"],
+        "adopt": ["promoted"],
         "promoted": ["serve"],
         "serve": [],
     }

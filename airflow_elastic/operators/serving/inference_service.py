@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_elastic.operators.assets import annotate
 from airflow_elastic.operators.links import ServedEndpointLink
 from airflow_elastic.serving import inference_service as serving
 from airflow_elastic.training.spec import SpecError
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 #: ``task_state_store`` key: ``{name, namespace, storage_uri, previous_storage_uri, revision_before}`` of this task's
 #: publish (``revision_before``: Knative mode, the latest revision before it was written).
 STATE_KEY = "inference_service"
+#: What a served model's asset events carry (the keys of the result that say what serves, and where).
+SERVED_EXTRA = ("name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode")
 
 
 class _ServingOperator(BaseOperator):
@@ -82,7 +85,10 @@ class InferenceServiceOperator(_ServingOperator):
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "url", "storage_uri", "previous_storage_uri", "mode", "replicas", "smoke_response",
         "smoke_classes"}``; ``smoke_classes`` is the predicted class (argmax) of each row when the reply is rows of
-        scores (logits), else ``None``. The URL is also the task's extra link "Served endpoint" in the UI.
+        scores (logits), else ``None``. The URL is also the task's extra link "Served endpoint" in the UI. When the
+        new model serves, the events of the task's ``Asset`` outlets get ``name``, ``namespace``, ``url``,
+        ``storage_uri``, ``previous_storage_uri`` and ``mode`` in their extra; a failed or rolled-back rollout fails
+        the task, which emits none.
 
     Raises:
         SpecError: a bad argument (at parse time), or the stored InferenceService is served in another mode.
@@ -351,7 +357,7 @@ class InferenceServiceOperator(_ServingOperator):
             verdict.replicas,
             verdict.url,
         )
-        return {
+        result = {
             "name": self.name,
             "namespace": verdict.namespace,
             "url": verdict.url,
@@ -362,6 +368,8 @@ class InferenceServiceOperator(_ServingOperator):
             "smoke_response": response,
             "smoke_classes": serving.predicted_classes(response),
         }
+        annotate(self.outlets, context, {k: result[k] for k in SERVED_EXTRA}, self.log)
+        return result
 
 
 class ScaleInferenceServiceOperator(_ServingOperator):

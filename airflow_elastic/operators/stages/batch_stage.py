@@ -68,7 +68,11 @@ class BatchStageOperator(BaseOperator):
         on_kill_action: ``"delete"`` the Job (foreground) when the task is killed, or ``"keep"`` it.
         api_outage_tolerance: seconds of Kubernetes API failures in a row (5xx, 429, no reply) the wait rides out
             before the task fails (default 300; see ``TrainingGroupOperator``).
-        **kwargs: ``BaseOperator`` arguments; ``execution_timeout`` is honoured while deferred (the Job is deleted).
+        outlet_extra: JSON (templated) added to the event of each ``Asset`` in ``outlets`` when the stage
+            succeeds, e.g. ``{"uri": ..., "version": ...}`` of what it wrote; the operator adds ``job``,
+            ``namespace`` and ``metrics`` (the stage's result) itself.
+        **kwargs: ``BaseOperator`` arguments (``outlets``/``inlets`` included); ``execution_timeout`` is honoured
+            while deferred (the Job is deleted).
 
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "succeeded", "failed", "duration", "metrics"}``: succeeded and failed pods, seconds
@@ -82,7 +86,7 @@ class BatchStageOperator(BaseOperator):
         AirflowTaskTimeout: ``execution_timeout`` passed (the Job is deleted).
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id", "starting_deadline")
+    template_fields = ("namespace", "kubernetes_conn_id", "starting_deadline", "outlet_extra")
     ui_color = "#e8f6f3"
 
     def __init__(
@@ -99,6 +103,7 @@ class BatchStageOperator(BaseOperator):
         poll_interval: float = 10.0,
         on_kill_action: Literal["delete", "keep"] = "delete",
         api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        outlet_extra: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -122,6 +127,7 @@ class BatchStageOperator(BaseOperator):
         self.poll_interval = float(poll_interval)
         self.on_kill_action = on_kill_action
         self.api_outage_tolerance = float(api_outage_tolerance)
+        self.outlet_extra = dict(outlet_extra or {})
         self._run_stage: BatchStage | None = None
         self._current: tuple[str, str] | None = None  # (namespace, name) of the Job this task waits on
 
@@ -160,7 +166,7 @@ class BatchStageOperator(BaseOperator):
             )
             context["ti"].xcom_push(key="job_name", value=done["name"])
             context["ti"].xcom_push(key="job_namespace", value=done["namespace"])
-            return done
+            return self._announced(context, done)
         job = self._adopt_or_create(context, hook, stage, identity, namespace, record)
         name = job["metadata"]["name"]
         self._current = (namespace, name)
@@ -373,6 +379,14 @@ class BatchStageOperator(BaseOperator):
             event.duration,
             event.metrics,
         )
+        return self._announced(context, result)
+
+    def _announced(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """The stage's result, added to the events of its ``Asset`` outlets with ``outlet_extra``."""
+        from airflow_elastic.operators.assets import annotate
+
+        produced = {"job": result["name"], "namespace": result["namespace"], "metrics": result["metrics"]}
+        annotate(self.outlets, context, {**produced, **self.outlet_extra}, self.log)
         return result
 
     def _delete(self, hook: BatchJobHook, namespace: str, name: str, why: str) -> None:
