@@ -33,6 +33,9 @@ event of ``MODEL_ASSET`` only when it promotes (through the alias ``PROMOTIONS``
 extra says where the run wrote (its ``uri``), the version, and what matters of it; ``example_batch_scoring`` runs on
 each promotion.
 
+**Lineage** (docs/concepts/lineage.md): with Airflow's OpenLineage provider installed, ``prepare`` reports the split
+it wrote, ``train`` the split it read and its checkpoints, ``evaluate`` both and the version's model it exported.
+
 Data flows only through XCom and object storage: each step's result is the next one's argument or template, and
 every artefact lives under ``root``: the ``root`` param, else the Airflow Variable ``nightly_training_root``, else
 ``/tmp/airflow-elastic/nightly`` (works on the local cluster, whose pods are local processes; on a real cluster give a
@@ -148,7 +151,10 @@ REVIEW_MARGIN = 0.02
 APPROVAL_TIMEOUT = timedelta(hours=12)
 #: The served model: the KServe InferenceService's name, and where the evaluation exports the TorchScript.
 SERVICE = "digits"
-EXPORT_URI = f"{ROOT}/models/digits/{VERSION}/model/model.pt"
+MODEL_DIR = f"{ROOT}/models/digits/{VERSION}/model"
+EXPORT_URI = f"{MODEL_DIR}/model.pt"
+#: The final training's checkpoint directory, as its result names it (what ``evaluate`` scores).
+FINAL_CHECKPOINTS = "{{ ti.xcom_pull(task_ids='train')['checkpoint'] }}"
 
 #: A night that cannot start its preparation within this of 02:00 is skipped (a CronJob's startingDeadlineSeconds):
 #: the pipeline would otherwise train into the day, beside the traffic it is kept away from. A scheduled run created
@@ -322,6 +328,7 @@ with DAG(
     train = TrainingGroupOperator(
         task_id="train",
         group=final,
+        lineage_inputs=[DATA],  # OpenLineage: the split -> its checkpoints (docs/concepts/lineage.md)
         options=RunOptions(
             kubernetes_conn_id=CONN_ID,
             wait=WaitSettings(poll_interval=1, startup_timeout=300),
@@ -335,10 +342,12 @@ with DAG(
             "evaluate_digits.py",
             {
                 "DATA_URI": DATA,
-                "MODEL_URI": "{{ ti.xcom_pull(task_ids='train')['checkpoint'] }}",
+                "MODEL_URI": FINAL_CHECKPOINTS,
                 "EXPORT_URI": EXPORT_URI,
             },
         ),
+        lineage_inputs=[DATA, FINAL_CHECKPOINTS],
+        lineage_outputs=[MODEL_DIR],  # the version's served model
         kubernetes_conn_id=CONN_ID,
         poll_interval=1,
     )

@@ -66,6 +66,8 @@ with DAG("batch_stage_outcomes", schedule=None, catchup=False, params=PARAMS, ta
             completions=2,
             resources=Resources(cpu="500m", memory="256Mi"),
         ),
+        lineage_inputs=["/data/raw/{{ ds }}"],  # OpenLineage, when the test configures a transport
+        lineage_outputs=["s3://splits/{{ ds }}/"],
         **COMMON,
     )
     BatchStageOperator(
@@ -77,6 +79,8 @@ with DAG("batch_stage_outcomes", schedule=None, catchup=False, params=PARAMS, ta
     BatchStageOperator(
         task_id="evaluate_fails",
         stage=stage("evaluate", "import sys; print('no held-out data'); sys.exit(3)"),
+        lineage_inputs=["s3://splits/{{ ds }}"],
+        lineage_outputs=["/models/never-written"],
         **COMMON,
     )
 

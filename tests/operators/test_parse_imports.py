@@ -29,6 +29,7 @@ ALLOWED = {
     "airflow_elastic.operators",
     "airflow_elastic.operators.training.resubmission",
     "airflow_elastic.operators.training.training_group",
+    "airflow_elastic.operators.lineage",  # the OpenLineage mixin: imports the lineage code and the provider on call
     "airflow_elastic.waiting.outage",  # pure and import-free: the operators' api_outage_tolerance default
     "airflow_elastic.waiting.settings",  # RunOptions and WaitSettings (pure)
     "airflow_elastic.operators.training.arguments",  # the deprecated keywords, mapped onto them

@@ -39,13 +39,19 @@ def pods_of(api_client: Any, namespace: str, job: str) -> list[Any]:
 
 
 def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
-    cluster_airflow_env, airflow_db, namespace, api_client
+    cluster_airflow_env, airflow_db, namespace, api_client, tmp_path
 ):
     dag_id = "batch_stage_outcomes"
+    # OpenLineage's listener writes each task's events to a file (docs/concepts/lineage.md).
+    events = tmp_path / "openlineage.jsonl"
+    transport = json.dumps({"type": "file", "log_file_path": str(events), "append": True})
     with StatsdListener() as statsd:  # each verdict's metrics, as Airflow's Stats sends them (tags in the name)
-        result = dags_test(dag_id, cluster_airflow_env | statsd.environment(), conf={"namespace": namespace})
+        env = cluster_airflow_env | statsd.environment() | {"AIRFLOW__OPENLINEAGE__TRANSPORT": transport}
+        result = dags_test(dag_id, env, conf={"namespace": namespace})
     states = task_states(airflow_db, dag_id)
     assert states == {"prepare": "success", "prepare_sync": "success", "evaluate_fails": "failed"}, tail(result.stdout)
+    day = xcom(airflow_db, dag_id, "prepare")["metrics"]["day"]  # {{ ds }}, as the stage rendered it
+    check_lineage(events, dag_id, day, tail(result.stdout))
 
     found = jobs(api_client, namespace)
     for task_id, completions in (("prepare", 2), ("prepare_sync", 1)):
@@ -86,6 +92,24 @@ def test_stages_succeed_with_metrics_and_fail_with_reason_and_exit_code(
         assert sent[task_id, "duration"].value == pytest.approx(duration * 1000, abs=0.01), sent
         assert (task_id, "pods_failed") not in sent, sent
     assert sent["evaluate_fails", "pods_failed"].value >= 1 and sent["evaluate_fails", "duration"].type == "ms", sent
+
+
+def check_lineage(events: Any, dag_id: str, day: str, output: str) -> None:
+    """The stages' datasets reached OpenLineage: what each read and wrote on START and COMPLETE, only what it read
+    on FAIL; a stage that declares none reports none."""
+    assert events.exists(), output
+    seen: dict[tuple[str, str], tuple[list, list]] = {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        task = event["job"]["name"].removeprefix(f"{dag_id}.")
+        seen[task, event["eventType"]] = (
+            [(d["namespace"], d["name"]) for d in event.get("inputs") or []],
+            [(d["namespace"], d["name"]) for d in event.get("outputs") or []],
+        )
+    raw, split = ("file", f"/data/raw/{day}"), ("s3://splits", day)
+    assert seen["prepare", "START"] == seen["prepare", "COMPLETE"] == ([raw], [split]), seen
+    assert seen["evaluate_fails", "FAIL"] == ([split], []), seen
+    assert seen["prepare_sync", "COMPLETE"] == ([], []), seen
 
 
 def test_forbid_skips_naming_the_active_job_and_replace_deletes_it_first(

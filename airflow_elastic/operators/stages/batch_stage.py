@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_elastic.operators import reruns
+from airflow_elastic.operators.lineage import LINEAGE_FIELDS, LineageMixin
 from airflow_elastic.stages.spec import BatchStage
 from airflow_elastic.training.spec import SpecError
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.batch import BatchJobHook
+    from airflow_elastic.lineage.datasets import Lineage
     from airflow_elastic.operators.identity import StateStore, TaskIdentity
     from airflow_elastic.stages.cron import StageEvent
 
@@ -40,7 +42,7 @@ MAX_REDEFERS = 3
 _REDEFER_KEY = "batch_stage_redefers"
 
 
-class BatchStageOperator(BaseOperator):
+class BatchStageOperator(LineageMixin, BaseOperator):
     """Run a batch stage as one Kubernetes Job with CronJob-style semantics (docs/howto/batch-stage.md).
 
     Each task instance gets a Job of its own, ``<stage>-<6 chars>`` from the DAG, task, run and map index, labelled
@@ -71,6 +73,10 @@ class BatchStageOperator(BaseOperator):
         outlet_extra: JSON (templated) added to the event of each ``Asset`` in ``outlets`` when the stage
             succeeds, e.g. ``{"uri": ..., "version": ...}`` of what it wrote; the operator adds ``job``,
             ``namespace`` and ``metrics`` (the stage's result) itself.
+        lineage_inputs: paths or URIs (templated) the stage reads, reported to OpenLineage when its provider is
+            installed (docs/concepts/lineage.md); nothing else uses them.
+        lineage_outputs: paths or URIs (templated) the stage writes, for OpenLineage too; ``outlet_extra``'s
+            ``uri`` (the location of the asset it produced) is an output by itself.
         **kwargs: ``BaseOperator`` arguments (``outlets``/``inlets`` included); ``execution_timeout`` is honoured
             while deferred (the Job is deleted).
 
@@ -86,7 +92,7 @@ class BatchStageOperator(BaseOperator):
         AirflowTaskTimeout: ``execution_timeout`` passed (the Job is deleted).
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id", "starting_deadline", "outlet_extra")
+    template_fields = ("namespace", "kubernetes_conn_id", "starting_deadline", "outlet_extra", *LINEAGE_FIELDS)
     ui_color = "#e8f6f3"
 
     def __init__(
@@ -104,6 +110,8 @@ class BatchStageOperator(BaseOperator):
         on_kill_action: Literal["delete", "keep"] = "delete",
         api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
         outlet_extra: Mapping[str, Any] | None = None,
+        lineage_inputs: Sequence[str] = (),
+        lineage_outputs: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -128,6 +136,7 @@ class BatchStageOperator(BaseOperator):
         self.on_kill_action = on_kill_action
         self.api_outage_tolerance = float(api_outage_tolerance)
         self.outlet_extra = dict(outlet_extra or {})
+        self._take_lineage(lineage_inputs, lineage_outputs)
         self._run_stage: BatchStage | None = None
         self._current: tuple[str, str] | None = None  # (namespace, name) of the Job this task waits on
 
@@ -388,6 +397,13 @@ class BatchStageOperator(BaseOperator):
         produced = {"job": result["name"], "namespace": result["namespace"], "metrics": result["metrics"]}
         annotate(self.outlets, context, {**produced, **self.outlet_extra}, self.log)
         return result
+
+    def _lineage(self) -> Lineage:
+        """The stage's OpenLineage inputs and outputs (``LineageMixin``), from its rendered arguments."""
+        from airflow_elastic.lineage.datasets import stage_lineage
+
+        extra = self.outlet_extra if isinstance(self.outlet_extra, Mapping) else {}
+        return stage_lineage(self.lineage_inputs, self.lineage_outputs, extra)
 
     def _delete(self, hook: BatchJobHook, namespace: str, name: str, why: str) -> None:
         from airflow_elastic.hooks.errors import KubernetesApiError

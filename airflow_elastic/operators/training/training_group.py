@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_elastic.operators.lineage import LINEAGE_FIELDS, LineageMixin
 from airflow_elastic.operators.training import arguments
 from airflow_elastic.training.spec import SpecError, TrainingGroup
 from airflow_elastic.waiting.settings import RunOptions
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_elastic.hooks.jobset import JobSetHook
+    from airflow_elastic.lineage.datasets import Lineage
     from airflow_elastic.operators import identity as ident
     from airflow_elastic.operators.training.resubmission import Attempts
     from airflow_elastic.operators.training.run_spec import RunSpec
@@ -45,7 +47,7 @@ _REDEFER_KEY = "training_group_redefers"
 DEFAULT_RUNTIME = "torch-distributed"
 
 
-class TrainingGroupOperator(BaseOperator):
+class TrainingGroupOperator(LineageMixin, BaseOperator):
     """Run a :class:`~airflow_elastic.TrainingGroup` (or a JobSet manifest) on Kubernetes and wait for its verdict.
 
     Each task instance gets a JobSet of its own, named ``<group>-<6 chars>`` from the DAG, task, run and map
@@ -86,6 +88,8 @@ class TrainingGroupOperator(BaseOperator):
             <params digest>`` (``render.trial.trial_group``). Only with ``group=``.
         on_preemption: ``callable(context, attempt)`` after each attempt that was preempted.
         on_budget_exhausted: ``callable(context, info)`` when the preemption budget or a budget is spent.
+        lineage_inputs, lineage_outputs: paths or URIs (templated) the group reads and writes, for OpenLineage
+            (``LineageMixin``, docs/concepts/lineage.md); its checkpoint directory is an output by itself.
         **kwargs: ``BaseOperator`` arguments (``execution_timeout`` is honoured while deferred: the group is
             deleted and the task fails), and the deprecated keywords.
 
@@ -105,7 +109,7 @@ class TrainingGroupOperator(BaseOperator):
         AirflowTaskTimeout: ``execution_timeout`` passed (the group is deleted).
     """
 
-    template_fields = ("namespace", "kubernetes_conn_id", "jobset", "trial_params", "rendered_jobset")
+    template_fields = ("namespace", "kubernetes_conn_id", "jobset", "trial_params", "rendered_jobset", *LINEAGE_FIELDS)
     template_fields_renderers: ClassVar[dict[str, str]] = {"jobset": "yaml", "rendered_jobset": "yaml"}
     ui_color = "#d6eaf8"
 
@@ -122,6 +126,8 @@ class TrainingGroupOperator(BaseOperator):
         trial_params: Mapping[str, Any] | None = None,
         on_preemption: Callable[[Any, dict[str, Any]], Any] | None = None,
         on_budget_exhausted: Callable[[Any, dict[str, Any]], Any] | None = None,
+        lineage_inputs: Sequence[str] = (),
+        lineage_outputs: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         old = arguments.take(kwargs, arguments.TRAINING_GROUP_KEYWORDS)
@@ -146,6 +152,7 @@ class TrainingGroupOperator(BaseOperator):
         self.group, self.jobset, self.trial_params = group, jobset, trial_params
         self.backend, self.runtime = backend, runtime
         self.on_preemption, self.on_budget_exhausted = on_preemption, on_budget_exhausted
+        self._take_lineage(lineage_inputs, lineage_outputs)
         self.namespace = self.options.namespace  # template fields: rendered per run
         self.kubernetes_conn_id = self.options.kubernetes_conn_id
         self.rendered_jobset = ""
@@ -212,6 +219,13 @@ class TrainingGroupOperator(BaseOperator):
             raise SpecError([("trial_params", f"must be a dict of parameters, got {self.trial_params!r:.200}")])
         number = max(getattr(context["ti"], "map_index", -1), 0) + 1
         return trial_group(group, self.trial_params, number=number, sweep=self.task_id)
+
+    def _lineage(self) -> Lineage:
+        """The group's OpenLineage inputs and outputs (``LineageMixin``): the rendered group's, once rendered."""
+        from airflow_elastic.lineage.datasets import training_lineage
+
+        group = self._run.group if self._run is not None else self.group
+        return training_lineage(group, self.lineage_inputs, self.lineage_outputs)
 
     @property
     def _attempts(self) -> Attempts:
