@@ -2,13 +2,8 @@
 
 Submit (or adopt) the group's JobSet (or, with ``backend=``, its Kubeflow Trainer TrainJob or legacy PyTorchJob),
 wait without holding a worker slot (deferrable, the default) or on the worker (sync), and finish with the group's
-verdict: a small result dict, or a failure that names the pods.
-
-Connections: the cncf ``KubernetesHook`` handles ``kubernetes_conn_id``, except that a missing connection, or one
-without ``in_cluster``, ``kube_config`` or ``kube_config_path``, is refused (``ImplicitClusterRefused``) instead of
-falling back to in-cluster config and then to ``~/.kube/config`` (whatever cluster the worker's user last pointed
-kubectl at). Give the connection an explicit kubeconfig (``AIRFLOW_CONN_LOCAL_CLUSTER`` as printed by
-``airflow-elastic cluster up``) or ``in_cluster: true``.
+verdict: a small result dict, or a failure that names the pods. Connections need an explicit kubeconfig or
+``in_cluster`` (docs/concepts/hooks.md): no fallback to whatever cluster ``~/.kube/config`` last pointed at.
 """
 
 from __future__ import annotations
@@ -198,11 +193,15 @@ class TrainingGroupOperator(LineageMixin, BaseOperator):
             return self._run
         from airflow_elastic.operators.training.run_spec import RunSpec
         from airflow_elastic.training.render import manifest as user_manifest
+        from airflow_elastic.training.render.trial import trial_group
         from airflow_elastic.training.templating import render_group
 
         group, manifest = None, None
         if self.group is not None:
-            group = self._trial_group(context, self.group) if self.trial_params is not None else self.group
+            group = self.group
+            if self.trial_params is not None:  # before Airflow's Jinja, which has no ``trial`` in its context
+                number = max(getattr(context["ti"], "map_index", -1), 0) + 1
+                group = trial_group(group, self.trial_params, number=number, sweep=self.task_id)
             group = render_group(group, lambda value: self.render_template(value, context))
         else:
             # __init__ requires jobset when group is None.
@@ -211,17 +210,8 @@ class TrainingGroupOperator(LineageMixin, BaseOperator):
         self._run = RunSpec(group, manifest, self.backend, self.runtime, ttl, self._described)
         return self._run
 
-    def _trial_group(self, context: Context, group: TrainingGroup) -> TrainingGroup:
-        """``group`` as trial ``map_index + 1`` (before Airflow's Jinja, which has no ``trial`` in its context)."""
-        from airflow_elastic.training.render.trial import trial_group
-
-        if not isinstance(self.trial_params, Mapping):
-            raise SpecError([("trial_params", f"must be a dict of parameters, got {self.trial_params!r:.200}")])
-        number = max(getattr(context["ti"], "map_index", -1), 0) + 1
-        return trial_group(group, self.trial_params, number=number, sweep=self.task_id)
-
     def _lineage(self) -> Lineage:
-        """The group's OpenLineage inputs and outputs (``LineageMixin``): the rendered group's, once rendered."""
+        """The group's OpenLineage inputs and outputs, the rendered group's once rendered (``LineageMixin``)."""
         from airflow_elastic.lineage.datasets import training_lineage
 
         group = self._run.group if self._run is not None else self.group
@@ -233,19 +223,13 @@ class TrainingGroupOperator(LineageMixin, BaseOperator):
         if self._attempt_logic is None:
             from airflow_elastic.operators.training.resubmission import Attempts
 
-            run = self._run
+            run, described = self._run, self._described
             assert run is not None, "the run's spec is prepared first"
             self._attempt_logic = Attempts(
-                group=run.group,
-                manifest=run.manifest,
-                base_name=run.base_name,
-                log=self.log,
-                kind=run.kind,
-                budgets=self._described.budgets,
-                checkpoint_seconds=self._described.checkpoint_seconds,
-                on_preemption=self.on_preemption,
-                on_budget_exhausted=self.on_budget_exhausted,
-            )
+                group=run.group, manifest=run.manifest, base_name=run.base_name, log=self.log, kind=run.kind,
+                budgets=described.budgets, checkpoint_seconds=described.checkpoint_seconds,
+                on_preemption=self.on_preemption, on_budget_exhausted=self.on_budget_exhausted,
+            )  # fmt: skip
         return self._attempt_logic
 
     @property

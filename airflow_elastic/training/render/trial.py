@@ -86,6 +86,8 @@ def trial_group(group: TrainingGroup, params: Mapping[str, Any], *, number: int,
         SpecError: ``params`` is not a JSON object, a reference names no parameter, or a substituted value breaks
             a rule of the group (naming the field).
     """
+    if not isinstance(params, Mapping):
+        raise SpecError([("trial_params", f"must be a dict of parameters, got {params!r:.200}")])
     try:
         json.dumps(dict(params), allow_nan=False)
     except (TypeError, ValueError) as error:
