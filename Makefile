@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers of `make test` (make test TEST_WORKERS=2 on a busy machine). A fresh-clone run used 34 CPU-minutes
 # in 22 minutes on two cores (1.5 cores busy on average): three workers fill some of the waits.
 TEST_WORKERS ?= 3
+# Where `make test` keeps each test's CPU time (tests/support/cpu_report.py).
+CPU_REPORT := .test-cpu/report
 # The model server's environment (kserve SDK + torch), separate because kserve's pins conflict with Airflow's.
 SERVING_VENV  := .venv-serving
 SERVING_STAMP := $(SERVING_VENV)/.installed-stamp
@@ -54,11 +56,13 @@ docs: $(STAMP)
 # per worker at a time (a file's module-scoped cluster stays on one
 # worker), in collection order with the longest files first (tests/conftest.py FIRST), then the tests that need the
 # machine to themselves (tests/conftest.py SERIAL), alone.
+# Both runs add each test's CPU time to $(CPU_REPORT).*.jsonl; the second prints where the suite's CPU time went.
 test:
 	$(MAKE) -j2 venv serving-venv
 	$(MAKE) -j2 lint docs
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
-	$(BIN)/python -m pytest -m serial
+	rm -f $(CPU_REPORT).*.jsonl
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --cpu-report $(CPU_REPORT)
+	$(BIN)/python -m pytest -m serial --cpu-report $(CPU_REPORT)
 
 # Re-pin every dependency after changing pyproject.toml (commit the result).
 # `--all` keeps setuptools (torch needs it); torch's pin drops the build's local label (+cpu), so both the CPU
@@ -85,4 +89,4 @@ schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
-	rm -rf $(VENV) $(SERVING_VENV) dist build docs/_build .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(SERVING_VENV) .test-cpu dist build docs/_build .pytest_cache .ruff_cache .mypy_cache

@@ -13,7 +13,7 @@ from tests.support.cluster import CONN_ID, Kubectl
 from tests.support.paths import ROOT
 
 #: Fixtures kept beside the helpers they use.
-pytest_plugins = ("tests.support.airflow_fixtures",)
+pytest_plugins = ("tests.support.airflow_fixtures", "tests.support.cpu_report")
 
 if TYPE_CHECKING:
     from airflow_elastic.localcluster import LocalCluster
@@ -100,6 +100,10 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     from airflow_elastic.localcluster import LocalCluster
 
     with LocalCluster(tmp_path_factory.mktemp("local-cluster")) as cluster:
+        if cluster.process is not None:  # what --cpu-report charges the tests for their pods
+            from tests.support import cpu_report
+
+            cpu_report.SESSION_CLUSTER_PID[:] = [cluster.process.pid]
         yield cluster
 
 
