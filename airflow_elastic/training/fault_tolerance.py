@@ -99,6 +99,16 @@ def replica_role(group: TrainingGroup) -> Role | None:
     return next((r for r in group.roles if r.name == name), None)
 
 
+def requested_gpus(group: TrainingGroup) -> int:
+    """Accelerators the whole group requests: each role's pods times its GPUs, the replicated role once per replica
+    group (the lighthouse requests none). What ``max_gpu_hours`` and the GPU-hours reported count."""
+    replicated = replica_role(group)
+    groups = group.fault_tolerance.replica_groups if replicated is not None and group.fault_tolerance else 1
+    return sum(
+        r.replicas * (r.resources.gpu if r.resources else 0) * (groups if r is replicated else 1) for r in group.roles
+    )
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

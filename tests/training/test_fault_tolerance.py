@@ -8,7 +8,7 @@ import pytest
 
 from airflow_elastic import Elastic, FaultTolerance, Placement, Resources, Role, SpecError, SuccessPolicy, TrainingGroup
 from airflow_elastic.training.backends import check_backend
-from airflow_elastic.training.fault_tolerance import replica_role
+from airflow_elastic.training.fault_tolerance import replica_role, requested_gpus
 
 
 def ft_group(ft: Any = None, **changes: Any) -> TrainingGroup:
@@ -113,3 +113,9 @@ def test_the_quorum_lost_bound_defaults_to_the_lighthouses_timeouts_plus_a_repla
     assert FaultTolerance(3).quorum_lost_seconds == 5 + 60 + 240
     assert FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=5000).quorum_lost_seconds == 247
     assert FaultTolerance(3, quorum_lost_timeout=30).quorum_lost_seconds == 30.0
+
+
+def test_the_gpus_requested_count_every_replica_group_and_no_lighthouse():
+    trainer = Role("trainer", command=["python", "train.py"], replicas=2, resources=Resources(gpu=4))
+    assert requested_gpus(ft_group(FaultTolerance(3), roles=[trainer])) == 3 * 2 * 4
+    assert requested_gpus(ft_group(roles=[trainer], fault_tolerance=None)) == 2 * 4

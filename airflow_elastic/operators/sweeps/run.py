@@ -130,7 +130,9 @@ class SweepRun:
     # ------------------------------------------------------------------------------------------ budgets
 
     def _gpus(self) -> int:
-        return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self.group.roles)
+        from airflow_elastic.training.fault_tolerance import requested_gpus
+
+        return requested_gpus(self.group)
 
     @property
     def budgets(self) -> SweepSpend:

@@ -119,7 +119,9 @@ class Attempts:
     def gpus(self) -> int:
         """GPUs the whole group requests (for ``max_gpu_hours`` and the GPU-hours reported)."""
         if self.group is not None:
-            return sum(r.replicas * (r.resources.gpu if r.resources else 0) for r in self.group.roles)
+            from airflow_elastic.training.fault_tolerance import requested_gpus
+
+            return requested_gpus(self.group)
         from airflow_elastic.training.render import manifest as manifests
 
         return manifests.gpu_count(self.manifest or {})
