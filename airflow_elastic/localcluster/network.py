@@ -1,18 +1,21 @@
-"""Pod networking on one host: a loopback IP per pod and cluster DNS names rewritten to those IPs.
+"""Pod IPs on one host and cluster DNS names rewritten to those IPs.
 
-There is no pod network namespace and no cluster DNS server, so the local cluster makes two explicit,
-documented substitutions:
+There is no cluster DNS server, and where pods cannot have network namespaces (mode ``loopback``, see
+:mod:`.podnet`) no pod network either, so the local cluster makes two explicit, documented substitutions:
 
-* **Pod IPs.** Each pod gets its own loopback address (``status.podIP``) in ``127.0.0.0/8`` outside
-  ``127.0.0.0/24`` (Linux routes the whole /8 to ``lo``). The address is derived from the pod's DNS identity,
+* **Pod IPs.** Each pod gets its own address (``status.podIP``): with pod network namespaces (mode ``netns``) in
+  the cluster's subnet (:mod:`.podnet`; ``x.y.0.*`` is left to the gateway), else a loopback address in
+  ``127.0.0.0/8`` outside ``127.0.0.0/24`` (Linux routes the whole /8 to ``lo``). The address is derived from the
+  pod's DNS identity,
   ``<namespace>/<hostname>.<subdomain>`` (hostname defaults to the pod name), by hashing; collisions move to the
   next hash. Assignments are kept in ``<state_dir>/network.json``, so a recreated pod with the same hostname and
   subdomain (a restarted JobSet worker) gets the same IP, also across cluster restarts (two pods with one
   identity alive at once, e.g. a replacement starting while its predecessor terminates, share the IP). The IP of
-  a pod without ``spec.hostname`` is released when the pod is deleted. A server that binds its
-  pod IP never collides with another pod's server on the same port; a server binding ``0.0.0.0`` shares the
-  host's port space with every other pod and with the host itself (torchrun's rendezvous port is therefore moved
-  per rendezvous, :mod:`.storeport`).
+  a pod without ``spec.hostname`` is released when the pod is deleted; assignments of another subnet (a previous
+  run in another mode or subnet) are forgotten. In mode ``loopback`` a server that binds its pod IP never collides
+  with another pod's server on the same port; a server binding ``0.0.0.0`` shares the host's port space with every
+  other pod and with the host itself (torchrun's rendezvous port is therefore moved per rendezvous,
+  :mod:`.storeport`). In mode ``netns`` each pod has its own ports.
 * **DNS names.** Before a container starts, the kubelet rewrites, in its command, args and env values:
 
   - ``<hostname>.<subdomain>`` and the same followed by ``.<ns>``, ``.<ns>.svc`` or ``.<ns>.svc.cluster.local``,
@@ -29,7 +32,7 @@ documented substitutions:
   - names of non-headless Services with a port, to a ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
 
   Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
-  ``socket.gethostname()`` returns the host's name.
+  ``socket.gethostname()`` returns the host's name (mode ``loopback``) or the pod's IP (mode ``netns``).
 """
 
 from __future__ import annotations
