@@ -22,9 +22,10 @@ sandbox, then joins each container to it: ``pkg/kubelet/kuberuntime/kuberuntime_
   to resolve a pod's name, and distributed frameworks advertise their hostname to their peers (torchrun's c10d
   rendezvous, ``RendezvousStoreInfo.build``; gloo's default device resolves it to choose its address; torchft's
   managers). The IP resolves everywhere without a resolver. ``HOSTNAME`` stays the pod's hostname.
-* **The end.** The sandbox is removed (its veth deleted, descriptors closed) when the pod's containers have all
-  ended or it is deleted; a successor with the same DNS identity, which gets the same IP (:mod:`.network`), takes
-  the address over: the predecessor, still terminating, loses its interface.
+* **The end.** The sandbox is released (its descriptors closed: the kernel then removes the namespaces and the
+  veth pair) when the pod's containers have all ended or it is deleted; a successor with the same DNS identity,
+  which gets the same IP (:mod:`.network`), takes the address over: the predecessor, still terminating, loses its
+  interface.
 
 Where this is not possible (not Linux, not root: a veth into the host's network needs ``CAP_NET_ADMIN`` there,
 which a rootless user namespace does not give; no ``ip``/``nsenter``), pods share the host's network (mode
@@ -187,9 +188,8 @@ class Sandbox:
         return ["nsenter", f"--net={self.net_path}", f"--uts=/proc/{os.getpid()}/fd/{self.uts_fd}", "--"]
 
     def close(self) -> None:
-        if self.veth:
-            _ip("link", "del", self.veth)
-            self.veth = ""
+        """Let the namespaces go: once no process is in them the kernel removes them, and the veth pair with them
+        (deleting the veth here would block for tens of milliseconds)."""
         for fd in (self.net_fd, self.uts_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -250,7 +250,7 @@ class PodNetwork:
         raise OSError(f"no free subnet for pods among 10.{FIRST_OCTET}.0.0/16 to 10.255.0.0/16")
 
     def down(self) -> None:
-        """Remove every sandbox and the bridge."""
+        """Remove every sandbox (their veths go with their namespaces) and the bridge."""
         for sandbox in list(self._by_ip.values()):
             sandbox.close()
         self._by_ip.clear()
@@ -269,12 +269,17 @@ class PodNetwork:
         sandbox = Sandbox.create(ip)
         try:
             veth = f"ae{self.index}-{os.getpid() % 0x1000:03x}{serial % 0x10000:04x}"
-            _check(_ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", sandbox.net_path))
+            host = (
+                f"link add {veth} type veth peer name eth0 netns {sandbox.net_path}\n"
+                f"link set {veth} master {self.bridge} up\n"
+            )
+            _check(_ip("-batch", "-", stdin=host))
             sandbox.veth = veth
-            _check(_ip("link", "set", veth, "master", self.bridge, "up"))
-            batch = f"link set lo up\naddr add {ip}/16 dev eth0\nlink set eth0 up\n"
-            _check(_ip("-batch", "-", netns=sandbox.net_path, stdin=batch))
+            pod = f"link set lo up\naddr add {ip}/16 dev eth0\nlink set eth0 up\n"
+            _check(_ip("-batch", "-", netns=sandbox.net_path, stdin=pod))
         except OSError:
+            if sandbox.veth:
+                _ip("link", "del", sandbox.veth)
             sandbox.close()
             raise
         with self._lock:
