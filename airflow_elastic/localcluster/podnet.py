@@ -13,11 +13,11 @@ sandbox, then joins each container to it: ``pkg/kubelet/kuberuntime/kuberuntime_
 * **A pod's sandbox.** Before its first container (init containers included), the kubelet creates a network and
   a UTS namespace (``unshare`` in a short-lived thread of the server, which keeps them open by file descriptor,
   as the pause container does), a veth pair (``ae<i>-<hex>`` on the bridge, ``eth0`` in the pod) and gives
-  ``eth0`` the pod IP (``status.podIP``) in the cluster's subnet, ``lo`` up. No default route: pods reach each
-  other, the host (the gateway address, where the API server also listens for in-cluster clients) and nothing
-  beyond (no NAT; the outside world is unreachable at once, not after a timeout). Every container process, each
-  restart and exec probes enter the sandbox (``nsenter --net --uts``), so containers of one pod share
-  ``localhost`` and a port binds once per pod, as on a cluster.
+  ``eth0`` the pod IP (``status.podIP``) in the cluster's subnet and a MAC derived from it, ``lo`` up. No default
+  route: pods reach each other, the host (the gateway address, where the API server also listens for in-cluster
+  clients) and nothing beyond (no NAT; the outside world is unreachable at once, not after a timeout). Every
+  container process, each restart and exec probes enter the sandbox (``nsenter --net --uts``), so containers of
+  one pod share ``localhost`` and a port binds once per pod, as on a cluster.
 * **The pod's hostname** (``socket.gethostname()`` in the pod's UTS namespace) is its IP: there is no cluster DNS
   to resolve a pod's name, and distributed frameworks advertise their hostname to their peers (torchrun's c10d
   rendezvous, ``RendezvousStoreInfo.build``; gloo's default device resolves it to choose its address; torchft's
@@ -148,6 +148,12 @@ def _routed() -> list[ipaddress.IPv4Network]:
     return out
 
 
+def mac(ip: str) -> str:
+    """The pod interface's MAC, derived from its IP (the CNI plugins' ``0a:58`` + IP, containernetworking/plugins
+    ``pkg/utils/hwaddr``): a successor taking an IP over answers at the MAC its peers' ARP caches hold."""
+    return "0a:58:" + ":".join(f"{octet:02x}" for octet in ipaddress.IPv4Address(ip).packed)
+
+
 class Sandbox:
     """A pod's network and UTS namespaces, held open by descriptor (the pause container's role)."""
 
@@ -270,7 +276,7 @@ class PodNetwork:
         try:
             veth = f"ae{self.index}-{os.getpid() % 0x1000:03x}{serial % 0x10000:04x}"
             host = (
-                f"link add {veth} type veth peer name eth0 netns {sandbox.net_path}\n"
+                f"link add {veth} type veth peer name eth0 address {mac(ip)} netns {sandbox.net_path}\n"
                 f"link set {veth} master {self.bridge} up\n"
             )
             _check(_ip("-batch", "-", stdin=host))
