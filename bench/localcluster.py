@@ -6,9 +6,12 @@
    longer all N take than one (1.0 would be perfect parallelism).
 3. API latency under that load: p50/p95 of listing pods while the N JobSets run, against the same list on the
    idle cluster.
+4. Pod network: pod start (as in 1) on a cluster whose pods get a network namespace each (mode ``netns``), against
+   one whose pods share the host's network (mode ``loopback``), both running at once, pods alternating between
+   them. Skipped where ``netns`` is not available; ``--network-only`` runs just this.
 
-Usage: ``python bench/localcluster.py [--jobsets 50] [--pods 4] [--sleep 2]``. Machines here are shared and
-noisy: compare ratios, not seconds, and expect variance between runs.
+Usage: ``python bench/localcluster.py [--jobsets 50] [--pods 4] [--sleep 2] [--network-only]``. Machines here are
+shared and noisy: compare ratios, not seconds, and expect variance between runs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import time
 
 from kubernetes import client, config
 
-from airflow_elastic.localcluster import LocalCluster
+from airflow_elastic.localcluster import LocalCluster, podnet
+from airflow_elastic.localcluster.config import ClusterConfig
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 
@@ -47,6 +51,48 @@ def jobset(name: str, pods: int, sleep: float) -> dict:
 def wait_pod(core: client.CoreV1Api, name: str) -> None:
     while core.read_namespaced_pod(name, "default").status.phase not in ("Succeeded", "Failed"):
         time.sleep(0.005)
+
+
+def start_once(core: client.CoreV1Api, name: str) -> float:
+    pod = {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "python", "command": [sys.executable, "-c", "pass"]}],
+        },
+    }
+    start = time.perf_counter()
+    core.create_namespaced_pod("default", pod)
+    wait_pod(core, name)
+    return time.perf_counter() - start
+
+
+def network_modes(runs: int) -> None:
+    """Pod start with a network namespace per pod against the host-network fallback, measured side by side."""
+    if (why := podnet.unavailable()) is not None:
+        print(f"pod network: netns not available here ({why}); nothing to compare")
+        return
+    clusters = [LocalCluster(config=ClusterConfig(network=mode), log_level="WARNING") for mode in ("loopback", "netns")]
+    try:
+        cores = []
+        for cluster in clusters:
+            cluster.start()
+            cores.append(client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig))))
+        for i, core in enumerate(cores):
+            start_once(core, f"warm-{i}")
+        times: list[list[float]] = [[], []]
+        for i in range(runs):
+            for which in (0, 1) if i % 2 == 0 else (1, 0):
+                times[which].append(start_once(cores[which], f"net-{i}"))
+        host, netns = (statistics.median(t) for t in times)
+        print(
+            f"pod network: pod start {netns * 1000:.0f} ms median with a network namespace per pod vs "
+            f"{host * 1000:.0f} ms on the host's network ({runs} pods each) -> ratio {netns / host:.2f} "
+            f"(+{(netns - host) * 1000:.0f} ms per pod)"
+        )
+    finally:
+        for cluster in clusters:
+            cluster.stop()
 
 
 def pod_start(core: client.CoreV1Api, runs: int) -> tuple[float, float]:
@@ -105,7 +151,11 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--sleep", type=float, default=2.0)
     parser.add_argument("--start-runs", type=int, default=10)
+    parser.add_argument("--network-only", action="store_true", help="only compare the pod network modes")
     args = parser.parse_args()
+    network_modes(max(args.start_runs, 20))
+    if args.network_only:
+        return
     with LocalCluster(log_level="WARNING") as cluster:
         api = config.new_client_from_config(str(cluster.kubeconfig))
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)

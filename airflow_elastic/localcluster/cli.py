@@ -14,6 +14,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from airflow_elastic.localcluster.cluster import ClusterError, LocalCluster
 from airflow_elastic.localcluster.errors import ApiError
@@ -41,6 +42,13 @@ def connection_hint(cluster: LocalCluster, image_map: Mapping[str, list[str]] | 
     )
 
 
+def network_line(ready: Mapping[str, Any]) -> str:
+    """What ``cluster up`` says of the pod network: the mode the server chose and why."""
+    network = ready.get("network") or {}
+    where = f" (bridge {network['bridge']}, pod subnet {network['subnet']})" if network.get("bridge") else ""
+    return f"  Pod network: {network.get('mode', 'loopback')}{where}: {network.get('reason', 'unknown')}"
+
+
 def scripts_variables(image_map: Mapping[str, list[str]]) -> list[str]:
     """``AIRFLOW_VAR_<NAME>=<folder>`` for each image of :data:`SCRIPTS_VARIABLES` mapped to a command that runs a
     script file (an argument after the program): the folder of that script, where the image's other scripts are."""
@@ -62,18 +70,23 @@ def up(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, image_map=parse_image_map(args.image_map, Path.cwd()))
     if args.jobset_feature_gates is not None:
         config = dataclasses.replace(config, jobset_restart_job=_restart_job_gate(args.jobset_feature_gates))
+    if args.network is not None:
+        config = dataclasses.replace(config, network=args.network)
     cluster = LocalCluster(args.state_dir, config=config)
     if (ready := cluster.ready_info()) is not None:
         if config != load_config(args.state_dir):
             raise ClusterError(
                 f"a local cluster is already running on {args.state_dir} (pid {ready['pid']}) with another image "
-                "map or feature gates; they are fixed for a cluster's life: run `airflow-elastic cluster down` first"
+                "map, feature gates or network mode; they are fixed for a cluster's life: run `airflow-elastic cluster "
+                "down` first"
             )
         print(f"a local cluster is already running (pid {ready['pid']})")
         print(connection_hint(LocalCluster.attach(args.state_dir), config.image_map))
+        print(network_line(ready))
         return 0
     cluster.start(detach=args.detach)
     print(connection_hint(cluster, config.image_map), flush=True)
+    print(network_line(cluster.ready_info() or {}), flush=True)
     for image, command in sorted(config.image_map.items()):
         print(f"  image {image} runs: {shlex.join(command)}")
     if args.detach:
@@ -119,6 +132,7 @@ def status(args: argparse.Namespace) -> int:
     pods = cluster.get("/api/v1/pods")["items"]
     jobsets = cluster.get("/apis/jobset.x-k8s.io/v1alpha2/jobsets")["items"]
     print(f"url: {cluster.url}\nkubeconfig: {cluster.kubeconfig}\npid: {(cluster.ready_info() or {}).get('pid')}")
+    print(network_line(cluster.ready_info() or {}).strip())
     print(f"nodes: {len(nodes)} ({', '.join(n['metadata']['name'] for n in nodes)})")
     phases = Counter(p.get("status", {}).get("phase", "Unknown") for p in pods)
     print(f"pods: {len(pods)}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(phases.items()))})" if pods else ""))
@@ -293,6 +307,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="GATES",
         help="the JobSet controller's --feature-gates: RestartJob=true enables the RestartJob and "
         "RestartJobAndIgnoreMaxRestarts failure-policy actions (kept in the state directory until replaced)",
+    )
+    up_cmd.add_argument(
+        "--network",
+        choices=("auto", "netns", "loopback"),
+        help="pod networking: netns (a network namespace per pod: Linux, root), loopback (pods share the host's "
+        "network, a loopback IP each) or auto (netns where possible; the default; kept until replaced)",
     )
     command("down", down, "stop the local cluster (its state is kept)")
     command("status", status, "show the cluster's address, nodes and workload counts")

@@ -199,6 +199,13 @@ class LocalCluster(FaultInjection, ClockControl):
         self.stop()
 
     @property
+    def network(self) -> dict[str, str]:
+        """The pod network the server runs with: ``mode`` (``netns`` or ``loopback``), ``reason``, and in mode
+        ``netns`` its ``bridge``, pod ``subnet`` and ``gateway`` (the host's address on the bridge, where pods
+        reach the API server)."""
+        return dict((self.ready_info() or {}).get("network") or {})
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 

@@ -27,7 +27,8 @@ from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
 from airflow_elastic.localcluster.kubelet.nodes import register_nodes
 from airflow_elastic.localcluster.kubelet.stats import Scraper
-from airflow_elastic.localcluster.network import Network
+from airflow_elastic.localcluster.network import LOOPBACK, Network
+from airflow_elastic.localcluster.podnet import PodNetwork
 from airflow_elastic.localcluster.resources import NAMESPACES
 from airflow_elastic.localcluster.store import Store
 
@@ -49,11 +50,12 @@ def install(
     state_dir: Path,
     api_address: Callable[[], str] | None = None,
     clock: Clock | None = None,
+    pod_network: PodNetwork | None = None,
 ) -> Recorder:
     """Register admission plugins and controllers on ``manager``; returns the shared event recorder.
     ``api_address`` gives the API server's ``host:port`` once it listens (pods get in-cluster credentials);
     ``clock`` is the controller clock of the CronJob, Deployment and ReplicaSet controllers (default: the real
-    time)."""
+    time); ``pod_network``: the cluster's bridge when pods get network namespaces (else they share the host's)."""
     recorder = Recorder(store)
     namespaces.install(store, manager)
     bootstrap(store)
@@ -74,7 +76,15 @@ def install(
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them
     scheduler, kubelet = (
         Scheduler(store, recorder),
-        Kubelet(store, recorder, config, state_dir, Network(store, state_dir), api_address=api_address),
+        Kubelet(
+            store,
+            recorder,
+            config,
+            state_dir,
+            Network(store, state_dir, pod_network.subnet if pod_network else LOOPBACK),
+            api_address=api_address,
+            pod_network=pod_network,
+        ),
     )
     for part in (scheduler, kubelet):
         manager.add(part)

@@ -50,6 +50,9 @@ class ClusterConfig:
         hpa_sync_seconds: the HPA controller's sync period (``--horizontal-pod-autoscaler-sync-period``, 15 s).
         jobset_restart_job: JobSet's ``RestartJob`` feature gate (alpha, off as upstream's default):
             the failure-policy actions that recreate only the failed child Job.
+        network: pod networking: ``netns`` (a network namespace per pod, Linux as root), ``loopback`` (pods share
+            the host's network, each with a loopback IP) or ``auto`` (``netns`` where possible, else ``loopback``);
+            see :mod:`airflow_elastic.localcluster.podnet`.
     """
 
     pools: tuple[NodePool, ...] = DEFAULT_POOLS
@@ -58,6 +61,7 @@ class ClusterConfig:
     metric_resolution_seconds: float = 15.0
     hpa_sync_seconds: float = 15.0
     jobset_restart_job: bool = False
+    network: str = "auto"
 
 
 def pod_dir(state_dir: Path, namespace: str, name: str, uid: str) -> Path:

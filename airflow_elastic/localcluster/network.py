@@ -1,18 +1,21 @@
-"""Pod networking on one host: a loopback IP per pod and cluster DNS names rewritten to those IPs.
+"""Pod IPs on one host and cluster DNS names rewritten to those IPs.
 
-There is no pod network namespace and no cluster DNS server, so the local cluster makes two explicit,
-documented substitutions:
+There is no cluster DNS server, and where pods cannot have network namespaces (mode ``loopback``, see
+:mod:`.podnet`) no pod network either, so the local cluster makes two explicit, documented substitutions:
 
-* **Pod IPs.** Each pod gets its own loopback address (``status.podIP``) in ``127.0.0.0/8`` outside
-  ``127.0.0.0/24`` (Linux routes the whole /8 to ``lo``). The address is derived from the pod's DNS identity,
+* **Pod IPs.** Each pod gets its own address (``status.podIP``): with pod network namespaces (mode ``netns``) in
+  the cluster's subnet (:mod:`.podnet`; ``x.y.0.*`` is left to the gateway), else a loopback address in
+  ``127.0.0.0/8`` outside ``127.0.0.0/24`` (Linux routes the whole /8 to ``lo``). The address is derived from the
+  pod's DNS identity,
   ``<namespace>/<hostname>.<subdomain>`` (hostname defaults to the pod name), by hashing; collisions move to the
   next hash. Assignments are kept in ``<state_dir>/network.json``, so a recreated pod with the same hostname and
   subdomain (a restarted JobSet worker) gets the same IP, also across cluster restarts (two pods with one
   identity alive at once, e.g. a replacement starting while its predecessor terminates, share the IP). The IP of
-  a pod without ``spec.hostname`` is released when the pod is deleted. A server that binds its
-  pod IP never collides with another pod's server on the same port; a server binding ``0.0.0.0`` shares the
-  host's port space with every other pod and with the host itself (torchrun's rendezvous port is therefore moved
-  per rendezvous, :mod:`.storeport`).
+  a pod without ``spec.hostname`` is released when the pod is deleted; assignments of another subnet (a previous
+  run in another mode or subnet) are forgotten. In mode ``loopback`` a server that binds its pod IP never collides
+  with another pod's server on the same port; a server binding ``0.0.0.0`` shares the host's port space with every
+  other pod and with the host itself (torchrun's rendezvous port is therefore moved per rendezvous,
+  :mod:`.storeport`). In mode ``netns`` each pod has its own ports.
 * **DNS names.** Before a container starts, the kubelet rewrites, in its command, args and env values:
 
   - ``<hostname>.<subdomain>`` and the same followed by ``.<ns>``, ``.<ns>.svc`` or ``.<ns>.svc.cluster.local``,
@@ -29,7 +32,7 @@ documented substitutions:
   - names of non-headless Services with a port, to a ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
 
   Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
-  ``socket.gethostname()`` returns the host's name.
+  ``socket.gethostname()`` returns the host's name (mode ``loopback``) or the pod's IP (mode ``netns``).
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ from airflow_elastic.localcluster.resources import PODS, SERVICES
 from airflow_elastic.localcluster.selectors import match_label_selector
 from airflow_elastic.localcluster.store import Obj, Store
 
-_BASE = int(ipaddress.IPv4Address("127.0.0.0"))
-_SPAN = 2**24
+#: The fallback's pod addresses (network mode ``loopback``); with pod namespaces, the cluster's subnet (:mod:`.podnet`).
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _END = r"(?![\w-]|\.[\w-])"
 #: Env variables whose whole value may be a bare headless Service name (see the module docstring).
@@ -62,14 +65,14 @@ def identity(pod: Obj) -> str:
     return f"{pod['metadata']['namespace']}/{host}.{sub}" if sub else f"{pod['metadata']['namespace']}/{host}"
 
 
-def _candidate(ident: str, attempt: int) -> str | None:
+def _candidate(ident: str, attempt: int, space: ipaddress.IPv4Network = LOOPBACK) -> str | None:
     digest = hashlib.sha256(f"{ident}#{attempt}".encode()).digest()
-    offset = int.from_bytes(digest[:4], "big") % _SPAN
-    ip = ipaddress.IPv4Address(_BASE + offset)
+    offset = int.from_bytes(digest[:4], "big") % space.num_addresses
+    ip = space.network_address + offset
     octets = ip.packed
-    if octets[1] == 0 and octets[2] == 0:  # 127.0.0.0/24 belongs to the host
+    if space == LOOPBACK and octets[1] == 0 and octets[2] == 0:  # 127.0.0.0/24 belongs to the host
         return None
-    if octets[3] in (0, 255):
+    if octets[3] in (0, 255) or (space != LOOPBACK and offset < 256):  # a pod subnet's x.y.0.* is the gateway's
         return None
     return str(ip)
 
@@ -77,12 +80,17 @@ def _candidate(ident: str, attempt: int) -> str | None:
 class Network:
     """Pod IP assignment (persistent) and DNS-name rewriting for the processes of pods."""
 
-    def __init__(self, store: Store, state_dir: Path):
+    def __init__(self, store: Store, state_dir: Path, space: ipaddress.IPv4Network = LOOPBACK):
         self.store = store
+        self.space = space
         self._path = state_dir / "network.json"
         self._by_identity: dict[str, str] = {}
         if self._path.exists():
-            self._by_identity = json.loads(self._path.read_text())
+            saved = json.loads(self._path.read_text())
+            if "ips" not in saved:  # before pod namespaces: identities and loopback IPs only
+                saved = {"space": str(LOOPBACK), "ips": saved}
+            if saved["space"] == str(space):  # another subnet (or mode) than last run: the IPs are new
+                self._by_identity = saved["ips"]
         self._taken = set(self._by_identity.values())
 
     def ip_for(self, ident: str) -> str:
@@ -91,7 +99,7 @@ class Network:
             return self._by_identity[ident]
         attempt = 0
         while True:
-            ip = _candidate(ident, attempt)
+            ip = _candidate(ident, attempt, self.space)
             attempt += 1
             if ip is not None and ip not in self._taken:
                 break
@@ -103,7 +111,7 @@ class Network:
     def _save(self) -> None:
         tmp = self._path.with_suffix(".tmp")
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(self._by_identity, indent=0, sort_keys=True))
+        tmp.write_text(json.dumps({"space": str(self.space), "ips": self._by_identity}, indent=0, sort_keys=True))
         tmp.replace(self._path)
 
     def pod_ip(self, pod: Obj) -> str:

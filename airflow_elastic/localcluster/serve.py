@@ -27,6 +27,7 @@ from typing import IO
 import yaml
 from aiohttp import web
 
+from airflow_elastic.localcluster import podnet
 from airflow_elastic.localcluster.api.server import ApiServer
 from airflow_elastic.localcluster.config import ClusterConfig, NodePool
 from airflow_elastic.localcluster.credentials import KUBECONFIG_FILE, kubeconfig, token, write_private
@@ -76,12 +77,23 @@ def config_json(config: ClusterConfig) -> str:
     return json.dumps(dataclasses.asdict(config), indent=2)
 
 
+def _names(cert_path: Path) -> set[str]:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+
+
 def certificate(state_dir: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (kept, so kubeconfigs stay valid across restarts).
+    """A self-signed certificate for 127.0.0.1 and every pod gateway address a cluster may listen on
+    (:func:`.podnet.gateways`), kept so kubeconfigs stay valid across restarts (one made before pod namespaces,
+    without the gateways, is replaced once).
 
     kubectl does not send a bearer token over plain http, so the server speaks TLS."""
     cert_path, key_path = state_dir / CERT_FILE, state_dir / KEY_FILE
-    if cert_path.exists() and key_path.exists():
+    addresses = ["127.0.0.1", *podnet.gateways()]
+    if cert_path.exists() and key_path.exists() and set(addresses) <= _names(cert_path):
         return cert_path, key_path
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -101,7 +113,9 @@ def certificate(state_dir: Path) -> tuple[Path, Path]:
         .not_valid_after(now + timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            x509.SubjectAlternativeName(
+                [*(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses), x509.DNSName("localhost")]
+            ),
             critical=False,
         )
         .sign(key, hashes.SHA256())
@@ -121,14 +135,45 @@ def _on_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         stop.set()
 
 
+def pod_network(state_dir: Path, requested: str) -> tuple[podnet.PodNetwork | None, dict[str, str]]:
+    """The cluster's pod network (None: pods share the host's) and what ``ready.json`` says of it."""
+    mode, reason = podnet.choose(requested)
+    if mode == podnet.LOOPBACK:
+        return None, {"mode": mode, "reason": reason}
+    try:
+        net = podnet.PodNetwork.up(state_dir)
+    except OSError as err:
+        if requested == podnet.NETNS:
+            raise
+        return None, {"mode": podnet.LOOPBACK, "reason": f"pods share the host's network: {err}"}
+    return net, {**net.describe(), "reason": reason}
+
+
 async def run(args: argparse.Namespace) -> None:
     state_dir = Path(args.state_dir).resolve()
+    config = load_config(state_dir)
+    net, network = pod_network(state_dir, args.network or config.network)
+    try:
+        await _serve(args, state_dir, config, net, network)
+    finally:
+        if net is not None:
+            net.down()
+
+
+async def _serve(
+    args: argparse.Namespace,
+    state_dir: Path,
+    config: ClusterConfig,
+    net: podnet.PodNetwork | None,
+    network: dict[str, str],
+) -> None:
     server = ApiServer(
         state_dir,
         token(state_dir),
-        load_config(state_dir),
+        config,
         history=args.history,
         bookmark_seconds=args.bookmark_seconds,
+        pod_network=net,
     )
     cert_path, key_path = certificate(state_dir)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -140,6 +185,10 @@ async def run(args: argparse.Namespace) -> None:
     port = runner.addresses[0][1]
     url = f"https://127.0.0.1:{port}"
     server.address = f"127.0.0.1:{port}"
+    if net is not None:  # in-cluster clients in pod namespaces reach the server on the bridge
+        pod_site = web.TCPSite(runner, net.gateway, 0, shutdown_timeout=1.0, ssl_context=tls)
+        await pod_site.start()
+        server.pod_address = f"{net.gateway}:{runner.addresses[-1][1]}"
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -157,11 +206,13 @@ async def run(args: argparse.Namespace) -> None:
         "port": port,
         "kubeconfig": str(state_dir / KUBECONFIG_FILE),
         "ca": str(cert_path),
+        "network": network,
     }
     write_private(state_dir / READY_FILE, json.dumps(ready))
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     log.info("local cluster API server listening on %s (state in %s)", url, state_dir)
+    log.info("pod network: %s (%s)", network["mode"], network["reason"])
     await stop.wait()
     log.info("stopping the local cluster API server")
     with contextlib.suppress(FileNotFoundError):
@@ -178,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=int, default=20000, help="watch events kept for resuming watches")
     parser.add_argument("--bookmark-seconds", type=float, default=60.0, help="interval of watch BOOKMARK events")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--network", choices=podnet.MODES, help="pod network mode (default: the config's, auto)")
     parser.add_argument("--stop-with-stdin", action="store_true", help="stop when stdin closes (parent gone)")
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -1,5 +1,8 @@
 """A group's rendezvous port on one host: moved per rendezvous, because torch's store binds all interfaces.
 
+Only where pods share the host's network (mode ``loopback``, and ``hostNetwork`` pods); with a network namespace per
+pod (mode ``netns``, :mod:`.podnet`) each pod has its own ports, as on a cluster, and nothing is moved.
+
 On a real cluster every pod has its own network namespace, so the Kubeflow Trainer can fix the rendezvous port of
 every TrainJob at 29500 (``PET_MASTER_PORT``, kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go``,
 ``EnforceMLPolicy``), the training-operator at its Master's port (release-1.9

@@ -59,9 +59,11 @@ def test_pods_reach_the_api_with_the_service_account_credentials(
     local_cluster: LocalCluster, core: client.CoreV1Api, namespace: str
 ) -> None:
     report = run_pod(core, namespace, "lister")
-    assert report == {"service": "127.0.0.1", "mounted": True, "pods": ["lister"], "relative": True}
+    # In a pod's own network namespace the host's 127.0.0.1 is the pod's: the server is on the bridge's gateway.
+    service = local_cluster.network.get("gateway", "127.0.0.1")
+    assert report == {"service": service, "mounted": True, "pods": ["lister"], "relative": True}
 
 
 def test_automount_false_gives_no_token(local_cluster: LocalCluster, core: client.CoreV1Api, namespace: str) -> None:
     report = run_pod(core, namespace, "no-token", automountServiceAccountToken=False)
-    assert report == {"service": "127.0.0.1", "mounted": False}
+    assert report == {"service": local_cluster.network.get("gateway", "127.0.0.1"), "mounted": False}

@@ -27,6 +27,7 @@ from airflow_elastic.localcluster.controller import Manager
 from airflow_elastic.localcluster.faults.injector import PREFIXES as FAULT_PATHS
 from airflow_elastic.localcluster.faults.injector import Faults
 from airflow_elastic.localcluster.kubelet import Kubelet
+from airflow_elastic.localcluster.podnet import PodNetwork
 from airflow_elastic.localcluster.resources import PODS, lookup
 from airflow_elastic.localcluster.store import Store
 
@@ -115,8 +116,10 @@ class ApiServer:
         *,
         history: int = 20000,
         bookmark_seconds: float = 60.0,
+        pod_network: PodNetwork | None = None,
     ):
         self.state_dir = state_dir
+        self.pod_network = pod_network
         self.token = token
         self.bookmark_seconds = bookmark_seconds
         self.store = Store(state_dir / "state.db", history=history)
@@ -127,8 +130,9 @@ class ApiServer:
             self.manager,
             config or ClusterConfig(),
             state_dir,
-            api_address=lambda: self.address,
+            api_address=lambda: self.pod_address or self.address,
             clock=self.clock,
+            pod_network=pod_network,
         )
         self.faults = Faults(self.store, self.manager, self.recorder, state_dir, on_token=self._replace_token)
         kubelet = next(c for c in self.manager.controllers if isinstance(c, Kubelet))
@@ -137,6 +141,8 @@ class ApiServer:
         self.service_proxy = proxy.ServiceProxy(self.store)
         self.requests = RequestLog()
         self.address = "127.0.0.1:0"
+        #: Where pods in their own network namespaces reach the server (its address on the cluster's bridge).
+        self.pod_address = ""
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 

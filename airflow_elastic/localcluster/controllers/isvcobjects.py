@@ -36,7 +36,8 @@ DISALLOWED_ANNOTATIONS = frozenset(
         "modelFormat",
     }
 )
-#: Where a local predictor binds (each pod has its own loopback IP here; the real image binds 0.0.0.0).
+#: Where a local predictor binds, its pod IP: the real image binds 0.0.0.0, which the fallback network mode (pods on
+#: the host's network, a loopback IP each) cannot give two pods at once; with pod namespaces either works.
 BIND_HOST_ENV = "AIRFLOW_ELASTIC_BIND_HOST"
 
 #: The local cluster's serving runtimes: model format → (runtime name, its ``kserve-container``).

@@ -17,7 +17,8 @@ What differs from a real node, on purpose and visibly:
   ``persistentVolumeClaim`` → ``<state>/volumes/<ns>/<claimName>`` shared by every pod of the claim;
   ``configMap`` / ``secret`` / ``downwardAPI`` / ``projected`` → files written from the store when the container
   starts (not refreshed later). Other types are empty directories, with a warning event.
-* **In-cluster credentials.** Every container gets ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and
+* **In-cluster credentials.** Every container gets ``KUBERNETES_SERVICE_HOST`` (``127.0.0.1``; with pod network
+  namespaces, the host's address on the cluster's bridge) and
   ``KUBERNETES_SERVICE_PORT`` (the API server's port; the container's own env may override them) and, unless the
   pod sets ``automountServiceAccountToken: false``, the service-account directory (``token``, ``ca.crt``,
   ``namespace``) mounted by the convention above at ``/var/run/secrets/kubernetes.io/serviceaccount``: a symlink
@@ -28,8 +29,9 @@ What differs from a real node, on purpose and visibly:
   ``<cwd>/<terminationMessagePath without leading />`` (``<cwd>/dev/termination-log`` by default). Its first 4096
   bytes become ``state.terminated.message``; ``FallbackToLogsOnError`` uses the last 80 lines / 2048 bytes of the
   log after a failure when the file is empty.
-* **Networking.** See :mod:`airflow_elastic.localcluster.network` (a loopback pod IP, DNS names rewritten in
-  command, args and env values).
+* **Networking.** On Linux as root each pod has its own network namespace (:mod:`airflow_elastic.localcluster.podnet`);
+  elsewhere a loopback pod IP on the host's network. DNS names are rewritten in command, args and env values in
+  both (:mod:`airflow_elastic.localcluster.network`).
 * **Restarts.** ``Always``/``OnFailure`` restart a container at once after its first exit, then after
   ``backoff_base`` seconds doubling up to ``backoff_max`` (10 s and 5 min as upstream; configurable for tests).
 * **Probes.** Readiness probes (exec, tcpSocket, httpGet) only; liveness and startup probes are not run.

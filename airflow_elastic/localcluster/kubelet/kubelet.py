@@ -21,6 +21,7 @@ from airflow_elastic.localcluster.kubelet.stats import Scraper
 from airflow_elastic.localcluster.kubelet.status import TERMINAL, ContainerRecord, build_status
 from airflow_elastic.localcluster.kubelet.worker import PodWorker
 from airflow_elastic.localcluster.network import Network
+from airflow_elastic.localcluster.podnet import PodNetwork
 from airflow_elastic.localcluster.resources import CONFIGMAPS, PODS, SECRETS, Resource
 from airflow_elastic.localcluster.store import Obj, Store, now
 
@@ -48,6 +49,7 @@ class Kubelet(Controller):
         backoff_max: float = 300.0,
         shutdown_grace: float = 2.0,
         api_address: Callable[[], str] | None = None,
+        pod_network: PodNetwork | None = None,
     ):
         super().__init__(store)
         self.recorder = recorder
@@ -59,6 +61,8 @@ class Kubelet(Controller):
         self.shutdown_grace = shutdown_grace
         #: ``host:port`` of the API server, for the pods' in-cluster credentials (None: pods get none).
         self.api_address = api_address
+        #: The cluster's bridge when each pod gets its own network namespace (None: pods share the host's).
+        self.pod_network = pod_network
         self.nodes = set(node_names(config))
         self.workers: dict[Key, PodWorker] = {}
         self.stats: Scraper | None = None  # the metrics scraper, set by components.install

@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_elastic.localcluster.store import Obj
@@ -22,8 +22,10 @@ def _port(value: int | str, container: Obj) -> int:
     raise ValueError(f"port {value!r} not found among the container's ports")
 
 
-async def _exec(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> bool:
+async def _exec(command: list[str], cwd: Path, env: dict[str, str], timeout: float, enter: Sequence[str]) -> bool:
+    """``enter``: the prefix that runs the command in the pod's sandbox (:meth:`.podnet.Sandbox.enter`), if any."""
     proc = await asyncio.create_subprocess_exec(
+        *enter,
         *command,
         cwd=str(cwd),
         env=env,
@@ -66,12 +68,14 @@ async def _http(probe: Obj, host: str, port: int, timeout: float) -> bool:
             await writer.wait_closed()
 
 
-async def probe_once(probe: Obj, container: Obj, pod_ip: str, cwd: Path, env: dict[str, str]) -> bool:
+async def probe_once(
+    probe: Obj, container: Obj, pod_ip: str, cwd: Path, env: dict[str, str], enter: Sequence[str] = ()
+) -> bool:
     """One probe attempt; any error counts as a failure."""
     timeout = float(probe.get("timeoutSeconds") or 1)
     try:
         if "exec" in probe:
-            return await _exec(list(probe["exec"].get("command") or []), cwd, env, timeout)
+            return await _exec(list(probe["exec"].get("command") or []), cwd, env, timeout, enter)
         if "tcpSocket" in probe:
             spec = probe["tcpSocket"]
             host, port = spec.get("host") or pod_ip, _port(spec["port"], container)
@@ -89,7 +93,13 @@ async def probe_once(probe: Obj, container: Obj, pod_ip: str, cwd: Path, env: di
 
 
 async def readiness_loop(
-    probe: Obj, container: Obj, pod_ip: str, cwd: Path, env: dict[str, str], set_ready: Callable[[bool], None]
+    probe: Obj,
+    container: Obj,
+    pod_ip: str,
+    cwd: Path,
+    env: dict[str, str],
+    set_ready: Callable[[bool], None],
+    enter: Sequence[str] = (),
 ) -> None:
     """Probe every ``periodSeconds`` after ``initialDelaySeconds``; report readiness changes through
     ``set_ready`` once ``successThreshold`` / ``failureThreshold`` consecutive results agree. Runs until
@@ -100,7 +110,7 @@ async def readiness_loop(
     await asyncio.sleep(float(probe.get("initialDelaySeconds") or 0))
     successes = failures = 0
     while True:
-        if await probe_once(probe, container, pod_ip, cwd, env):
+        if await probe_once(probe, container, pod_ip, cwd, env, enter):
             successes, failures = successes + 1, 0
             if successes >= success_needed:
                 set_ready(True)

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -149,12 +151,32 @@ class Running:
         self.pid_file.unlink(missing_ok=True)
 
 
-async def spawn(argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, pid_file: Path) -> Running:
-    """Start ``argv`` in a new session, stdout+stderr appended to ``log_file``, and record it in ``pid_file``."""
+def _executable(argv0: str, cwd: Path, env: dict[str, str]) -> None:
+    """Raise the ``OSError`` starting ``argv0`` would raise (not found, not executable), as ``exec`` would: the
+    program is started through a prefix (``nsenter``) whose own failure would only be an exit code."""
+    if "/" in argv0:
+        path = cwd / argv0
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+    elif shutil.which(argv0, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+
+
+async def spawn(
+    argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, pid_file: Path, enter: list[str] | None = None
+) -> Running:
+    """Start ``argv`` in a new session, stdout+stderr appended to ``log_file``, and record it in ``pid_file``.
+    ``enter``: a prefix that runs it in the pod's sandbox and then execs it (:meth:`.podnet.Sandbox.enter`): the
+    process keeps its pid."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
+    if enter:
+        _executable(argv[0], cwd, env)
     with open(log_file, "ab", buffering=0) as out:
         proc = await asyncio.create_subprocess_exec(
+            *(enter or []),
             *argv,
             cwd=str(cwd),
             env=env,

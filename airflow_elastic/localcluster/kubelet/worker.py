@@ -28,6 +28,7 @@ from airflow_elastic.localcluster.kubelet.procs import Running, exit_code, spawn
 from airflow_elastic.localcluster.kubelet.status import ContainerRecord, build_status, go_duration, termination_message
 from airflow_elastic.localcluster.kubelet.volumes import MountError, mount, prepare_volumes
 from airflow_elastic.localcluster.network import ADDRESS_SUFFIXES, Network
+from airflow_elastic.localcluster.podnet import PodNetwork, Sandbox
 from airflow_elastic.localcluster.resources import PODS
 from airflow_elastic.localcluster.store import Obj, Store, now
 from airflow_elastic.localcluster.storeport import with_store_port
@@ -46,6 +47,7 @@ class Host(Protocol):
     backoff_base: float
     backoff_max: float
     api_address: Callable[[], str] | None
+    pod_network: PodNetwork | None
 
     def spawn_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
@@ -74,6 +76,8 @@ class PodWorker:
         self.policy: str = spec.get("restartPolicy", "Always")
         self.hostname: str = spec.get("hostname") or meta["name"]
         self.pod_ip = HOST_IP if spec.get("hostNetwork") else kubelet.network.pod_ip(pod)
+        #: The pod's network namespace (None: the host's network, in mode ``loopback`` or with ``hostNetwork``).
+        self.netns: Sandbox | None = None
         #: What the pod's IP was derived from (released when the pod is gone).
         self.identity = {
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
@@ -147,16 +151,35 @@ class PodWorker:
         self.task = asyncio.create_task(self._run(), name=f"pod:{self.key[0]}/{self.key[1]}")
 
     async def _run(self) -> None:
-        if not await self._setup():
-            return
-        if not await self._run_init():
+        try:
+            if not await self._setup():
+                return
+            if not await self._run_init():
+                self.publish()
+                return
+            main = [r for r in self.records if not r.init]
+            for record in main:
+                record.state = {"waiting": {"reason": "ContainerCreating"}}
+            await asyncio.gather(*(self._container_loop(r) for r in main))
             self.publish()
-            return
-        main = [r for r in self.records if not r.init]
-        for record in main:
-            record.state = {"waiting": {"reason": "ContainerCreating"}}
-        await asyncio.gather(*(self._container_loop(r) for r in main))
-        self.publish()
+        finally:  # no container runs any more: the sandbox goes (a kubelet stops a finished pod's sandbox)
+            if self.netns is not None and self.k.pod_network is not None:
+                self.k.pod_network.detach(self.pod_ip, self.netns)
+                self.netns = None
+
+    async def _sandbox(self, pod: Obj) -> bool:
+        """The pod's own network namespace with its IP, when the cluster gives pods one; retried as the kubelet
+        retries ``RunPodSandbox``. False if the pod was stopped first."""
+        if self.k.pod_network is None or (pod.get("spec") or {}).get("hostNetwork"):
+            return True
+        while True:
+            try:
+                self.netns = await asyncio.to_thread(self.k.pod_network.attach, self.pod_ip)
+                return True
+            except OSError as err:
+                self.event("Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {err}")
+                if not await self._sleep(2.0):
+                    return False
 
     async def _setup(self) -> bool:
         pod = self.pod()
@@ -164,6 +187,8 @@ class PodWorker:
             return False
         for sub in ("containers", "logs", "volumes", "termination", "pids"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if not await self._sandbox(pod):
+            return False
         self.sandbox = True
         self.publish()
         deadline = pod["spec"].get("activeDeadlineSeconds")
@@ -259,8 +284,9 @@ class PodWorker:
     def _prepare(self, record: ContainerRecord, pod: Obj) -> tuple[list[str], dict[str, str], Path, Path]:
         spec = self.specs[record.name]
         declared = container_env(pod, spec, self.k.store)
-        # torch's store binds all interfaces of the one host: its rendezvous port is moved per rendezvous.
-        declared = with_store_port(declared, cluster=str(self.k.state_dir), namespace=pod["metadata"]["namespace"])
+        if self.netns is None:
+            # torch's store binds all interfaces of the one host: its rendezvous port is moved per rendezvous.
+            declared = with_store_port(declared, cluster=str(self.k.state_dir), namespace=pod["metadata"]["namespace"])
         argv = command_line(spec, self.k.config, declared)
         rewrite = self.k.network.rewriter(pod)
         argv = [rewrite(a) for a in argv]
@@ -317,7 +343,8 @@ class PodWorker:
         self.event("Normal", "Created", f"Created container: {record.name}")
         started_at = now()
         try:
-            running = await spawn(argv, cwd, env, log, self.dir / "pids" / f"{record.name}.json")
+            enter = self.netns.enter() if self.netns is not None else None
+            running = await spawn(argv, cwd, env, log, self.dir / "pids" / f"{record.name}.json", enter)
         except OSError as err:
             message = f'failed to start container "{record.name}": exec: "{argv[0]}": {err.strerror}'
             record.state = {
@@ -340,7 +367,13 @@ class PodWorker:
         if probe:
             prober = asyncio.create_task(
                 readiness_loop(
-                    probe, self.specs[record.name], self.pod_ip, cwd, env, lambda ok: self._set_ready(record, ok)
+                    probe,
+                    self.specs[record.name],
+                    self.pod_ip,
+                    cwd,
+                    env,
+                    lambda ok: self._set_ready(record, ok),
+                    self.netns.enter() if self.netns is not None else (),
                 )
             )
         returncode = await running.proc.wait()
