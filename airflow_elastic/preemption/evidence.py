@@ -27,7 +27,8 @@ those retries to ``max_failures`` (the group's JobSet never counts them).
 A pod evicted from a node that stays lost never becomes terminal: its kubelet is gone, so the deletion the taint
 manager began (``DisruptionTarget``/``DeletionByTaintManager``) is never confirmed and the pod stays ``Terminating``
 (docs/preemption.md §2.1). A Job without a podFailurePolicy counts it failed at once and recreates its index, so
-:meth:`Evidence.observe` also returns such a *stranded* pod as a stop once another pod runs in its slot, and
+:meth:`Evidence.observe` also returns such a *stranded* pod as a stop once another pod exists in its slot (running,
+or still ``Pending`` when there is no room for it: the Job replaced it all the same), and
 :meth:`Evidence.record` keeps it when the pod carries a ``DisruptionTarget`` or its node is lost
 (:func:`airflow_elastic.preemption.cascade.node_down`) and the classifier charges it to the preemption budget;
 :meth:`absorb`
@@ -68,8 +69,9 @@ RUNS = ("Running", "Succeeded")
 class Stop:
     """A pod that stopped since the previous observation: its last copy, and whether it no longer exists.
 
-    ``stranded``: the pod still exists, not terminal, being deleted while another pod runs in its :func:`slot`; a
-    stop only if :meth:`Evidence.record` finds why (a ``DisruptionTarget``, a lost node) and it is a preemption."""
+    ``stranded``: the pod still exists, not terminal, being deleted while another pod replaced it in its
+    :func:`slot` (running, or pending); a stop only if :meth:`Evidence.record` finds why (a ``DisruptionTarget``, a
+    lost node) and it is a preemption."""
 
     pod: Obj
     gone: bool
@@ -187,14 +189,15 @@ class Evidence:
 
     def _stranded(self, current: Mapping[str, Obj]) -> list[Stop]:
         """The pods being deleted but not terminal (still ``Terminating``) while another pod, never recorded as
-        stopped and not itself being deleted, runs in their slot (or ran to completion): the cluster replaced them
-        (a Job without a podFailurePolicy counts a deleted pod failed at once and recreates its index). A pod not
+        stopped and not itself being deleted, is in their slot (pending, running or completed): the cluster replaced
+        them (a Job without a podFailurePolicy counts a deleted pod failed at once and recreates its index), even if
+        the replacement finds no room to run (it is absorbed only once it runs: :meth:`absorb`). A pod not
         being deleted is still active for its Job, and a group restart's pods are replaced in another slot (the
         next attempt's), so neither is one."""
         runs: dict[tuple[str, ...], set[str]] = {}
         for uid, pod in current.items():
             where = slot(pod)
-            replaces = _phase(pod) == "Succeeded" or (_phase(pod) == "Running" and not _deleting(pod))
+            replaces = _phase(pod) == "Succeeded" or (_phase(pod) in ("Pending", "Running") and not _deleting(pod))
             if where is not None and uid not in self.done and replaces:
                 runs.setdefault(where, set()).add(uid)
         found = []
@@ -290,7 +293,7 @@ class Evidence:
 
 def _stranded_note(stop: Stop, lost: str | None) -> str:
     node = f" on node {stop.node}" + (f", which {lost}" if lost else "") if stop.node else ""
-    return f"still Terminating{node}, and the cluster replaced it in its slot"
+    return f"still Terminating{node}, and the cluster replaced it in its slot"  # the replacement may still pend
 
 
 def node_names(stops: Iterable[Stop]) -> set[str]:

@@ -133,6 +133,17 @@ def test_a_stranded_pod_is_recorded_once_and_its_later_end_never_again() -> None
     assert len(evidence.records) == len(evidence.absorbed) == 1
 
 
+def test_a_stranded_pod_whose_replacement_finds_no_room_is_recorded_and_absorbed_once_it_runs() -> None:
+    evidence = Evidence()
+    stranded = indexed("w1", evicted="DeletionByTaintManager")
+    (record,) = looks(evidence, [stranded, indexed("w1-new", "Pending")], {"n1": LOST})
+    assert (record["cause"], record["budget"]) == ("node_loss", "preemption") and "absorbed" not in record
+    assert evidence.absorbed == []  # the group is short-handed until the replacement runs
+    assert looks(evidence, [stranded, indexed("w1-new", "Pending")], {"n1": LOST}) == []  # recorded once
+    assert looks(evidence, [stranded, indexed("w1-new")], {"n1": LOST}) == []
+    assert record["absorbed"] is True and [r["replaced_by"] for r in evidence.absorbed] == ["w1-new"]
+
+
 def test_a_terminating_pod_is_no_stop_without_a_replacement_evidence_or_a_preemption() -> None:
     healthy = {"n1": {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}}
     stranded = indexed("w1", evicted="DeletionByTaintManager")
@@ -142,7 +153,6 @@ def test_a_terminating_pod_is_no_stop_without_a_replacement_evidence_or_a_preemp
         "message": "The node was low on resource: memory. Container trainer was using 3Gi, request is 1Gi.",
     }
     cases = {
-        "the replacement does not run yet": ([stranded, indexed("w1-new", "Pending")], LOST, 0),
         "a pod of another index is no replacement": ([stranded, indexed("w0", index=0)], LOST, 0),
         "a delete under way on a healthy node": ([indexed("w1", evicted=""), indexed("w1-new")], healthy["n1"], 0),
         # The group's restart deletes attempt 0's pods; attempt 1's run in other slots.
