@@ -4,6 +4,7 @@ sums it by file and tier."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ def test_a_subprocess_cpu_time_is_charged_to_the_test_that_waited_for_it(tmp_pat
         [sys.executable, "-m", "pytest", "-p", "tests.support.cpu_report", "--cpu-report", str(report),
          "-p", "no:cacheprovider", "-q", str(tmp_path / "test_busy.py"), "--rootdir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},  # its own run, not a worker
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [json.loads(line) for line in Path(f"{report}.main.jsonl").read_text().splitlines()]
