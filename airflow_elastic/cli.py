@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from airflow_elastic.ray.spec import RayJob
 from airflow_elastic.stages.spec import BatchStage
 from airflow_elastic.training.backends import BACKENDS
 from airflow_elastic.training.spec import SpecError, TrainingGroup
@@ -18,9 +19,12 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 1."""
 
 
-def specs_in(path: Path) -> list[TrainingGroup | BatchStage]:
-    """Training groups and batch stages a Python file defines at module level, or holds in operators' ``group`` or
-    ``stage`` attribute, in definition order and without duplicates."""
+Spec = TrainingGroup | BatchStage | RayJob
+
+
+def specs_in(path: Path) -> list[Spec]:
+    """Training groups, batch stages and Ray jobs a Python file defines at module level, or holds in operators'
+    ``group`` or ``stage`` attribute, in definition order and without duplicates."""
     if not path.is_file():
         raise CliError(f"no such file: {path}")
     # Like Airflow's DAG processor, let the file import its neighbours.
@@ -28,15 +32,15 @@ def specs_in(path: Path) -> list[TrainingGroup | BatchStage]:
     try:
         namespace = runpy.run_path(str(path), run_name="__airflow_elastic_render__")
     except SpecError as err:
-        raise CliError(f"{path}: invalid training group or batch stage: {err}") from err
+        raise CliError(f"{path}: invalid training group, batch stage or Ray job: {err}") from err
     except Exception as err:
         raise CliError(f"{path}: failed to load: {type(err).__name__}: {err}") from err
     finally:
         sys.path.remove(str(path.resolve().parent))
-    found: list[TrainingGroup | BatchStage] = []
+    found: list[Spec] = []
     for value in namespace.values():
         for candidate in (value, getattr(value, "group", None), getattr(value, "stage", None)):
-            if isinstance(candidate, TrainingGroup | BatchStage) and candidate not in found:
+            if isinstance(candidate, TrainingGroup | BatchStage | RayJob) and candidate not in found:
                 found.append(candidate)
     return found
 
@@ -47,18 +51,19 @@ def groups_in(path: Path) -> list[TrainingGroup]:
 
 
 def render(args: argparse.Namespace) -> None:
-    """``airflow-elastic render``: print the manifests of the groups and stages ``args.file`` defines."""
+    """``airflow-elastic render``: print the manifests of the groups, stages and Ray jobs ``args.file`` defines."""
     import yaml
 
+    from airflow_elastic.ray.render import render_rayjob
     from airflow_elastic.stages.job import render_job
 
     found = specs_in(args.file)
     if not found:
-        raise CliError(f"{args.file}: defines no TrainingGroup or BatchStage")
+        raise CliError(f"{args.file}: defines no TrainingGroup, BatchStage or RayJob")
     chosen = [s for s in found if args.group in (None, s.name)]
     if not chosen:
         names = ", ".join(s.name for s in found)
-        raise CliError(f"{args.file}: no training group or batch stage named {args.group!r} (found: {names})")
+        raise CliError(f"{args.file}: no training group, batch stage or Ray job named {args.group!r} (found: {names})")
     if args.runtime is not None and args.backend != "trainjob":
         raise CliError("--runtime applies to --backend trainjob only")
     manifests = []
@@ -66,6 +71,8 @@ def render(args: argparse.Namespace) -> None:
         try:
             if isinstance(spec, TrainingGroup):
                 manifests.append(_render_group(spec, args))
+            elif isinstance(spec, RayJob):
+                manifests.append(render_rayjob(spec, namespace=args.namespace))
             else:
                 manifests.append(render_job(spec, namespace=args.namespace))
         except SpecError as err:
@@ -91,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     cmd = commands.add_parser(
         "render",
-        help="print the JobSet (or --backend TrainJob/PyTorchJob) YAML of the training groups and the Job YAML of the "
-        "batch stages a Python file defines",
+        help="print the JobSet (or --backend TrainJob/PyTorchJob) YAML of the training groups, the Job YAML of the "
+        "batch stages and the KubeRay RayJob YAML of the Ray jobs a Python file defines",
     )
     cmd.add_argument(
-        "file", type=Path, help="a Python file (e.g. a DAG file) defining TrainingGroup or BatchStage objects"
+        "file", type=Path, help="a Python file (e.g. a DAG file) defining TrainingGroup, BatchStage or RayJob objects"
     )
-    cmd.add_argument("--group", help="render only the group (or stage) with this name")
+    cmd.add_argument("--group", help="render only the group (or stage, or Ray job) with this name")
     cmd.add_argument("--namespace", default="default", help="namespace to render for (default: %(default)s)")
     cmd.add_argument(
         "--backend",

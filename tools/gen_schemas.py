@@ -15,7 +15,8 @@ validation needs:
   ``trainer.kubeflow.org_{trainjobs,clustertrainingruntimes,trainingruntimes}.yaml`` (kubeflow/trainer
   ``manifests/base/crds/``), training-operator v1.9 ``kubeflow.org_pytorchjobs.yaml`` (``release-1.9``,
   ``manifests/base/crds/``) and KServe v0.20 ``serving.kserve.io_inferenceservices.yaml`` (``config/crd/full/``,
-  trimmed of the framework-specific predictor stubs, explainer and transformer);
+  trimmed of the framework-specific predictor stubs, explainer and transformer), and KubeRay v1.7.0
+  ``ray.io_{rayjobs,rayclusters}.yaml`` (ray-project/kuberay ``ray-operator/config/crd/bases/``, version ``v1``);
 * ``batch_v1.json`` - ``io.k8s.api.batch.v1.Job`` and ``io.k8s.api.batch.v1.CronJob`` with the closure of what they
   reference (incl. core/v1 and meta/v1), under ``components.schemas`` (no root: ``schemas.batch_v1(kind)`` adds one).
 
@@ -71,15 +72,20 @@ def closure(schemas: dict[str, Any], root: str) -> dict[str, Any]:
 
 
 JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
-#: The interop CRDs (Kubeflow Trainer v2.3, training-operator v1.9, KServe v0.20), each served by the local cluster
-#: and checked against by the renderers: ``<group>_<version>_<plural>.json`` is its ``openAPIV3Schema``.
+#: The interop CRDs (Kubeflow Trainer v2.3, training-operator v1.9, KServe v0.20, KubeRay v1.7), each checked against
+#: by the renderers and all but KubeRay's served by the local cluster: ``<group>_<version>_<plural>.json`` is its
+#: ``openAPIV3Schema``.
 INTEROP_CRDS = (
     "trainer.kubeflow.org_trainjobs.yaml",
     "trainer.kubeflow.org_clustertrainingruntimes.yaml",
     "trainer.kubeflow.org_trainingruntimes.yaml",
     "kubeflow.org_pytorchjobs.yaml",
     "serving.kserve.io_inferenceservices.yaml",
+    "ray.io_rayjobs.yaml",
+    "ray.io_rayclusters.yaml",
 )
+#: CRDs that serve more than one version, and the one packaged (KubeRay v1.7 still serves ``v1alpha1``).
+PACKAGED_VERSION = {"ray.io_rayjobs.yaml": "v1", "ray.io_rayclusters.yaml": "v1"}
 CORE_OPENAPI = "k8s-1.35_api__v1_openapi.json"
 BATCH_OPENAPI = "k8s-1.35_apis__batch__v1_openapi.json"
 
@@ -91,9 +97,11 @@ def jobset_schema(crds: Path) -> dict[str, Any]:
 
 
 def crd_schema(crds: Path, name: str) -> tuple[str, dict[str, Any]]:
-    """``(output file name, openAPIV3Schema)`` of the single served version of the CRD file ``name``."""
+    """``(output file name, openAPIV3Schema)`` of the CRD file ``name``'s version: the one of
+    :data:`PACKAGED_VERSION`, else its single served version."""
     crd = yaml.safe_load((crds / name).read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v.get("served", True)]
+    wanted = PACKAGED_VERSION.get(name)
+    (version,) = [v for v in crd["spec"]["versions"] if (v["name"] == wanted if wanted else v.get("served", True))]
     out = f"{crd['spec']['group']}_{version['name']}_{crd['spec']['names']['plural']}.json"
     return out, strip_prose(version["schema"]["openAPIV3Schema"])
 

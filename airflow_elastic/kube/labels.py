@@ -21,6 +21,8 @@ from airflow_elastic.kube.platforms import SPOT_TAINT as SPOT_TAINT
 MANAGER = "airflow-elastic"
 #: The training group a JobSet, TrainJob or PyTorchJob (and each of its pods) belongs to.
 GROUP_LABEL = f"{DOMAIN}/group"
+#: The Ray cluster description (``airflow_elastic.ray.RayCluster``) a RayJob, and each of its pods, renders.
+RAY_CLUSTER_LABEL = f"{DOMAIN}/ray-cluster"
 #: The group's role of a pod (JobSet's own :data:`REPLICATED_JOB_LABEL` carries the same name on JobSets).
 GROUP_ROLE_LABEL = f"{DOMAIN}/role"
 #: The batch stage a Job or CronJob belongs to.

@@ -35,6 +35,11 @@ PYTORCH_CONTAINER = "pytorch"
 PREDICTOR_CONTAINER = "kserve-container"
 #: The init container KServe adds to fetch a ``storageUri`` (``constants.StorageInitializerContainerName``).
 STORAGE_INITIALIZER_CONTAINER = "storage-initializer"
+#: The Ray containers of a rendered RayJob, named as KubeRay's samples name them (KubeRay runs the first container of
+#: each pod as the Ray node), and KubeRay's submitter container (``utils.SubmitterContainerName``).
+RAY_HEAD_CONTAINER = "ray-head"
+RAY_WORKER_CONTAINER = "ray-worker"
+RAY_SUBMITTER_CONTAINER = "ray-job-submitter"
 
 
 def is_dns1035_label(value: object) -> bool:

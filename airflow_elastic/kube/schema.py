@@ -54,3 +54,19 @@ def pytorchjob_schema_errors(manifest: dict[str, Any]) -> list[str]:
     for kind, replica in (manifest.get("spec", {}).get("pytorchReplicaSpecs") or {}).items():
         found += _errors(schemas.load(schemas.POD_TEMPLATE), replica.get("template", {}), f"{kind}.template")
     return found
+
+
+def rayjob_schema_errors(manifest: dict[str, Any]) -> list[str]:
+    """Problems of a RayJob manifest against the KubeRay v1.7 RayJob CRD (which embeds the head, worker and
+    submitter pod templates) and of each pod template against core/v1."""
+    found = _errors(schemas.load(schemas.RAYJOBS), manifest, "rayjob")
+    spec = manifest.get("spec", {})
+    cluster = spec.get("rayClusterSpec", {})
+    pods = [("rayClusterSpec.headGroupSpec.template", cluster.get("headGroupSpec", {}).get("template", {}))]
+    for i, group in enumerate(cluster.get("workerGroupSpecs", [])):
+        pods.append((f"rayClusterSpec.workerGroupSpecs[{i}].template", group.get("template", {})))
+    if "submitterPodTemplate" in spec:
+        pods.append(("submitterPodTemplate", spec["submitterPodTemplate"]))
+    for where, pod in pods:
+        found += _errors(schemas.load(schemas.POD_TEMPLATE), pod, where)
+    return found

@@ -59,6 +59,25 @@ def test_renders_batch_stages_beside_groups(tmp_path: Path):
     assert [d["kind"] for d in yaml.safe_load_all(out.stdout)] == ["Job"]
 
 
+def test_renders_ray_jobs_as_kuberay_rayjobs(tmp_path: Path):
+    (tmp_path / "dag.py").write_text(
+        "from airflow_elastic import Placement\n"
+        "from airflow_elastic.ray import RayCluster, RayJob, WorkerGroup\n"
+        "cluster = RayCluster('tune', worker_groups=[WorkerGroup('spot', 2, placement=Placement(spot=True))])\n"
+        "JOB = RayJob(cluster, 'python tune.py')\n"
+    )
+    out = run("render", str(tmp_path / "dag.py"), "--namespace", "ml")
+    assert out.returncode == 0, out.stderr
+    (doc,) = yaml.safe_load_all(out.stdout)
+    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == ("ray.io/v1", "RayJob", "tune")
+    assert doc["metadata"]["namespace"] == "ml" and doc["spec"]["entrypoint"] == "python tune.py"
+    assert doc["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"] == "spot"
+    (tmp_path / "bad.py").write_text(
+        "from airflow_elastic.ray import RayCluster, RayJob\nJOB = RayJob(RayCluster('tune'), '')\n"
+    )
+    assert "entrypoint: must be a non-empty shell command" in error_line(run("render", str(tmp_path / "bad.py")))
+
+
 def error_line(out: subprocess.CompletedProcess[str]) -> str:
     assert out.returncode == 1 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
@@ -77,7 +96,10 @@ def test_file_without_groups(tmp_path: Path):
 
 def test_unknown_group_lists_what_exists():
     line = error_line(run("render", "dags/example_groups.py", "--group", "nope"))
-    assert "no training group or batch stage named 'nope'" in line and "llm-finetune, tiny-trainer, cpu-smoke" in line
+    assert (
+        "no training group, batch stage or Ray job named 'nope'" in line
+        and "llm-finetune, tiny-trainer, cpu-smoke" in line
+    )
 
 
 def test_spec_error_is_one_line_naming_the_field(tmp_path: Path):
