@@ -23,9 +23,11 @@ Every night at 02:00 (Europe/Amsterdam; ``catchup=False``, one run at a time)::
 * ``under_review``, ``approve``, ``adopt``: a candidate that regresses beyond ``tolerance`` by at most
   ``review_margin`` (0.02) waits for a person's answer (Airflow's ``ApprovalOperator``, showing the comparison);
   Approve: ``adopt`` promotes it; Reject, or no answer in 12 hours (``APPROVAL_TIMEOUT``): nothing is promoted.
-* ``promoted`` skips the rollout of a version that was not promoted; ``serve`` (``InferenceServiceOperator``) rolls
-  ``<version>/model`` out to the KServe InferenceService ``digits`` (``pytorch`` format), waits until the new model
-  serves, POSTs three test rows to it, and rolls back to the previous model if it does not go live.
+* ``promoted`` skips the rollout of a version that was not promoted. ``publish`` to ``promoted`` are the promotion
+  gate, built by ``nightly_promotion.promotion_gate`` (``dags/nightly_promotion.py``, beside this file: deploy both).
+* ``serve`` (``InferenceServiceOperator``) rolls ``<version>/model`` out to the KServe InferenceService ``digits``
+  (``pytorch`` format), waits until the new model serves, POSTs three test rows to it, and rolls back to the previous
+  model if it does not go live.
 
 **Assets** (docs/concepts/assets.md): ``prepare`` updates ``DATA_ASSET`` (the run's split), ``publish`` emits an
 event of ``MODEL_ASSET`` only when it promotes (through the alias ``PROMOTIONS``: a refused version emits none), and
@@ -69,13 +71,28 @@ torchft, whose ``torchft_lighthouse`` the lighthouse pod runs), so a real cluste
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import DAG, Asset, AssetAlias, Param, task
+from airflow.sdk import DAG, Asset, Param, task
+
+# The promotion gate (publish, under_review, approve, adopt, promoted), the Assets it reads and emits, and the storage
+# settings: dags/nightly_promotion.py, beside this file (the DAGs folder is on sys.path).
+from nightly_promotion import (
+    CONN_ID,
+    DATA_ASSET,
+    DEFAULT_ROOT,
+    FILTERS,
+    MODEL_ASSET,
+    PIPELINE,
+    REVIEW_MARGIN,
+    ROOT_VARIABLE,
+    VARIABLE_PREFIX,
+    models_root,
+    promotion_gate,
+    read_previous_sweep,
+)
 
 from airflow_elastic import (
     BatchStage,
@@ -91,18 +108,12 @@ from airflow_elastic import (
     WaitSettings,
 )
 from airflow_elastic.operators import BatchStageOperator, InferenceServiceOperator, TrainingGroupOperator
-from airflow_elastic.operators.links import RunReportLink
 from airflow_elastic.serving import publishing
 from airflow_elastic.sweeps import HyperparameterSweepOperator, choice, loguniform, randint, uniform
 
 #: The digits trainer image: torch 2.13 (CPU), torchft, scikit-learn, the scripts under /workspace/scripts; its
 #: entrypoint runs ``train_digits.py``.
 DIGITS_IMAGE = "ghcr.io/airflow-elastic/digits-trainer:0.1.0"
-#: A setting a run leaves empty falls back to the Airflow Variable ``nightly_training_<param>``, then to its default:
-#: a scheduled run has no conf, so a deployment sets its storage, scripts and size with Variables.
-VARIABLE_PREFIX = "nightly_training_"
-DEFAULT_ROOT = "/tmp/airflow-elastic/nightly"
-ROOT_VARIABLE = f"{VARIABLE_PREFIX}root"
 #: Where the stages' and the final training's scripts are: the image's on a real cluster, ``dags/scripts`` on the
 #: local cluster (whose pods are local processes; `airflow-elastic cluster up` prints the Variable to set).
 DEFAULT_SCRIPTS = "/workspace/scripts"
@@ -128,27 +139,9 @@ DATA_URI = (
     f"{{{{ ((params.root or var.value.get('{ROOT_VARIABLE}', '{DEFAULT_ROOT}')) ~ '/data/digits/' ~ (run_id | version))"
     " | location_uri }}"
 )
-#: The pipeline's Assets: static logical URIs (``x-airflow-elastic://nightly_training/<path under the root>``), as
-#: the root is only known when a run starts; each event's extra ``uri`` says where the run wrote. A contract:
-#: docs/concepts/assets.md.
-PIPELINE = "nightly_training"
-DATA_ASSET = Asset(name=f"{PIPELINE}.digits.data", uri=publishing.asset_uri(PIPELINE, "data/digits"))
-MODEL_ASSET = Asset(name=f"{PIPELINE}.digits.model", uri=publishing.asset_uri(PIPELINE, "models/digits/latest"))
+#: The served model's Asset (the data split's and the model's are nightly_promotion's): docs/concepts/assets.md.
 SERVED_ASSET = Asset(name=f"{PIPELINE}.digits.served", uri=publishing.asset_uri(PIPELINE, "serving/digits"))
-#: ``publish``'s outlet: an alias, so that a run emits a ``MODEL_ASSET`` event only when it promotes (a task emits
-#: an event for each plain ``Asset`` outlet whenever it succeeds).
-PROMOTIONS = AssetAlias(f"{PIPELINE}.digits.promotions")
 SCRIPTS = setting("scripts", DEFAULT_SCRIPTS)
-#: The cluster: the connection `airflow-elastic cluster up` prints (on a real cluster, one naming it).
-CONN_ID = "local_cluster"
-#: What the promotion rule compares: the evaluation's test accuracy, higher is better.
-PROMOTION_METRIC = "test_accuracy"
-#: The grey zone beyond the ``tolerance`` param: a candidate whose test accuracy is worse by at most this more waits
-#: for a person's approval (``approve``); further: refused. The ``review_margin`` param overrides it (0: no review).
-REVIEW_MARGIN = 0.02
-#: How long a candidate under review waits for an answer; then ``approve`` takes its default, Reject: ``latest``
-#: stays as it is and nothing is served. Shorter than a day, so the next night's run is not held up.
-APPROVAL_TIMEOUT = timedelta(hours=12)
 #: The served model: the KServe InferenceService's name, and where the evaluation exports the TorchScript.
 SERVICE = "digits"
 MODEL_DIR = f"{ROOT}/models/digits/{VERSION}/model"
@@ -253,7 +246,7 @@ with DAG(
     user_defined_filters={
         "version": publishing.version_name,
         "location_uri": publishing.location_uri,
-        "review_text": publishing.review_text,
+        **FILTERS,
     },
     # Every step is safe to retry: a retry adopts what its previous try started or finished.
     default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
@@ -352,60 +345,6 @@ with DAG(
         poll_interval=1,
     )
 
-    @task(outlets=[PROMOTIONS], inlets=[DATA_ASSET])
-    def publish(
-        sweep: dict[str, Any],
-        train: dict[str, Any],
-        evaluation: dict[str, Any],
-        params: dict[str, Any] | None = None,
-        run_id: str | None = None,
-        outlet_events: Any = None,
-    ) -> dict[str, Any]:
-        """Write this run's version, promote it if the test metric does not regress, return the run report; a
-        promotion is a ``MODEL_ASSET`` event."""
-        evidence = training_evidence(train)
-        metrics = {k: v for k, v in evaluation["metrics"].items() if not k.startswith("smoke_")}
-        root = models_root(params or {})
-        report = publish_run(root, str(run_id), sweep, train, metrics, evidence, params)
-        announce(report, outlet_events, data=str(root.parent.parent / "data" / "digits" / report["version"]))
-        return report
-
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def under_review(report: dict[str, Any]) -> bool:
-        """Ask for approval only for a candidate in the grey zone; else skip ``approve`` (and so ``adopt``)."""
-        return bool(report["promotion"].get("review"))
-
-    # A person sees the comparison and approves or rejects; no answer within APPROVAL_TIMEOUT: Reject. Rejecting
-    # skips ``adopt``. The run waits meanwhile (max_active_runs=1: the next night queues behind it).
-    approve = ApprovalOperator(
-        task_id="approve",
-        subject="Promote digits version {{ ti.xcom_pull(task_ids='publish')['version'] }}?",
-        body="{{ ti.xcom_pull(task_ids='publish') | review_text }}",
-        defaults="Reject",
-        response_timeout=APPROVAL_TIMEOUT,
-    )
-
-    @task(outlets=[PROMOTIONS])
-    def adopt(
-        report: dict[str, Any],
-        approval: dict[str, Any],
-        params: dict[str, Any] | None = None,
-        outlet_events: Any = None,
-    ) -> dict[str, Any]:
-        """Promote the approved candidate to ``latest`` (a ``MODEL_ASSET`` event), return the run report."""
-        user = approval.get("responded_by_user") or {}
-        approver = str(user.get("name") or user.get("id") or "an approver")
-        root = models_root(params or {})
-        approved = promote_approved(root, report, approver)
-        announce(approved, outlet_events, data=str(root.parent.parent / "data" / "digits" / report["version"]))
-        return approved
-
-    @task.short_circuit(trigger_rule="none_failed_min_one_success")
-    def promoted(report: dict[str, Any], ti: Any = None) -> bool:
-        """Roll out only a promoted version (by the rule, or approved); else skip ``serve``."""
-        approved = ti.xcom_pull(task_ids="adopt") if ti is not None else None
-        return bool((approved or report)["promotion"]["promote"])
-
     # [START howto_inference_service_operator]
     serve = InferenceServiceOperator(
         task_id="serve",
@@ -426,167 +365,4 @@ with DAG(
     # [END howto_inference_service_operator]
 
     prepare >> sweep >> train >> evaluate
-    report = publish(sweep.output, train.output, evaluate.output)
-    report.operator.operator_extra_links = (RunReportLink(),)  # the run report as a button on the task in the UI
-    adopted = adopt(report, approve.output)
-    under_review(report) >> approve
-    adopted >> promoted(report) >> serve
-
-
-# ------------------------------------------------------------------------------------------------ publishing I/O
-
-
-def models_root(params: dict[str, Any]) -> Any:
-    """``<root>/models/digits`` as an ``ObjectStoragePath``."""
-    from airflow.sdk import ObjectStoragePath, Variable
-
-    root = params.get("root") or Variable.get(ROOT_VARIABLE, default=DEFAULT_ROOT)
-    return ObjectStoragePath(str(root).rstrip("/")) / "models" / "digits"
-
-
-def read_json(path: Any) -> Any:
-    import json
-
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def write_json(path: Any, value: Any) -> None:
-    import json
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
-def copy_tree(source: Any, target: Any) -> None:
-    """Every file under ``source`` to the same relative path under ``target`` (any two storages)."""
-    for item in source.rglob("*"):
-        if item.is_file():
-            destination = target / str(item.relative_to(source))
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(item.read_bytes())
-
-
-def training_evidence(train: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stopped pods the final training's wait classified and saved on its JobSet (kept after it finished):
-    the evidence of reclaims an elastic role absorbed, which no restart count shows."""
-    import logging
-
-    from airflow_elastic.hooks.errors import KubernetesApiError
-    from airflow_elastic.hooks.jobset import JobSetHook
-    from airflow_elastic.preemption import saved
-
-    try:
-        jobset = JobSetHook(CONN_ID).get_jobset(train["namespace"], train["name"])
-    except KubernetesApiError as error:
-        logging.getLogger("airflow.task").warning("no disruption evidence from JobSet %s: %s", train["name"], error)
-        return []
-    evidence = saved.restore(jobset)
-    return list(evidence.records) if evidence is not None else []
-
-
-def promote(root: Any, version: str, run_id: str) -> None:
-    """Copy the version to ``latest/``: readers trust it only with its marker, which goes first and comes back last."""
-    latest = root / publishing.LATEST
-    if latest.exists():
-        (latest / publishing.LATEST_MARKER).unlink(missing_ok=True)
-        latest.rmdir(recursive=True)
-    copy_tree(root / version, latest)
-    write_json(latest / publishing.LATEST_MARKER, {"version": version, "run_id": run_id})
-
-
-def promote_approved(root: Any, report: dict[str, Any], approver: str) -> dict[str, Any]:
-    """The candidate under review, approved by ``approver``: its report says so, and it becomes ``latest``.
-
-    Raises:
-        ValueError: the report's version was not under review (only an approval of one promotes).
-    """
-    promotion = publishing.Promotion.from_json(report["promotion"]).approved(approver)
-    approved = {**report, "promotion": promotion.to_json()}
-    write_json(root / report["version"] / "report.json", approved)
-    promote(root, report["version"], report["run_id"])
-    logging.getLogger("airflow.task").info("promotion: %s", promotion.reason)
-    return approved
-
-
-def announce(report: dict[str, Any], outlet_events: Any, *, data: str) -> bool:
-    """Emit a ``MODEL_ASSET`` event through ``PROMOTIONS`` if ``report``'s version was promoted (its extra:
-    :func:`~airflow_elastic.serving.publishing.model_event_extra`); a refused version emits nothing."""
-    if not report["promotion"]["promote"]:
-        return False
-    outlet_events[PROMOTIONS].add(MODEL_ASSET, extra=publishing.model_event_extra(report, data=data))
-    return True
-
-
-def read_previous_sweep(root: Any) -> dict[str, Any] | None:
-    last = read_json(root / publishing.LAST_RUN)
-    return read_json(root / last["version"] / "sweep.json") if last else None
-
-
-def publish_run(
-    root: Any,
-    run_id: str,
-    sweep: dict[str, Any],
-    train: dict[str, Any],
-    evaluation: dict[str, Any],
-    evidence: list[dict[str, Any]],
-    params: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """Write the version ``run_id`` under ``root``, promote it to ``latest`` unless its test metric regresses,
-    point ``LAST_RUN.json`` at it, and return the run report."""
-    import logging
-
-    from airflow.sdk import ObjectStoragePath
-
-    from airflow_elastic.contract import checkpoints
-
-    log = logging.getLogger("airflow.task")
-    version = publishing.version_name(run_id)
-    target = root / version
-    step = checkpoints.latest_complete(None, train["checkpoint"])  # the final training's last complete checkpoint
-    if step is None:
-        raise ValueError(f"no complete checkpoint under {train['checkpoint']}: nothing to publish")
-    copy_tree(ObjectStoragePath(step.path), target / "checkpoint")  # model/ holds the served TorchScript
-    for path in (sweep.get("report") or {}).values():
-        if path:
-            (target / "sweep").mkdir(parents=True, exist_ok=True)
-            source = ObjectStoragePath(path)
-            (target / "sweep" / source.name).write_bytes(source.read_bytes())
-    write_json(target / "metrics.json", evaluation)
-    write_json(target / "sweep.json", sweep)
-    latest = root / publishing.LATEST
-    promotion = publishing.decide(
-        evaluation,
-        read_json(latest / "metrics.json"),
-        metric=PROMOTION_METRIC,
-        mode="max",
-        tolerance=float((params or {}).get("tolerance") or 0.0),
-        review_margin=float((params or {}).get("review_margin") or 0.0),
-    )
-    plot = (sweep.get("report") or {}).get("png")
-    locations = {
-        "version": str(target),
-        "model": str(target / "model"),
-        "checkpoint": str(target / "checkpoint"),
-        "plot": str(target / "sweep" / ObjectStoragePath(plot).name) if plot else "-",
-        "report": str(target / "report.json"),
-        "checkpoints": str(train["checkpoint"]),
-        "latest": str(latest),
-    }
-    report = publishing.run_report(
-        evidence=evidence,
-        run_id=run_id,
-        version=version,
-        sweep=sweep,
-        train=train,
-        evaluation=evaluation,
-        promotion=promotion,
-        objective="val_loss",
-        locations=locations,
-    )
-    write_json(target / "report.json", report)
-    if promotion.promote:
-        promote(root, version, run_id)
-    write_json(root / publishing.LAST_RUN, {"version": version, "run_id": run_id})
-    for line in publishing.report_lines(report):
-        log.info("%s", line)
-    return report
+    promotion_gate(sweep.output, train.output, evaluate.output) >> serve  # publish ... promoted: nightly_promotion

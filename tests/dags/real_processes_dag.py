@@ -6,7 +6,8 @@ created what, and a release directory: each group's pods wait until a file named
 there, so a group is still running for as long as the test needs it to (a triggerer restart, a worker killed
 and retried), whatever the machine's speed. Then they run the example tiny trainer for ``steps`` steps.
 
-* ``train_deferred`` waits in the triggerer; the test restarts the triggerer while it waits.
+* ``train_deferred`` waits in the triggerer; the test restarts the triggerer while it waits, then reclaims the spot
+  node of its worker (the only pod of this DAG on spot capacity): the JobSet restarts in place.
 * ``train_sync`` waits on its worker (``deferrable=False``) and may retry once; the test SIGKILLs its worker
   after the submit, and the retry must adopt the running group.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from airflow_elastic import Role, SuccessPolicy, TrainingGroup
+from airflow_elastic import Placement, Role, SuccessPolicy, TrainingGroup
 from airflow_elastic.operators import TrainingGroupOperator
 
 DAG_ID = "real_processes"
@@ -40,12 +41,13 @@ GATE = (
 GATED_TRAIN = ["python", "-c", GATE, str(TRAIN_TINY)]
 
 
-def gated_trainer(name: str) -> TrainingGroup:
-    """A leader and one worker running the tiny trainer once ``<release_dir>/<task_id>`` exists."""
+def gated_trainer(name: str, worker: Placement | None = None) -> TrainingGroup:
+    """A leader and one worker (placed by ``worker``) running the tiny trainer once ``<release_dir>/<task_id>``
+    exists."""
     return TrainingGroup(
         name=name,
         image="ghcr.io/airflow-elastic/tiny-trainer:0.1.0",  # recorded by the local cluster, never pulled
-        roles=[Role("leader", command=GATED_TRAIN), Role("worker", command=GATED_TRAIN)],
+        roles=[Role("leader", command=GATED_TRAIN), Role("worker", command=GATED_TRAIN, placement=worker)],
         success=SuccessPolicy(roles=("leader",)),
         env={"TRAIN_STEPS": "{{ params.steps }}", "RELEASE_FILE": "{{ params.release_dir }}/{{ task.task_id }}"},
     )
@@ -66,7 +68,7 @@ with DAG(
     common = {"kubernetes_conn_id": "local_cluster", "poll_interval": 0.5, "startup_timeout": 120}
     TrainingGroupOperator(
         task_id="train_deferred",
-        group=gated_trainer("rp-defer"),
+        group=gated_trainer("rp-defer", worker=Placement(spot=True)),  # the local cluster's tainted spot pool
         namespace="{{ params.deferred_namespace }}",
         retries=0,
         **common,

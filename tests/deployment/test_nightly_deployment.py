@@ -84,7 +84,8 @@ def deployment(airflow_home: Path, airflow_db: Path, cluster: LocalCluster, tmp_
     """Airflow's components running ``dags/nightly_training.py`` alone, with the connection and Variables only."""
     dags = airflow_home / "dags"
     dags.mkdir()
-    (dags / "nightly_training.py").symlink_to(ROOT / "dags" / "nightly_training.py")
+    for name in ("nightly_training.py", "nightly_promotion.py"):  # the DAG and its promotion gate, side by side
+        (dags / name).symlink_to(ROOT / "dags" / name)
     (dags / f"{SCORING}.py").symlink_to(ROOT / "dags" / f"{SCORING}.py")
     connection = kubernetes_connection(cluster.kubeconfig, "default")  # what `cluster up` prints
     base = airflow_environment(airflow_home, airflow_db, connections={CLUSTER_CONN_ID: connection})

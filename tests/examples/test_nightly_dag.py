@@ -3,21 +3,16 @@ each step runs. ``tests/examples/test_demo.py`` runs it end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, load_dag_file
 
 
 @pytest.fixture(scope="module")
 def nightly() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nightly_training_shape", ROOT / "dags" / "nightly_training.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_dag_file("nightly_training", "nightly_training_shape")
 
 
 def test_it_runs_nightly_at_two_in_a_named_timezone_one_run_at_a_time(nightly):

@@ -22,6 +22,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -280,14 +281,32 @@ class AirflowDeployment:
         assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{tail(result.stdout)}"
         return result.stdout
 
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """``method`` on the public REST API (``/api/v2`` + ``path``) with a JSON ``body``; the decoded reply.
+        SimpleAuthManager with every user an admin: no token. Fails the test on an HTTP error, with its detail."""
+        request = urllib.request.Request(
+            f"{self.api_url}/api/v2{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            raise AssertionError(
+                f"{method} {path}: HTTP {error.code} {error.read().decode(errors='replace')}"
+            ) from None
+
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
-        """Create a manual run of ``dag_id`` once the dag-processor has put the DAG in the DB."""
+        """Create a manual run of ``dag_id`` (``POST /dags/{dag_id}/dagRuns``) once the dag-processor has put the
+        DAG in the DB."""
         self.wait_until(
             lambda: query(self.db, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", dag_id),
             90,
             f"the dag-processor to serialize {dag_id}",
         )
-        self.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
+        self.api("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf})
 
     # ------------------------------------------------------------------------------------- task instances
 
@@ -304,6 +323,19 @@ class AirflowDeployment:
             return {}
         ti_id, state, try_number = rows[0]
         return {"id": _uuid(ti_id), "state": state, "try_number": try_number}
+
+    def parked(self, dag_id: str, run_id: str, task_id: str) -> bool:
+        """Whether the scheduler has taken in the executor's report that the workload of a human-in-the-loop task
+        ended with it parked (``awaiting_input``): only then may a test answer it. An answer before that loses a race
+        in Airflow 3.3 (the same as the defer race): the scheduler re-queues the resumed task, then takes the late
+        report of the parking workload's end ("success") for a state changed externally and fails the task. A
+        person never answers within that second; a test does."""
+        finished = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id}, "
+        for log in sorted(self.home.glob("scheduler.*.log")):
+            text = log.read_text(errors="replace")
+            if any(finished in line and "state=awaiting_input," in line for line in text.splitlines()):
+                return True
+        return False
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The task log of one try (as the supervisor wrote it), empty if there is none yet."""

@@ -46,12 +46,12 @@ def pods_of(api_client: Any, namespace: str, jobset: str) -> list[Any]:
     return client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
 
 
-def pods_watched(cluster: Any, since: int) -> bool:
+def pods_watched(cluster: Any, since: int, namespace: str | None = None) -> bool:
     """Whether a trigger listed the JobSets' pods (the start of its watched pod cache) after request mark ``since``
     (``LocalCluster.request_count()``): from then on every pod that stops reaches its evidence, also one deleted
     between two looks. A disruption before that, while the task is still being deferred, leaves none
-    (``restart_causes`` says ``unobserved``)."""
-    lists = cluster.requests(since=since, verb="list", resource="pods")  # the trigger's: by the label's key alone
+    (``restart_causes`` says ``unobserved``). ``namespace``: a list in that namespace only."""
+    lists = cluster.requests(since=since, verb="list", resource="pods", namespace=namespace)  # by the label's key
     return any(
         urllib.parse.parse_qs(r["query"]).get("labelSelector") == [JOBSET_PODS] for r in lists if r["code"] == 200
     )
