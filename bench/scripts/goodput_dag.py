@@ -24,9 +24,7 @@
 
 from __future__ import annotations
 
-import copy
 import datetime
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -119,16 +117,14 @@ def plain_jobset(settings: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def run_handrolled(manifest: dict[str, Any], conn_id: str, poll: float, try_number: int) -> dict[str, Any]:
-    """Apply the JobSet for this try, poll until it completed (return) or failed (raise: Airflow retries)."""
+def run_handrolled(manifest: dict[str, Any], conn_id: str, poll: float) -> dict[str, Any]:
+    """Apply this try's JobSet, poll until it completed (return) or failed (raise: Airflow retries)."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-    body = copy.deepcopy(manifest)
-    name = body["metadata"]["name"] = f"{manifest['metadata']['name']}-try{try_number}"
-    namespace = body["metadata"]["namespace"]
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     hook = KubernetesHook(conn_id=conn_id)
     group_, version, plural = JOBSETS
-    hook.create_custom_object(group=group_, version=version, plural=plural, body=body, namespace=namespace)
+    hook.create_custom_object(group=group_, version=version, plural=plural, body=manifest, namespace=namespace)
     while True:
         jobset = hook.get_custom_object(group=group_, version=version, plural=plural, name=name, namespace=namespace)
         conditions = {c["type"]: c for c in (jobset.get("status") or {}).get("conditions") or []}
@@ -145,11 +141,14 @@ def build(settings: dict[str, Any]) -> Any:
 
     with DAG(settings["dag_id"], schedule=None, catchup=False) as dag:
         if settings["strategy"] == "handrolled":
-            manifest = json.loads(json.dumps(plain_jobset(settings)))
 
             @task(retries=settings["retries"], retry_delay=datetime.timedelta(seconds=settings["retry_delay"]))
             def train(ti=None) -> dict[str, Any]:
-                return run_handrolled(manifest, settings["conn_id"], settings["poll"], ti.try_number)
+                # Each try is a JobSet of its own name, rendered whole: its pods' addresses (MASTER_ADDR, the
+                # subdomain) name it. Renaming one rendered JobSet left them naming a JobSet that never ran, which
+                # only pods sharing the host's network reached by accident.
+                named = {**settings, "name": f"{settings['name']}-try{ti.try_number}"}
+                return run_handrolled(plain_jobset(named), settings["conn_id"], settings["poll"])
 
             train()
         else:
