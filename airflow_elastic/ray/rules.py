@@ -28,27 +28,13 @@ from airflow_elastic.ray.spec import (
     RayJob,
     WorkerGroup,
 )
-from airflow_elastic.training.rulebook import Problem, did_you_mean, is_int, is_label_value, quoted
+from airflow_elastic.training.rulebook import POD_RULES, Problem, did_you_mean, is_int, is_label_value, quoted
 from airflow_elastic.training.spec import Placement, Resources, Role, SpecError
 
 #: KubeRay's longest RayJob name (``utils.MaxRayJobNameLength``: its RayCluster adds ``-<5 chars>`` within 53).
 MAX_RAYJOB_NAME = 47
 #: The longest cluster name: each run's RayJob is ``<name>-<6 chars>``.
 MAX_CLUSTER_NAME = MAX_RAYJOB_NAME - names.RUN_SUFFIX_LEN - 1
-#: The training-group rules that judge one pod; they run on the head and each worker group.
-POD_RULES = (
-    "quantities",
-    "limits",
-    "gpu",
-    "gpu-vendor",
-    "extended-resources",
-    "spot-platform",
-    "node-selector",
-    "spot-selector",
-    "tolerations",
-    "priority-class",
-    "env",
-)
 #: ``ray start`` options KubeRay sets itself, per node type (``common/pod.go``, ``setMissingRayStartParams``; it
 #: refuses ``labels``, ``validateRayGroupLabels``).
 _OWNED_PARAMS = {
@@ -227,7 +213,7 @@ def _pod_problems(cluster: RayCluster) -> Iterator[Problem]:
     pods: list[RayHead | WorkerGroup] = [cluster.head, *cluster.worker_groups]
     roles = tuple(Role(name=f"r{i}", resources=pod.resources, placement=pod.placement) for i, pod in enumerate(pods))
     view: Any = _PodsView(roles, cluster.env)
-    for name in POD_RULES:
+    for name in POD_RULES:  # the training-group rules that judge one pod, on the head and each worker group
         for path, message in RULES[name](view):
             for i, where in reversed(list(enumerate(paths))):
                 path = path.replace(f"roles[{i}].", f"{where}.")

@@ -20,6 +20,7 @@ from decimal import InvalidOperation
 from typing import Any
 
 from airflow_elastic.kube import names
+from airflow_elastic.training import rulebook
 from airflow_elastic.training.spec import Placement, Resources, Role, SpecError, _Spec
 
 __all__ = ["BatchStage", "render_stage"]
@@ -27,22 +28,7 @@ __all__ = ["BatchStage", "render_stage"]
 Problem = tuple[str, str]
 
 #: The training-group rules that judge one pod; they run on the stage as a one-role view.
-POD_RULES = (
-    "command-args",
-    "quantities",
-    "limits",
-    "gpu",
-    "gpu-vendor",
-    "extended-resources",
-    "spot-platform",
-    "node-selector",
-    "spot-selector",
-    "tolerations",
-    "priority-class",
-    "env",
-    "overrides-shape",
-    "overrides-owned",
-)
+POD_RULES = ("command-args", *rulebook.POD_RULES, "overrides-shape", "overrides-owned")
 
 
 @dataclass(frozen=True)

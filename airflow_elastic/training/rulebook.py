@@ -41,6 +41,23 @@ class Rules(dict[str, Rule]):
         return register
 
 
+#: The registered rules that judge one pod's resources, placement and env: what a batch stage and the pods of a Ray
+#: cluster, each seen as a group of one-pod roles, are checked with.
+POD_RULES = (
+    "quantities",
+    "limits",
+    "gpu",
+    "gpu-vendor",
+    "extended-resources",
+    "spot-platform",
+    "node-selector",
+    "spot-selector",
+    "tolerations",
+    "priority-class",
+    "env",
+)
+
+
 def parse_quantity(value: object) -> Decimal | None:
     """The numeric value of a Kubernetes quantity (``"1.5Gi"``, ``"500m"``, ``2``), or None if malformed."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
