@@ -312,7 +312,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--network",
         choices=("auto", "netns", "loopback"),
         help="pod networking: netns (a network namespace per pod: Linux, root), loopback (pods share the host's "
-        "network, a loopback IP each) or auto (netns where possible; the default; kept until replaced)",
+        "network, a loopback IP each; the default) or auto (netns where possible); kept until replaced",
     )
     command("down", down, "stop the local cluster (its state is kept)")
     command("status", status, "show the cluster's address, nodes and workload counts")

@@ -101,7 +101,8 @@ def choose(requested: str) -> tuple[str, str]:
     if requested not in MODES:
         raise ValueError(f"network mode {requested!r} is not one of {', '.join(MODES)}")
     if requested == LOOPBACK:
-        return LOOPBACK, "requested: pods share the host's network, each with a loopback IP"
+        hint = "; --network netns gives each pod its own network namespace" if unavailable() is None else ""
+        return LOOPBACK, f"pods share the host's network, each with a loopback IP{hint}"
     reason = unavailable()
     if reason is None:
         return NETNS, "a network namespace per pod (Linux, root)"
