@@ -1,6 +1,7 @@
 """A tiny HTTP server for Deployment tests: answers every GET/POST with its pod name, version and request path.
 
-Binds ``POD_IP:PORT`` (from the environment); on SIGTERM it keeps serving for ``DRAIN_SECONDS`` before exiting,
+Binds ``POD_IP:PORT`` (from the environment); ``BURN_MS`` of CPU per request before answering (load an autoscaler
+sees, default 0); on SIGTERM it keeps serving for ``DRAIN_SECONDS`` before exiting,
 as a preStop delay gives in-flight requests through a Service time to finish."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         sent = self.rfile.read(length).decode() if length else ""
+        end = time.process_time() + float(os.environ.get("BURN_MS", "0")) / 1000
+        while time.process_time() < end:
+            pass
         body = json.dumps(
             {
                 "pod": os.environ.get("POD_NAME", ""),
