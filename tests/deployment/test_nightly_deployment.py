@@ -26,7 +26,6 @@ import shlex
 import signal
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -133,7 +132,7 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
         120,
         "the scheduler to create the run of the latest 02:00",
     )[0][0]
-    trigger_through_api(airflow, DAG_ID, API_RUN, {"tolerance": 1.0})  # queued behind the scheduled run
+    airflow.trigger(DAG_ID, API_RUN, {"tolerance": 1.0})  # queued behind the scheduled run
     runs = (scheduled, API_RUN)
 
     # The triggerer is restarted while the scheduled run's sweep waits in it, once a trial's output is flowing.
@@ -141,7 +140,7 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
         lambda: sweep_trigger_holder(airflow, scheduled) if "[trial 1] " in sweep_logs(airflow, scheduled) else None,
         600,
         "the scheduled run's sweep to wait in the triggerer with a trial's output in its log",
-        extra=lambda: run_states(airflow) + "\n" + sweep_logs(airflow, scheduled)[-4000:],
+        extra=lambda: airflow.task_states(DAG_ID) + "\n" + sweep_logs(airflow, scheduled)[-4000:],
     )
     restart_at = time.monotonic() - started
     airflow.restart("triggerer", signal.SIGTERM)
@@ -155,7 +154,7 @@ def test_the_nightly_pipeline_runs_as_shipped_scheduled_and_through_the_api(
         lambda: all(state in ("success", "failed") for state in dag_run_states(airflow, runs).values()),
         RUNS_TIMEOUT,
         "both runs to finish",
-        extra=lambda: run_states(airflow),
+        extra=lambda: airflow.task_states(DAG_ID),
     )
     elapsed = time.monotonic() - started
     print(f"runs finished after {elapsed:.0f} s (triggerer {old_triggerer} -> {new_triggerer} at {restart_at:.0f} s)")
@@ -283,32 +282,9 @@ def race_lines(airflow: AirflowDeployment) -> list[str]:
 # ------------------------------------------------------------------------------------------------------ access
 
 
-def trigger_through_api(airflow: AirflowDeployment, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
-    """``POST /api/v2/dags/{dag_id}/dagRuns`` (SimpleAuthManager with every user an admin: no token needed)."""
-    body = json.dumps({"dag_run_id": run_id, "logical_date": None, "conf": conf}).encode()
-    request = urllib.request.Request(
-        f"{airflow.api_url}/api/v2/dags/{dag_id}/dagRuns",
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        assert response.status == 200, response.read()
-
-
 def dag_run_states(airflow: AirflowDeployment, runs: tuple[str, ...]) -> dict[str, str]:
     rows = query(airflow.db, "SELECT run_id, state FROM dag_run WHERE dag_id = ?", DAG_ID)
     return {run_id: state for run_id, state in rows if run_id in runs}
-
-
-def run_states(airflow: AirflowDeployment) -> str:
-    """Every task instance's state and try, for failure messages."""
-    rows = query(
-        airflow.db,
-        "SELECT run_id, task_id, state, try_number FROM task_instance WHERE dag_id = ? ORDER BY run_id",
-        DAG_ID,
-    )
-    return "\n".join(f"{run} {task}: {state} (try {number})" for run, task, state, number in rows)
 
 
 def sweep_folder(airflow: AirflowDeployment, run_id: str) -> Path:

@@ -386,7 +386,7 @@ def test_promotion_gate_assets_and_approvals(deployment: AirflowDeployment, name
             ),
             120,
             f"{run_id}: approve to await input, its parking reported to the scheduler",
-            extra=lambda: _gate_states(airflow),
+            extra=lambda: airflow.task_states(GATE),
         )
         path = f"/dags/{GATE}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
         detail = airflow.api("GET", path)
@@ -399,10 +399,10 @@ def test_promotion_gate_assets_and_approvals(deployment: AirflowDeployment, name
         lambda: {state for _, state in _runs(airflow, GATE)} == {"success"} and len(_runs(airflow, GATE)) == 4,
         120,
         "the four gate runs to succeed",
-        extra=lambda: _gate_states(airflow),
+        extra=lambda: airflow.task_states(GATE),
     )
     states = {run_id: {task: ti(run_id, task)["state"] for task in GATE_STATES[run_id]} for run_id in CANDIDATES}
-    assert states == GATE_STATES, _gate_states(airflow)
+    assert states == GATE_STATES, airflow.task_states(GATE)
     for run_id, (_, answer) in CANDIDATES.items():
         latest = json.loads((tmp_path / run_id / "models" / "digits" / "latest" / "LATEST.json").read_text())
         promoted = answer == "Approve" or run_id == "gate_promote"
@@ -457,13 +457,3 @@ def _consumed_events(airflow: AirflowDeployment) -> dict[int, str]:
         CONSUMER,
     )
     return dict(rows)
-
-
-def _gate_states(airflow: AirflowDeployment) -> str:
-    """Every gate task instance's state and try, for failure messages."""
-    rows = query(
-        airflow.db,
-        "SELECT run_id, task_id, state, try_number FROM task_instance WHERE dag_id = ? ORDER BY run_id, task_id",
-        GATE,
-    )
-    return "\n".join(f"{run} {task}: {state} (try {number})" for run, task, state, number in rows)

@@ -310,6 +310,15 @@ class AirflowDeployment:
 
     # ------------------------------------------------------------------------------------- task instances
 
+    def task_states(self, dag_id: str) -> str:
+        """Every task instance of ``dag_id``: its run, state and try, one per line (for failure messages)."""
+        rows = query(
+            self.db,
+            "SELECT run_id, task_id, state, try_number FROM task_instance WHERE dag_id = ? ORDER BY run_id, task_id",
+            dag_id,
+        )
+        return "\n".join(f"{run} {task}: {state} (try {number})" for run, task, state, number in rows)
+
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         """The task instance's ``id`` (UUID string), ``state`` and ``try_number`` (empty if not created yet)."""
         rows = query(
