@@ -16,8 +16,13 @@ SERVING_STAMP := $(SERVING_VENV)/.installed-stamp
 # The PyTorch CPU build (~190 MB) instead of PyPI's default CUDA build (several GB on Linux), e.g.
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`; empty: torch comes from the default index.
 TORCH_INDEX ?=
+# Ray's environment (ray[default,tune] + scikit-learn) for the local cluster's rayproject/ray pods, separate because
+# ray pins its own grpcio/protobuf/pydantic and a Ray node runs under the image's Python on a real cluster.
+RAY_VENV  := .venv-ray
+RAY_STAMP := $(RAY_VENV)/.installed-stamp
+RAY_VERSION := 2.60.0
 
-.PHONY: demo test lint docs venv serving-venv lock lock-serving schemas clean
+.PHONY: demo test lint docs venv serving-venv ray-venv lock lock-serving lock-ray schemas clean
 
 venv: $(STAMP)
 
@@ -29,6 +34,14 @@ $(SERVING_STAMP): constraints-serving.txt
 	$(SERVING_VENV)/bin/python -m pip install --quiet -c constraints-serving.txt \
 		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) kserve torch
 	touch $(SERVING_STAMP)
+
+ray-venv: $(RAY_STAMP)
+
+$(RAY_STAMP): constraints-ray.txt
+	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RAY_VENV)/bin/python -m pip install --quiet -c constraints-ray.txt 'ray[default,tune]' scikit-learn
+	touch $(RAY_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "airflow-elastic needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -58,7 +71,7 @@ docs: $(STAMP)
 # machine to themselves (tests/conftest.py SERIAL), alone.
 # Both runs add each test's CPU time to $(CPU_REPORT).*.jsonl; the second prints where the suite's CPU time went.
 test:
-	$(MAKE) -j2 venv serving-venv
+	$(MAKE) -j2 venv serving-venv ray-venv
 	$(MAKE) -j2 lint docs
 	rm -f $(CPU_REPORT).*.jsonl
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --cpu-report $(CPU_REPORT)
@@ -84,9 +97,18 @@ lock-serving:
 		| sed -E 's/^(torch==[^+]+)\+.*$$/\1/') > constraints-serving.new && mv constraints-serving.new constraints-serving.txt
 	rm -rf .lock-venv
 
+# Re-pin Ray's environment (commit the result); ray's version is the rayproject/ray image tag the local cluster runs.
+lock-ray:
+	rm -rf .lock-venv-ray && $(PYTHON) -m venv .lock-venv-ray
+	.lock-venv-ray/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv-ray/bin/python -m pip install --quiet 'ray[default,tune]==$(RAY_VERSION)' scikit-learn
+	(sed -n '1,3p' constraints-ray.txt; .lock-venv-ray/bin/python -m pip freeze --all | grep -v '^pip==') \
+		> constraints-ray.new && mv constraints-ray.new constraints-ray.txt
+	rm -rf .lock-venv-ray
+
 # Regenerate airflow_elastic/kube/schemas from upstream CRD/OpenAPI files: make schemas CRDS=<folder> (see tools/gen_schemas.py).
 schemas: $(STAMP)
 	$(BIN)/python tools/gen_schemas.py --crds "$(CRDS)"
 
 clean:
-	rm -rf $(VENV) $(SERVING_VENV) .test-cpu dist build docs/_build .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(SERVING_VENV) $(RAY_VENV) .test-cpu dist build docs/_build .pytest_cache .ruff_cache .mypy_cache

@@ -32,6 +32,8 @@ SCHEMAS = {
     "trainingruntimes.trainer.kubeflow.org": schemas.TRAINING_RUNTIMES,
     "pytorchjobs.kubeflow.org": schemas.PYTORCHJOBS,
     "inferenceservices.serving.kserve.io": schemas.INFERENCESERVICES,
+    "rayclusters.ray.io": schemas.RAYCLUSTERS,
+    "rayjobs.ray.io": schemas.RAYJOBS,
 }
 
 

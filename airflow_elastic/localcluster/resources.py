@@ -211,6 +211,12 @@ PYTORCHJOBS = Resource(
         "status.replicaStatuses.Worker.selector",
     ),
 )
+# KubeRay v1.7.0 (ray-project/kuberay ray-operator/config/crd/bases/ray.io_rayclusters.yaml, ray.io_rayjobs.yaml):
+# category "all", no short names, a status subresource.
+RAYCLUSTERS = Resource(
+    "ray.io", "v1", "rayclusters", "RayCluster", subresources=frozenset({"status"}), categories=("all",)
+)
+RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob", subresources=frozenset({"status"}), categories=("all",))
 #: The CRDs of the custom resources above, served read-mostly from the packaged schemas (``crds.py``).
 CUSTOMRESOURCEDEFINITIONS = Resource(
     "apiextensions.k8s.io",
@@ -244,6 +250,8 @@ ALL: tuple[Resource, ...] = (
     CLUSTERTRAININGRUNTIMES,
     TRAININGRUNTIMES,
     INFERENCESERVICES,
+    RAYCLUSTERS,
+    RAYJOBS,
     CUSTOMRESOURCEDEFINITIONS,
 )
 BY_KEY = {r.key: r for r in ALL}

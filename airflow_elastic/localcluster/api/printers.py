@@ -33,6 +33,8 @@ from airflow_elastic.localcluster.resources import (
     NODES,
     PODS,
     PYTORCHJOBS,
+    RAYCLUSTERS,
+    RAYJOBS,
     REPLICASETS,
     SECRETS,
     SERVICES,
@@ -361,6 +363,36 @@ def trainjob_cells(obj: Obj) -> list[Any]:
     return [obj["metadata"]["name"], _printed(conditions[-1].get("type")) if conditions else None, age(obj)]
 
 
+def raycluster_cells(obj: Obj) -> list[Any]:
+    """The RayCluster CRD's ``additionalPrinterColumns`` (KubeRay v1.7.0 ``ray.io_rayclusters.yaml``)."""
+    status = obj.get("status") or {}
+    head = status.get("head") or {}
+    return [
+        obj["metadata"]["name"],
+        status.get("desiredWorkerReplicas"),
+        status.get("availableWorkerReplicas"),
+        _printed(status.get("desiredCPU")),
+        _printed(status.get("desiredMemory")),
+        _printed(status.get("desiredGPU")),
+        _printed(status.get("desiredTPU")),
+        _printed(status.get("state")),
+        age(obj),
+        _printed(head.get("podIP")),
+        _printed(head.get("serviceIP")),
+    ]
+
+
+def rayjob_cells(obj: Obj) -> list[Any]:
+    """The RayJob CRD's ``additionalPrinterColumns`` (KubeRay v1.7.0 ``ray.io_rayjobs.yaml``)."""
+    status = obj.get("status") or {}
+    return [
+        obj["metadata"]["name"],
+        *(_printed(status.get(k)) for k in ("jobStatus", "jobDeploymentStatus", "rayClusterName")),
+        *(_printed(status.get(k)) for k in ("startTime", "endTime")),
+        age(obj),
+    ]
+
+
 def isvc_cells(obj: Obj) -> list[Any]:
     """The InferenceService CRD's ``additionalPrinterColumns`` (KServe v0.20): URL, Ready, then the predictor's
     Knative traffic (Prev/Latest percent and revision; empty in Standard mode), Age."""
@@ -451,6 +483,17 @@ PRINTERS: dict[str, tuple[tuple[Column, ...], Callable[[Obj], list[Any]]]] = {
     ),
     TRAINJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),
     PYTORCHJOBS.key: (_columns("Name, State, Age:date"), trainjob_cells),  # the PyTorchJob CRD's columns too
+    RAYCLUSTERS.key: (
+        _columns(
+            "Name, desired workers:integer, available workers:integer, cpus, memory, gpus, +tpus, status, age:date, "
+            "+head pod IP, +head service IP"
+        ),
+        raycluster_cells,
+    ),
+    RAYJOBS.key: (
+        _columns("Name, job status, deployment status, ray cluster name, start time, end time, age:date"),
+        rayjob_cells,
+    ),
     INFERENCESERVICES.key: (
         _columns(
             "Name, URL, Ready, Prev:integer, Latest:integer, PrevRolledoutRevision, LatestReadyRevision, Age:date"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
-from airflow_elastic.localcluster import errors
+from airflow_elastic.localcluster import errors, images, rayports
 from airflow_elastic.localcluster.config import ClusterConfig, log_path, pod_dir
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import serviceaccount
@@ -93,6 +93,8 @@ class PodWorker:
         self.running: dict[str, Running] = {}
         self.volumes: dict[str, Path] = {}
         self._crashes: dict[str, int] = {}
+        #: Ports of a Ray container moved on the host's network (:mod:`..rayports`), by container.
+        self.ray_ports: dict[str, rayports.RayPorts] = {}
         self._kill_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
@@ -288,6 +290,15 @@ class PodWorker:
             # torch's store binds all interfaces of the one host: its rendezvous port is moved per rendezvous.
             declared = with_store_port(declared, cluster=str(self.k.state_dir), namespace=pod["metadata"]["namespace"])
         argv = command_line(spec, self.k.config, declared)
+        try:
+            image_env = images.ray_environment(spec.get("image", "")) or {}
+        except images.ImageUnavailable as err:
+            raise ContainerError("CreateContainerConfigError", str(err)) from err
+        if self.netns is None and rayports.is_ray_pod(pod):
+            # Ray binds some fixed ports on every address of the one host: moved per cluster or pod.
+            argv, declared, self.ray_ports[record.name] = rayports.rewrite(
+                pod, argv, declared, pod_ip=self.pod_ip, cluster=str(self.k.state_dir)
+            )
         rewrite = self.k.network.rewriter(pod)
         argv = [rewrite(a) for a in argv]
         declared = {k: rewrite(v, address=k.endswith(ADDRESS_SUFFIXES)) for k, v in declared.items()}
@@ -305,6 +316,7 @@ class PodWorker:
         env = {
             **base_env(self.hostname, str(cwd)),
             **self._in_cluster(pod, spec, cwd),
+            **image_env,
             **declared,
             **mounts,
             TERMINATION_LOG_ENV: str(term_file),
@@ -364,6 +376,8 @@ class PodWorker:
         self.event("Normal", "Started", f"Started container {record.name}")
         self.publish()
         prober = None
+        if probe and record.name in self.ray_ports:
+            probe = rayports.moved_probe(probe, self.ray_ports[record.name])
         if probe:
             prober = asyncio.create_task(
                 readiness_loop(
