@@ -363,3 +363,31 @@ def describe(event: RayJobEvent) -> str:
     if not event.log_tail:
         return head + "\n(no driver log was read)"
     return head + f"\nLast {len(event.log_tail)} line(s) of the driver's log:\n" + "\n".join(event.log_tail)
+
+
+# ---------------------------------------------------------------------------------------------------- adoption
+
+
+def adoption(rayjob: Obj | None, *, owned: bool, recorded: bool, closed: bool) -> Literal["create", "adopt", "next"]:
+    """What a try does with the RayJob under this task instance's current name (the batch stage's rule,
+    :func:`airflow_elastic.stages.cron.adoption`, for a RayJob).
+
+    Args:
+        rayjob: the RayJob of that name (``None``: none).
+        owned: it carries this task instance's ownership labels.
+        recorded: the name is the one the task's state store records (this task instance created it).
+        closed: a try already finished the task with that RayJob's verdict.
+
+    Returns:
+        ``create`` (the name is free), ``adopt`` (this task instance's live RayJob, or its succeeded one whose
+        verdict no try reported), or ``next`` (someone else's, being deleted, failed, or already reported: the next
+        name is tried, so a retry after a failure or a cleared task runs a new RayJob).
+    """
+    if rayjob is None:
+        return "create"
+    if not owned or _meta(rayjob).get("deletionTimestamp"):
+        return "next"
+    seen = view(rayjob)
+    if not seen.finished:
+        return "adopt"
+    return "adopt" if seen.phase == "succeeded" and recorded and not closed else "next"
