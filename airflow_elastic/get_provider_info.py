@@ -49,6 +49,11 @@ def get_provider_info() -> dict[str, Any]:
                 "how-to-guide": ["/docs/howto/inference-service.md"],
                 "tags": ["software"],
             },
+            {
+                "integration-name": "KubeRay RayJob",
+                "external-doc-url": "https://docs.ray.io/en/latest/cluster/kubernetes/index.html",
+                "tags": ["software"],
+            },
         ],
         # The hooks reuse the cncf provider's `kubernetes` connection type: no connection type of our own.
         "operators": [
@@ -71,6 +76,10 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "KServe InferenceService",
                 "python-modules": ["airflow_elastic.operators.serving.inference_service"],
             },
+            {
+                "integration-name": "KubeRay RayJob",
+                "python-modules": ["airflow_elastic.operators.ray.rayjob"],
+            },
         ],
         "triggers": [
             {
@@ -84,6 +93,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "KServe InferenceService",
                 "python-modules": ["airflow_elastic.triggers.inference_service"],
+            },
+            {
+                "integration-name": "KubeRay RayJob",
+                "python-modules": ["airflow_elastic.triggers.ray"],
             },
         ],
         "sensors": [
@@ -125,6 +138,10 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_elastic.hooks.inference_service",
                     "airflow_elastic.hooks.async_inference_service",
                 ],
+            },
+            {
+                "integration-name": "KubeRay RayJob",
+                "python-modules": ["airflow_elastic.hooks.ray", "airflow_elastic.hooks.async_ray"],
             },
         ],
         "config": {

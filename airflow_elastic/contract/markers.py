@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MARKER", "format_line", "parse", "progress"]
+__all__ = ["MARKER", "RESULT_MARKER", "format_line", "format_result", "parse", "parse_result", "progress"]
 
 MARKER = "AE_INTERMEDIATE"
 _DECODER = json.JSONDecoder()
@@ -78,3 +78,40 @@ def progress(line: str) -> str:
     step, metrics = parsed
     values = ", ".join(f"{name}={value:.6g}" for name, value in metrics.items())
     return f"{line[: line.find(MARKER + ' ')]}step {step}: {values}"
+
+
+# ------------------------------------------------------------------------------------------ a driver's final result
+
+#: The line a Ray job's driver prints to report its result: ``AE_RESULT {"accuracy": 0.97}`` (a JSON object). The
+#: driver's log reaches the task through the RayJob's submitter pod (``ray job logs --follow``), so this is how an
+#: entrypoint reports what a training pod reports through its termination message. The last such line wins.
+RESULT_MARKER = "AE_RESULT"
+
+
+def format_result(result: Mapping[str, Any]) -> str:
+    """The marked line reporting ``result`` (no newline).
+
+    Raises:
+        ValueError: ``result`` is not a mapping, or JSON cannot hold it (a NaN, an object).
+    """
+    if not isinstance(result, Mapping):
+        raise ValueError(f"a result must be a mapping of name to JSON value, got {result!r}")
+    try:
+        return f"{RESULT_MARKER} {json.dumps(dict(result), allow_nan=False, sort_keys=True)}"
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"a result must hold only JSON values: {err}") from None
+
+
+def parse_result(line: str) -> dict[str, Any] | None:
+    """The JSON object of a :data:`RESULT_MARKER` line (text before the marker, such as a pod prefix, ignored);
+    ``None`` for any other or malformed line. Never raises."""
+    if not isinstance(line, str):
+        return None
+    at = line.find(RESULT_MARKER + " ")
+    if at < 0:
+        return None
+    try:
+        payload, _ = _DECODER.raw_decode(line, at + len(RESULT_MARKER) + 1)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None

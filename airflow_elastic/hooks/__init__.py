@@ -2,7 +2,8 @@
 
 Pods, events and logs (``PodHook``), JobSets (``JobSetHook``), batch Jobs and CronJobs (``BatchJobHook``), TrainJobs
 and PyTorchJobs (``TrainingJobHook``), nodes and CRDs (``ClusterHook``), InferenceServices (``InferenceServiceHook``),
-a training group's families together (``TrainingGroupHook``), each with its ``Async`` twin, all on one core
+KubeRay RayJobs and RayClusters (``RayJobHook``), a training group's families together (``TrainingGroupHook``), each
+with its ``Async`` twin, all on one core
 (:mod:`~airflow_elastic.hooks.core`, :mod:`~airflow_elastic.hooks.async_core`: connection, client, retries) and the
 requests described as data (:mod:`~airflow_elastic.hooks.operations`); their protocols are in
 :mod:`~airflow_elastic.hooks.protocol`.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from airflow_elastic.hooks.async_inference_service import AsyncInferenceServiceHook
     from airflow_elastic.hooks.async_jobset import AsyncJobSetHook
     from airflow_elastic.hooks.async_pods import AsyncPodHook
+    from airflow_elastic.hooks.async_ray import AsyncRayJobHook
     from airflow_elastic.hooks.async_training_job import AsyncTrainingJobHook
     from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.hooks.cluster import ClusterHook
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from airflow_elastic.hooks.jobset import JobSetHook
     from airflow_elastic.hooks.pods import PodHook
     from airflow_elastic.hooks.protocol import AsyncJobSetHookProtocol, JobSetHookProtocol
+    from airflow_elastic.hooks.ray import RayJobHook
     from airflow_elastic.hooks.retry import RetryPolicy
     from airflow_elastic.hooks.training_job import TrainingJobHook
 
@@ -58,6 +61,7 @@ __all__ = [
     "AsyncJobSetHook",
     "AsyncJobSetHookProtocol",
     "AsyncPodHook",
+    "AsyncRayJobHook",
     "AsyncTrainingGroupHook",
     "AsyncTrainingJobHook",
     "BadRequest",
@@ -74,6 +78,7 @@ __all__ = [
     "KubernetesApiError",
     "NotFound",
     "PodHook",
+    "RayJobHook",
     "RetryPolicy",
     "ServerError",
     "Throttled",
@@ -97,6 +102,8 @@ _MODULE = {
     "AsyncTrainingGroupHook": "async_group",
     "InferenceServiceHook": "inference_service",
     "AsyncInferenceServiceHook": "async_inference_service",
+    "RayJobHook": "ray",
+    "AsyncRayJobHook": "async_ray",
     "ImplicitClusterRefused": "connection",
     "JobSetHookProtocol": "protocol",
     "AsyncJobSetHookProtocol": "protocol",

@@ -28,11 +28,18 @@ TRAINING_JOBS = {
     "trainjobs": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "plural": "trainjobs"},
     "pytorchjobs": {"group": "kubeflow.org", "version": "v1", "plural": "pytorchjobs"},
 }
+#: KubeRay's objects (``ray-operator/apis/ray/v1``): the RayJobs the Ray operator creates and the RayClusters KubeRay
+#: creates for them.
+RAY = {
+    "rayjobs": {"group": "ray.io", "version": "v1", "plural": "rayjobs"},
+    "rayclusters": {"group": "ray.io", "version": "v1", "plural": "rayclusters"},
+}
 #: The custom objects the hooks read and write, by resource (``create_custom`` and the others): what a group is,
-#: and KServe InferenceServices (the serving hooks).
+#: KubeRay's objects, and KServe InferenceServices (the serving hooks).
 CUSTOM = {
     JOBSET_PLURAL: _JOBSETS,
     **TRAINING_JOBS,
+    **RAY,
     serving.PLURAL: {"group": serving.GROUP, "version": serving.VERSION, "plural": serving.PLURAL},
 }
 #: A TrainJob's runtime kinds and their resources (``ClusterTrainingRuntime`` is cluster-scoped).
@@ -383,6 +390,7 @@ WATCHABLE: dict[str, tuple[str, str, dict[str, str]]] = {
         plural: ("CustomObjectsApi", "list_namespaced_custom_object", coords)
         for plural, coords in TRAINING_JOBS.items()
     },
+    "rayjobs": ("CustomObjectsApi", "list_namespaced_custom_object", RAY["rayjobs"]),
 }
 #: The selector each watchable kind is narrowed by: events by fields (``type=Warning``), the others by labels.
 SELECTOR_OF = {"events": "field_selector"}
@@ -390,8 +398,8 @@ SELECTOR_OF = {"events": "field_selector"}
 
 def list_versioned(kind: str, namespace: str, selector: str | None) -> Operation:
     """A list of ``kind`` (a key of :data:`WATCHABLE`: ``jobsets``, ``pods``, ``events``, ``jobs``, ``trainjobs``,
-    ``pytorchjobs``) that keeps its ``resourceVersion``: ``(items, resourceVersion)``; ``selector`` is a field selector
-    for events (:data:`SELECTOR_OF`), else a label selector."""
+    ``pytorchjobs``, ``rayjobs``) that keeps its ``resourceVersion``: ``(items, resourceVersion)``; ``selector`` is a
+    field selector for events (:data:`SELECTOR_OF`), else a label selector."""
     api, method, fixed = WATCHABLE[kind]
     return Operation(
         f"list {kind} in {namespace}",

@@ -16,6 +16,8 @@ typed ``_conforms`` in the hook's module); sync hook → protocol, async hook �
   ``AsyncTrainingGroupHook`` → :class:`AsyncTrainingGroupHookProtocol`
 - InferenceServices: ``InferenceServiceHook`` → :class:`InferenceServiceHookProtocol`; ``AsyncInferenceServiceHook``
   → :class:`AsyncInferenceServiceHookProtocol`
+- KubeRay RayJobs and RayClusters: ``RayJobHook`` → :class:`RayJobHookProtocol`; ``AsyncRayJobHook`` →
+  :class:`AsyncRayJobHookProtocol`
 
 Every workload family has the pod family's methods too.
 
@@ -161,6 +163,26 @@ class TrainingJobHookProtocol(PodHookProtocol, Protocol):
 
     def get_training_runtime(self, namespace: str, name: str, kind: str) -> JSON | None:
         """A ``TrainingRuntime`` of ``namespace`` or a ``ClusterTrainingRuntime`` (``kind``); ``None`` when absent."""
+
+
+@runtime_checkable
+class RayJobHookProtocol(PodHookProtocol, Protocol):
+    """KubeRay's RayJobs and RayClusters (``ray.io/v1``), with pods (``RayJobHook``)."""
+
+    def create_rayjob(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+        """Create a RayJob; ``AlreadyExists`` when one of that name exists."""
+
+    def get_rayjob(self, namespace: str, name: str) -> JSON:
+        """Read a RayJob, status included. Raises ``NotFound`` when there is none."""
+
+    def list_rayjobs(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
+        """The RayJobs of a namespace matching ``label_selector``."""
+
+    def delete_rayjob(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None:
+        """Delete a RayJob (and, foreground, what it owns); idempotent: ``None`` when there was none."""
+
+    def get_raycluster(self, namespace: str, name: str) -> JSON:
+        """Read a RayCluster. Raises ``NotFound`` when there is none."""
 
 
 @runtime_checkable
@@ -362,6 +384,29 @@ class AsyncTrainingJobHookProtocol(PodWatchingHookProtocol, Protocol):
         self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[JSON]:
         """The PyTorchJob changes after ``resource_version``; see ``AsyncPodHook.watch_pods``."""
+
+
+@runtime_checkable
+class AsyncRayJobHookProtocol(PodWatchingHookProtocol, Protocol):
+    """RayJobs awaitable: read, delete on kill, and the list-then-watch the shared observer keeps
+    (``subscribe(kind="rayjobs")``), with pods (``AsyncRayJobHook``)."""
+
+    async def get_rayjob(self, namespace: str, name: str) -> JSON:
+        """Read a RayJob, status included. Raises ``NotFound`` when there is none."""
+
+    async def delete_rayjob(self, namespace: str, name: str, propagation: str = "Foreground") -> JSON | None:
+        """Delete a RayJob (and, foreground, what it owns); idempotent: ``None`` when there was none."""
+
+    async def list_rayjobs(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
+        """The RayJobs of a namespace matching ``label_selector``."""
+
+    async def list_rayjobs_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[JSON], str]:
+        """The RayJobs of a namespace and the list's ``resourceVersion`` (where :meth:`watch_rayjobs` starts)."""
+
+    def watch_rayjobs(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[JSON]:
+        """The RayJob changes after ``resource_version``; see ``AsyncPodHook.watch_pods``."""
 
 
 @runtime_checkable

@@ -1,6 +1,7 @@
 """Airflow operators: ``TrainingGroupOperator`` runs a training group (or a JobSet manifest) as one task,
 ``BatchStageOperator`` a batch stage as one Job, ``CronJobOperator`` hands a stage's schedule to a CronJob,
-``InferenceServiceOperator`` publishes a model to KServe and ``ScaleInferenceServiceOperator`` sets its replicas.
+``InferenceServiceOperator`` publishes a model to KServe, ``ScaleInferenceServiceOperator`` sets its replicas and
+``RayJobOperator`` runs a Ray job as one KubeRay RayJob.
 
 Importing this package loads the Task SDK's ``BaseOperator``, the spec and the operator class, nothing more: the
 Kubernetes clients, the cncf hooks and what only a running task needs are imported when it runs, so DAG files stay
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_elastic.operators.training.training_group import TrainingGroupOperator
 
 if TYPE_CHECKING:
+    from airflow_elastic.operators.ray.rayjob import RayJobOperator
     from airflow_elastic.operators.serving.inference_service import (
         InferenceServiceOperator,
         ScaleInferenceServiceOperator,
@@ -25,6 +27,7 @@ __all__ = [
     "BatchStageOperator",
     "CronJobOperator",
     "InferenceServiceOperator",
+    "RayJobOperator",
     "ScaleInferenceServiceOperator",
     "TrainingGroupOperator",
 ]
@@ -35,6 +38,7 @@ _LAZY = {
     "CronJobOperator": "airflow_elastic.operators.stages.cronjob",
     "InferenceServiceOperator": "airflow_elastic.operators.serving.inference_service",
     "ScaleInferenceServiceOperator": "airflow_elastic.operators.serving.inference_service",
+    "RayJobOperator": "airflow_elastic.operators.ray.rayjob",
 }
 
 

@@ -54,7 +54,8 @@ shared pod cache: ``observer.cached("pods", "batch.kubernetes.io/job-name")`` (e
 carries that label, and the legacy ``job-name``, since Kubernetes 1.27), filtered by the label's value, with
 ``after=`` the Job's resourceVersion as for a JobSet. ``kind="trainjobs"`` and ``kind="pytorchjobs"`` observe the other
 backends' objects the same way (``list_<kind>_versioned`` / ``watch_<kind>``); a TrainJob's JobSet comes from the
-cache ``observer.cached("jobsets", MANAGED_SELECTOR)``.
+cache ``observer.cached("jobsets", MANAGED_SELECTOR)``. ``kind="rayjobs"`` observes KubeRay RayJobs the same way; their
+submitter and head pods come from the shared pod cache too.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ MANAGED_SELECTOR = "app.kubernetes.io/managed-by=airflow-elastic"
 
 ObserverKey = tuple[int, str, str, str, str, str]  # loop, connection id, extras digest, namespace, selector, kind
 #: What an observer can observe: the primary object of each wait (``subscribe(kind=...)``): JobSets, batch/v1 Jobs,
-#: and the other backends' TrainJobs and PyTorchJobs.
-KINDS = ("jobsets", "jobs", "trainjobs", "pytorchjobs")
+#: the other backends' TrainJobs and PyTorchJobs, and KubeRay RayJobs.
+KINDS = ("jobsets", "jobs", "trainjobs", "pytorchjobs", "rayjobs")
 #: The longest a pod read waits for the pod stream to pass the JobSet change it is read for (seconds).
 CATCH_UP_SECONDS = 0.25
 
@@ -226,8 +227,8 @@ class JobSetObserver:
             poll_interval: seconds between lists this subscriber wants; the poller uses the smallest.
             name: the JobSet this subscriber waits for: a watched change of it is delivered at once (``None``: only
                 the periodic snapshots).
-            kind: what is observed: ``jobsets`` (batch/v1 ``jobs``, ``trainjobs``, ``pytorchjobs``: snapshots hold
-                those, see the module docstring).
+            kind: what is observed: ``jobsets`` (batch/v1 ``jobs``, ``trainjobs``, ``pytorchjobs``, ``rayjobs``:
+                snapshots hold those, see the module docstring).
 
         Raises:
             ValueError: ``kind`` is not one of :data:`KINDS`.

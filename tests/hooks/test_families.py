@@ -30,6 +30,7 @@ FAMILIES = [
         "AsyncInferenceServiceHook",
         "AsyncInferenceServiceHookProtocol",
     ),
+    ("RayJobHook", "RayJobHookProtocol", "AsyncRayJobHook", "AsyncRayJobHookProtocol"),
 ]
 
 

@@ -1,0 +1,253 @@
+"""RayJobOperator with a fake RayJob hook: one RayJob per task instance (adopted on retry, never a second), the sync
+wait and the deferral round trip, the result, and failures that name KubeRay's statuses and the driver log's tail.
+
+The RayJob statuses are KubeRay v1.7.0's (``ray-operator/apis/ray/v1/rayjob_types.go``, set by
+``rayjob_controller.go``); the submitter pod is labelled as the Job controller labels the pods of the submitter Job
+KubeRay names after the RayJob.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from airflow_elastic import SpecError
+from airflow_elastic.hooks.errors import NotFound
+from airflow_elastic.operators import RayJobOperator
+from airflow_elastic.operators.ray import rayjob as module
+from airflow_elastic.ray import RayCluster, RayJob
+from airflow_elastic.ray.render import render_rayjob
+from airflow_elastic.ray.status import RayJobEvent, verdict
+from tests.support.operator_fakes import StateStore, TaskInstance
+
+CLUSTER = RayCluster("tune")
+T0, T1 = "2026-12-02T10:00:00Z", "2026-12-02T10:01:40Z"
+
+
+class FakeRayHook:
+    """``RayJobHookProtocol`` over a dict of RayJobs; the driver's log as the submitter pod's."""
+
+    def __init__(self) -> None:
+        self.rayjobs: dict[str, dict[str, Any]] = {}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+        self.pods: list[dict[str, Any]] = []
+        self.log = ""
+        self.looks = 0
+        self.on_look: Any = None  # called with the look number, to move the RayJob along
+
+    def get_namespace(self) -> str | None:
+        return None
+
+    def get_connection_extras(self) -> dict[str, Any]:
+        return {}
+
+    def create_rayjob(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(dict(body))
+        obj["metadata"]["uid"] = str(uuid.uuid4())
+        self.rayjobs[obj["metadata"]["name"]] = obj
+        self.created.append(obj["metadata"]["name"])
+        return copy.deepcopy(obj)
+
+    def get_rayjob(self, namespace: str, name: str) -> dict[str, Any]:
+        self.looks += 1
+        if self.on_look is not None:
+            self.on_look(self.looks)
+        if name not in self.rayjobs:
+            raise NotFound(404, "NotFound", f"rayjobs {name} not found")
+        return copy.deepcopy(self.rayjobs[name])
+
+    def list_rayjobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return [copy.deepcopy(r) for r in self.rayjobs.values()]
+
+    def delete_rayjob(self, namespace: str, name: str, propagation: str = "Foreground") -> dict[str, Any] | None:
+        self.deleted.append(name)
+        return self.rayjobs.pop(name, None)
+
+    def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+        raise NotFound(404, "NotFound", name)
+
+    def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pods)
+
+    def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def read_pod_log(self, namespace: str, pod: str, *args: Any, **kwargs: Any) -> str:
+        return self.log
+
+    def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: Any) -> str:
+        text, self.log = self.log, ""
+        return text
+
+    def finish(self, name: str, deployment: str, job: str, reason: str = "", message: str = "") -> None:
+        """Set the status KubeRay would, with its submitter pod and the driver's log."""
+        self.rayjobs[name]["status"] = {
+            "jobDeploymentStatus": deployment,
+            "jobStatus": job,
+            "jobId": f"{name}-abcde",
+            "rayClusterName": f"{name}-kd8s2",
+            "startTime": T0,
+            "endTime": T1,
+            "reason": reason,
+            "message": message,
+        }
+        phase = "Succeeded" if job == "SUCCEEDED" else "Failed"
+        self.pods = [
+            {
+                "metadata": {
+                    "name": f"{name}-q7w8e",
+                    "uid": "pod-1",
+                    "labels": {"batch.kubernetes.io/job-name": name},
+                    "creationTimestamp": T0,
+                },
+                "spec": {"containers": [{"name": "ray-job-submitter"}]},
+                "status": {"phase": phase},
+            }
+        ]
+
+
+def context(hook: FakeRayHook, ti: TaskInstance | None = None, store: StateStore | None = None) -> dict[str, Any]:
+    return {"ti": ti or TaskInstance(task_id="tune"), "task_state_store": store if store is not None else StateStore()}
+
+
+def operator(hook: FakeRayHook, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> RayJobOperator:
+    op = RayJobOperator(task_id="tune", cluster=CLUSTER, entrypoint="python tune.py", poll_interval=0, **kwargs)
+    monkeypatch.setattr(RayJobOperator, "hook", lambda self: hook)
+    monkeypatch.setattr(module.time, "sleep", lambda s: None, raising=False)
+    return op
+
+
+def log_lines(*lines: str) -> str:
+    return "".join(f"2026-12-02T10:00:{i:02d}.000000000Z {line}\n" for i, line in enumerate(lines))
+
+
+def test_sync_success_returns_the_job_id_status_timings_and_the_reported_result(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False)
+
+    def move(look: int) -> None:
+        if look == 2:  # the first look is the adoption check, before the create
+            name = hook.created[0]
+            hook.finish(name, "Complete", "SUCCEEDED")
+            hook.log = log_lines("trial 1 done", 'AE_RESULT {"best_accuracy": 0.97}', "bye")
+
+    hook.on_look = move
+    result = op.execute(context(hook))
+    assert len(hook.created) == 1 and hook.created[0].startswith("tune-") and len(hook.created[0]) == len("tune-") + 6
+    assert result["job_id"] == f"{hook.created[0]}-abcde" and result["job_status"] == "SUCCEEDED"
+    assert result["deployment_status"] == "Complete" and result["duration"] == 100.0
+    assert result["reported"] == {"best_accuracy": 0.97}
+
+
+def test_sync_failure_names_the_upstream_statuses_and_the_log_tail(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False)
+
+    def move(look: int) -> None:
+        if look == 2:
+            hook.finish(
+                hook.created[0], "Failed", "FAILED", "AppFailed", "Job entrypoint command failed with exit code 1"
+            )
+            hook.log = log_lines("Traceback (most recent call last):", "ValueError: learning rate must be positive")
+
+    hook.on_look = move
+    with pytest.raises(AirflowException) as raised:
+        op.execute(context(hook))
+    text = str(raised.value)
+    assert "jobDeploymentStatus=Failed" in text and "jobStatus=FAILED" in text and "reason=AppFailed" in text
+    assert "exit code 1" in text and "(app_failed)" in text and "ValueError: learning rate must be positive" in text
+
+
+def test_a_retry_adopts_the_running_rayjob_instead_of_creating_a_second(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch)
+    store = StateStore()
+    with pytest.raises(TaskDeferred):
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=1), store))
+    with pytest.raises(TaskDeferred) as deferred:  # the worker died; try 2 runs execute again
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=2), store))
+    assert len(hook.created) == 1 and list(hook.rayjobs) == hook.created
+    assert deferred.value.trigger.name == hook.created[0] and store["rayjob"]["name"] == hook.created[0]
+
+
+def test_a_retry_after_a_failed_rayjob_runs_a_new_one(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch)
+    store = StateStore()
+    with pytest.raises(TaskDeferred):
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=1), store))
+    hook.finish(hook.created[0], "Failed", "FAILED", "AppFailed", "exit code 1")
+    with pytest.raises(TaskDeferred):
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=2), store))
+    assert len(hook.created) == 2 and hook.created[0] != hook.created[1]
+
+
+def test_deferral_round_trip_success_and_failure(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch)
+    ctx = context(hook)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    trigger = deferred.value.trigger
+    assert type(trigger).__name__ == "RayJobTrigger" and deferred.value.method_name == "execute_complete"
+    assert trigger.uid == hook.rayjobs[trigger.name]["metadata"]["uid"]
+    hook.finish(trigger.name, "Complete", "SUCCEEDED")
+    done = verdict(hook.rayjobs[trigger.name])
+    event = RayJobEvent.from_payload({**done.to_payload(), "reported": {"score": 1.5}})
+    result = op.execute_complete(ctx, event.to_payload())
+    assert result["job_status"] == "SUCCEEDED" and result["reported"] == {"score": 1.5}
+
+    hook.finish(
+        trigger.name, "Failed", "RUNNING", "DeadlineExceeded", "The RayJob has passed the activeDeadlineSeconds."
+    )
+    failed = verdict(hook.rayjobs[trigger.name])
+    payload = {**failed.to_payload(), "log_tail": ["[p] epoch 3/10"]}
+    with pytest.raises(AirflowException, match=r"(?s)deadline_exceeded.*activeDeadlineSeconds.*epoch 3/10"):
+        op.execute_complete(context(hook), payload)
+
+
+def test_a_lost_cluster_reads_as_a_preemption(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch)
+    event = RayJobEvent(
+        "failed",
+        "tune-abcdef",
+        "default",
+        deployment_status="Failed",
+        reason="SubmissionFailed",
+        failure={"kind": "cluster_lost", "preemption": True, "description": "the Ray head pod h was lost: spot"},
+    )
+    with pytest.raises(AirflowException, match=r"(?s)cluster_lost.*a preemption, not the entrypoint's failure"):
+        op.execute_complete(context(hook), event.to_payload())
+
+
+def test_the_rayjob_fields_pass_through_and_the_entrypoint_is_templated(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, active_deadline_seconds=600, ttl_seconds_after_finished=60, suspend=True)
+    assert {"entrypoint", "runtime_env"} <= set(op.template_fields)
+    op.entrypoint, op.runtime_env = "python tune.py --date 2026-12-02", {"env_vars": {"RUN": "x"}}
+    with pytest.raises(TaskDeferred):
+        op.execute(context(hook))
+    spec = next(iter(hook.rayjobs.values()))["spec"]
+    assert spec["entrypoint"] == "python tune.py --date 2026-12-02" and '"RUN": "x"' in spec["runtimeEnvYAML"]
+    assert (spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"], spec["suspend"]) == (600, 60, True)
+    labels = next(iter(hook.rayjobs.values()))["metadata"]["labels"]
+    assert labels["airflow-elastic.io/task-id"] == "tune"
+
+
+def test_job_or_cluster_and_entrypoint():
+    job = RayJob(CLUSTER, "python a.py")
+    assert RayJobOperator(task_id="t", job=job).entrypoint == "python a.py"
+    with pytest.raises(SpecError, match="either job= or cluster="):
+        RayJobOperator(task_id="t", job=job, cluster=CLUSTER)
+    with pytest.raises(SpecError, match="cluster"):
+        RayJobOperator(task_id="t", entrypoint="python a.py")
+    with pytest.raises(SpecError, match="entrypoint"):
+        RayJobOperator(task_id="t", cluster=CLUSTER)
+    assert render_rayjob(job)["kind"] == "RayJob"
