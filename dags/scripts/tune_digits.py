@@ -15,7 +15,8 @@ Ray and scikit-learn only (the Ray image; locally the Ray environment, ``make ra
 * **restore**: when ``<storage-path>/<name>`` already holds the experiment (the RayJob was resubmitted after its head
   was lost), ``Tuner.restore`` resumes it: finished trials are not run again, unfinished and errored ones continue
   from their checkpoints.
-* **result**: one line on stdout, ``TUNE_RESULT {json}``: the best trial's config, ``val_loss`` and
+* **result**: one line on stdout, ``AE_RESULT {json}`` (the line a RayJob's driver reports its result with, which
+  ``RayJobOperator`` returns as ``reported``): the best trial's config, ``val_loss`` and
   ``val_accuracy``, and where the experiment is. ``--epoch-seconds`` paces epochs (a test needs a sweep long enough
   to lose a worker in the middle of it).
 """
@@ -40,8 +41,9 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 
-#: The line that carries the sweep's outcome (the last line on stdout).
-RESULT_MARKER = "TUNE_RESULT"
+#: The line that carries the sweep's outcome (``airflow_elastic.contract.markers.RESULT_MARKER``; the Ray image does
+#: not have airflow_elastic, so it is spelled here).
+RESULT_MARKER = "AE_RESULT"
 CLASSES = np.arange(10)
 
 
