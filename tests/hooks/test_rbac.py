@@ -1,8 +1,9 @@
 """``docker/k8s/rbac.yaml`` grants each Airflow identity exactly what the hooks ask the API server for.
 
-The worker runs ``TrainingGroupHook`` (``TrainingGroupOperator``, ``TrainingGroupSensor``, the sweep operator) and
-``BatchJobHook`` (``BatchStageOperator``, ``CronJobOperator``); the triggerer ``AsyncTrainingGroupHook``
-(``TrainingGroupTrigger``, ``SweepTrigger``) and ``AsyncBatchJobHook`` (``BatchStageTrigger``). Each hook is driven
+The worker runs ``TrainingGroupHook`` (``TrainingGroupOperator``, ``TrainingGroupSensor``, the sweep operator),
+``BatchJobHook`` (``BatchStageOperator``, ``CronJobOperator``) and ``RayJobHook`` (``RayJobOperator``); the triggerer
+``AsyncTrainingGroupHook`` (``TrainingGroupTrigger``, ``SweepTrigger``), ``AsyncBatchJobHook`` (``BatchStageTrigger``)
+and ``AsyncRayJobHook`` (``RayJobTrigger``). Each hook is driven
 through every method of its protocol against the local cluster; the request log says which (API group, resource,
 verb) each one sent. Those sets, and nothing more, must be what the manifest grants the worker's and the triggerer's
 ServiceAccounts, so a new hook call without its permission (or a stale permission) fails here.
@@ -16,8 +17,10 @@ import uuid
 from airflow_elastic import Role, TrainingGroup
 from airflow_elastic.hooks.protocol import (
     AsyncBatchJobHookProtocol,
+    AsyncRayJobHookProtocol,
     AsyncTrainingGroupHookProtocol,
     BatchJobHookProtocol,
+    RayJobHookProtocol,
     TrainingGroupHookProtocol,
 )
 from airflow_elastic.stages.cronjob import render_cronjob
@@ -131,31 +134,60 @@ def batch_calls(namespace: str, *, sync: bool) -> Calls:
     return found
 
 
+def ray_calls(namespace: str, *, sync: bool) -> Calls:
+    """A RayJob's hook: the RayJob (created first, deleted last) and its pods; the worker also reads the RayCluster,
+    the triggerer keeps RayJobs by list-then-watch (``RayJobTrigger``)."""
+    from airflow_elastic.ray import RayCluster, RayJob
+    from airflow_elastic.ray.render import render_rayjob
+
+    name = f"rbac-{uuid.uuid4().hex[:6]}"
+    found: Calls = {
+        "get_rayjob": [(namespace, name)],
+        "list_rayjobs": [(namespace,)],
+        **pod_calls(namespace, f"{name}-xxxxx"),
+    }
+    if sync:
+        body = render_rayjob(RayJob(RayCluster("rbac"), "python -c pass", suspend=True), name=name)
+        found = {"create_rayjob": [(namespace, body)], **found}
+        found["get_raycluster"] = [(namespace, f"{name}-xxxxx")]
+    else:
+        found |= pod_watch_calls(namespace, f"{name}-xxxxx")
+        found |= {"list_rayjobs_versioned": [(namespace,)], "watch_rayjobs": [(namespace, *WATCH)]}
+    found["delete_rayjob"] = [(namespace, name)]
+    return found
+
+
 def test_the_triggers_construct_the_hooks_driven_here():
     from airflow_elastic.triggers.batch_stage import BatchStageTrigger
+    from airflow_elastic.triggers.ray import RayJobTrigger
     from airflow_elastic.triggers.sweep import SweepTrigger
     from airflow_elastic.triggers.training_group import TrainingGroupTrigger
 
-    assert {t.hook_class for t in (TrainingGroupTrigger, SweepTrigger, BatchStageTrigger)} == {
+    assert {t.hook_class for t in (TrainingGroupTrigger, SweepTrigger, BatchStageTrigger, RayJobTrigger)} == {
         "airflow_elastic.hooks.async_group.AsyncTrainingGroupHook",
         "airflow_elastic.hooks.async_batch.AsyncBatchJobHook",
+        "airflow_elastic.hooks.async_ray.AsyncRayJobHook",
     }
 
 
 def test_rbac_grants_each_identity_exactly_what_its_hooks_request(connection, namespace, local_cluster, core):
     from airflow_elastic.hooks.async_batch import AsyncBatchJobHook
     from airflow_elastic.hooks.async_group import AsyncTrainingGroupHook
+    from airflow_elastic.hooks.async_ray import AsyncRayJobHook
     from airflow_elastic.hooks.batch import BatchJobHook
     from airflow_elastic.hooks.group import TrainingGroupHook
+    from airflow_elastic.hooks.ray import RayJobHook
 
     node = core.list_node().items[0].metadata.name
     worker = {
         TrainingGroupHook: (TrainingGroupHookProtocol, group_calls(namespace, node, sync=True)),
         BatchJobHook: (BatchJobHookProtocol, batch_calls(namespace, sync=True)),
+        RayJobHook: (RayJobHookProtocol, ray_calls(namespace, sync=True)),
     }
     triggerer = {
         AsyncTrainingGroupHook: (AsyncTrainingGroupHookProtocol, group_calls(namespace, node, sync=False)),
         AsyncBatchJobHook: (AsyncBatchJobHookProtocol, batch_calls(namespace, sync=False)),
+        AsyncRayJobHook: (AsyncRayJobHookProtocol, ray_calls(namespace, sync=False)),
     }
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
     for hook_class, (protocol, calls) in (worker | triggerer).items():
@@ -178,6 +210,7 @@ def test_rbac_grants_each_identity_exactly_what_its_hooks_request(connection, na
     assert ("namespaced", "batch", "cronjobs", "delete") in needed["airflow-worker"]
     assert ("namespaced", "batch", "jobs", "watch") in needed["airflow-triggerer"]
     assert ("namespaced", "kubeflow.org", "pytorchjobs", "watch") in needed["airflow-triggerer"]
+    assert ("namespaced", "ray.io", "rayjobs", "watch") in needed["airflow-triggerer"]
     grants = granted(RBAC, skip=SERVING_ROLE)  # the serving Role grants a documented table: test_rbac_serving.py
     for subject, wanted in needed.items():
         assert grants.get(f"airflow/{subject}") == wanted, (subject, sorted(wanted))
