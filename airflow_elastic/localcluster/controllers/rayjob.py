@@ -35,14 +35,15 @@ mirrored ``rayClusterStatus`` or ``jobStatusCheckFailureStartTime`` changed (``u
 whose Ray job is not terminal gets ``POST /api/jobs/<id>/stop`` before its finalizer is removed; its RayCluster,
 Service and submitter Job go with it (owner references).
 
-**The head pod lost mid-job** (observed here as upstream's code implies): the RayCluster controller creates a new head,
-with a new GCS (no GCS fault tolerance), which knows no job. While no head answers, the dashboard requests fail and
-``jobStatusCheckFailureStartTime`` is set (cleared by the next answer; after 300 s ``Failed``/
-``JobStatusCheckTimeoutExceeded``). The submitter's ``ray job logs --follow`` loses its connection and the submitter
-pod fails; the Job controller starts another one (``backoffLimit`` 2), which waits for the new head's GCS health,
-finds no job with ``ray job status`` and submits the entrypoint again under the same submission id, so the job runs
-again from its start on the new head (the driver must resume from its own checkpoints). Meanwhile the new head answers
-404 for the id, which upstream ignores while the submitter has not finished. Only when the submitter Job runs out of
+**The head pod lost mid-job** (what upstream's code implies; not exercised by the tests): the RayCluster controller
+creates a new head, with a new GCS (no GCS fault tolerance), which knows no job. While no head answers, the
+dashboard requests fail and ``jobStatusCheckFailureStartTime`` is set (cleared by the next answer; after 300 s
+``Failed``/ ``JobStatusCheckTimeoutExceeded``). The submitter's ``ray job logs --follow`` loses its WebSocket (Ray
+2.60's ``JobSubmissionClient.tail_job_logs`` raises on an abnormal closure, the CLI exits 1) and the submitter pod
+fails; the Job controller starts another one (``backoffLimit`` 2), which waits for the new head's GCS health, finds
+no job with ``ray job status`` and submits the entrypoint again under the same submission id, so the job runs again
+from its start on the new head (the driver must resume from its own checkpoints). Meanwhile the new head answers 404
+for the id, which upstream ignores while the submitter has not finished. Only when the submitter Job runs out of
 retries does the RayJob fail (``SubmissionFailed``); a submitter that ended without the job on the cluster gives
 ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.".
 
