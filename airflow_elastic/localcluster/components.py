@@ -20,6 +20,7 @@ from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.controllers.podautoscaler import HorizontalPodAutoscalerController
 from airflow_elastic.localcluster.controllers.pytorchjob import PyTorchJobController
 from airflow_elastic.localcluster.controllers.raycluster import RayClusterController
+from airflow_elastic.localcluster.controllers.rayjob import RayJobController
 from airflow_elastic.localcluster.controllers.replicaset import ReplicaSetController
 from airflow_elastic.localcluster.controllers.scheduler import Scheduler
 from airflow_elastic.localcluster.controllers.serviceendpoints import EndpointsController, EndpointSliceController
@@ -73,6 +74,7 @@ def install(
     manager.add(InferenceServiceController(store, recorder))
     manager.add(PyTorchJobController(store, recorder))
     manager.add(RayClusterController(store, recorder))
+    manager.add(RayJobController(store, recorder))
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from airflow_elastic.localcluster.controllers.rayclusterspec import build_pod, ray_start_command, start_params
 from airflow_elastic.localcluster.images import ray_environment
 from airflow_elastic.localcluster.rayports import rewrite
+from tests.support.raynodes import ray_namespace
 from tests.support.waiting import wait_for
 
 GROUP, VERSION = "ray.io", "v1"
@@ -40,14 +40,7 @@ def raycluster(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ray_ns(core) -> Iterator[str]:
-    try:
-        ray_environment(IMAGE)
-    except LookupError as err:
-        pytest.skip(str(err))
-    name = f"ray-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
+    yield from ray_namespace(core, "ray")
 
 
 @pytest.fixture(scope="module")
