@@ -231,7 +231,7 @@ def failure(
     if job.phase != "failed":
         return None
     said = _said(job)
-    if job.deployment_status != "ValidationFailed" and job.reason not in ("DeadlineExceeded", "ValidationFailed"):
+    if _cluster_may_be_lost(job):
         lost = _lost(job, list(pods), nodes or {}, set(gone), list(events))
         if lost:
             return Failure("cluster_lost", True, f"{lost}; KubeRay then reported {said}")
@@ -250,19 +250,37 @@ def _said(job: RayJobView) -> str:
     return f"{text}: {job.message}" if job.message else text
 
 
+def _cluster_may_be_lost(job: RayJobView) -> bool:
+    """Whether the pods may explain the failure. Not when Ray itself judged the job (``jobStatus`` ``FAILED`` or
+    ``STOPPED``: a head answered for it, so the entrypoint failed or was stopped), nor for a deadline or a refused
+    spec; only when KubeRay lost sight of the job (``SubmissionFailed``, ``JobStatusCheckTimeoutExceeded``, a
+    submitter that finished without the job on the cluster, ...)."""
+    if job.deployment_status == "ValidationFailed" or job.reason in ("DeadlineExceeded", "ValidationFailed"):
+        return False
+    return job.job_status not in ("FAILED", "STOPPED")
+
+
+def _torn_down(pod: Obj, job: RayJobView) -> bool:
+    """The pod was deleted when (or after) the RayJob ended: KubeRay's own clean-up (``shutdownAfterJobFinishes``,
+    the submitter's retries stopped), not a loss."""
+    deleted, ended = _time(_meta(pod).get("deletionTimestamp")), _time(job.end_time)
+    return deleted is not None and ended is not None and deleted >= ended
+
+
 def _lost(job: RayJobView, pods: list[Obj], nodes: Mapping[str, Obj | None], gone: set[str], events: list[Obj]) -> str:
-    """The first head or submitter pod that stopped for a preemption, described; empty when none did."""
+    """The first head or submitter pod that stopped for a preemption, described; empty when none did. A node not
+    looked up (absent from ``nodes``) is not taken for gone."""
     for role, candidates in (
         ("head", head_pods(pods, job.cluster_name)),
         ("submitter", submitter_pods(pods, job.name)),
     ):
         for pod in candidates:
             name = str(_meta(pod).get("name") or "")
-            if not _stopped(pod, name in gone):
+            if not _stopped(pod, name in gone) or _torn_down(pod, job):
                 continue
             node_name = (pod.get("spec") or {}).get("nodeName")
             node = nodes.get(node_name) if node_name else None
-            node_gone = None if not node_name or node_name not in nodes else nodes[node_name] is None
+            node_gone = bool(node_name) and node_name in nodes and nodes[node_name] is None
             verdict = classify(pod, node, events=events, pod_gone=name in gone, node_gone=node_gone)
             if verdict.is_preemption:
                 return f"the Ray {role} pod {name} was lost: {verdict.describe()}"

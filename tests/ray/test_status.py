@@ -142,6 +142,21 @@ def test_a_head_of_another_cluster_or_a_running_head_does_not_decide():
     assert why is not None and why.kind == "app_failed"
 
 
+def test_an_app_failure_is_the_apps_even_when_the_cluster_was_torn_down_after_it():
+    """Seen end to end: the entrypoint exited 3, KubeRay deleted the cluster (``shutdownAfterJobFinishes``) and the
+    wait saw the head terminating on a node it did not look up. Ray judged the job (``FAILED``): the user's failure,
+    and neither the teardown nor an unknown node is evidence of a loss."""
+    head = pod("tune-x1y2z3-kd8s2-head-abcde", HEAD, phase="Running")
+    head["metadata"]["deletionTimestamp"] = "2026-12-02T10:03:21Z"
+    head["spec"] = {"nodeName": "ondemand-1"}
+    why = failure(view(rayjob("Failed", "FAILED", "AppFailed", "exit code 3")), [head])
+    assert why is not None and (why.kind, why.preemption) == ("app_failed", False)
+    lost = view(rayjob("Failed", "RUNNING", "SubmissionFailed", "Job submission has failed."))
+    assert failure(lost, [head], gone=[head["metadata"]["name"]]).kind == "submission_failed"  # torn down at the end
+    early = {**head, "metadata": {**head["metadata"], "deletionTimestamp": "2026-12-02T10:01:00Z"}}
+    assert failure(lost, [early], nodes={"ondemand-1": None}).kind == "cluster_lost"  # its node went, mid-job
+
+
 def test_a_deadline_is_a_deadline_whatever_the_pods():
     head = pod("h", HEAD, reason="Evicted", message="low on memory")
     why = failure(view(rayjob("Failed", "RUNNING", "DeadlineExceeded", "passed")), [head])
