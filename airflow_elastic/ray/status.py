@@ -278,9 +278,9 @@ def _lost(job: RayJobView, pods: list[Obj], nodes: Mapping[str, Obj | None], gon
             name = str(_meta(pod).get("name") or "")
             if not _stopped(pod, name in gone) or _torn_down(pod, job):
                 continue
-            node_name = (pod.get("spec") or {}).get("nodeName")
+            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
             node = nodes.get(node_name) if node_name else None
-            node_gone = bool(node_name) and node_name in nodes and nodes[node_name] is None
+            node_gone = node_name in nodes and nodes[node_name] is None
             verdict = classify(pod, node, events=events, pod_gone=name in gone, node_gone=node_gone)
             if verdict.is_preemption:
                 return f"the Ray {role} pod {name} was lost: {verdict.describe()}"
