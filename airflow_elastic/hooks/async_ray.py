@@ -1,5 +1,6 @@
 """``AsyncRayJobHook``: RayJob access awaitable, for ``RayJobTrigger``: read, delete on kill, and the list-then-watch
-the shared observer keeps (``subscribe(kind="rayjobs")``); pods and logs as in ``AsyncPodHook``.
+the shared observer keeps (``subscribe(kind="rayjobs")``); pods and logs as in ``AsyncPodHook``, nodes as in
+``AsyncClusterHook``.
 
 Its protocol is :class:`~airflow_elastic.hooks.protocol.AsyncRayJobHookProtocol`.
 """
@@ -10,13 +11,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_elastic.hooks import operations as ops
+from airflow_elastic.hooks.async_cluster import AsyncClusterHook
 from airflow_elastic.hooks.async_pods import AsyncPodHook
 
 if TYPE_CHECKING:
     from airflow_elastic.hooks.protocol import AsyncRayJobHookProtocol
 
 
-class AsyncRayJobHook(AsyncPodHook):
+class AsyncRayJobHook(AsyncClusterHook, AsyncPodHook):
     """Awaitable RayJob access; same names, arguments and results as the sync ``RayJobHook``."""
 
     hook_name = "KubeRay RayJobs (airflow-elastic, async)"

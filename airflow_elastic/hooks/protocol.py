@@ -167,7 +167,10 @@ class TrainingJobHookProtocol(PodHookProtocol, Protocol):
 
 @runtime_checkable
 class RayJobHookProtocol(PodHookProtocol, Protocol):
-    """KubeRay's RayJobs and RayClusters (``ray.io/v1``), with pods (``RayJobHook``)."""
+    """KubeRay's RayJobs and RayClusters (``ray.io/v1``), with pods and their nodes (``RayJobHook``)."""
+
+    def get_node(self, name: str) -> JSON | None:
+        """A node, or ``None`` when it does not exist (a lost Ray pod's evidence)."""
 
     def create_rayjob(self, namespace: str, body: Mapping[str, Any]) -> JSON:
         """Create a RayJob; ``AlreadyExists`` when one of that name exists."""
@@ -390,6 +393,9 @@ class AsyncTrainingJobHookProtocol(PodWatchingHookProtocol, Protocol):
 class AsyncRayJobHookProtocol(PodWatchingHookProtocol, Protocol):
     """RayJobs awaitable: read, delete on kill, and the list-then-watch the shared observer keeps
     (``subscribe(kind="rayjobs")``), with pods (``AsyncRayJobHook``)."""
+
+    async def get_node(self, name: str) -> JSON | None:
+        """A node, or ``None`` when it does not exist (a lost Ray pod's evidence)."""
 
     async def get_rayjob(self, namespace: str, name: str) -> JSON:
         """Read a RayJob, status included. Raises ``NotFound`` when there is none."""

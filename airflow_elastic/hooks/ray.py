@@ -1,5 +1,5 @@
 """``RayJobHook``: blocking access to KubeRay's objects (``ray.io/v1``): create, read, list and delete RayJobs, read the
-RayCluster KubeRay created for one; the submitter's pods, events and logs as in ``PodHook``.
+RayCluster KubeRay created for one; the Ray pods, events and logs as in ``PodHook``, their nodes as in ``ClusterHook``.
 
 Its protocol is :class:`~airflow_elastic.hooks.protocol.RayJobHookProtocol`.
 """
@@ -10,15 +10,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_elastic.hooks import operations as ops
+from airflow_elastic.hooks.cluster import ClusterHook
 from airflow_elastic.hooks.pods import PodHook
 
 if TYPE_CHECKING:
     from airflow_elastic.hooks.protocol import RayJobHookProtocol
 
 
-class RayJobHook(PodHook):
+class RayJobHook(ClusterHook, PodHook):
     """Create, read, list and delete RayJobs; read RayClusters; pods, events and logs as in
-    :class:`~airflow_elastic.hooks.pods.PodHook`."""
+    :class:`~airflow_elastic.hooks.pods.PodHook`; nodes (a lost Ray pod's evidence) as in
+    :class:`~airflow_elastic.hooks.cluster.ClusterHook`."""
 
     hook_name = "KubeRay RayJobs (airflow-elastic)"
 

@@ -29,23 +29,35 @@ decides before the reason does: such a failure is a preemption, to be resubmitte
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from airflow_elastic.kube.labels import JOB_NAME_LABEL
-from airflow_elastic.preemption.classify import classify
+from airflow_elastic.ray.preemptions import (
+    RAY_CLUSTER_POD_LABEL,
+    RAY_NODE_TYPE_LABEL,
+    Loss,
+    Role,
+    judge,
+    ray_pods,
+    stopped,
+)
+
+__all__ = ["RAY_CLUSTER_POD_LABEL", "RAY_NODE_TYPE_LABEL"]  # KubeRay's pod labels, defined with the pods' losses
 
 Obj = Mapping[str, Any]
 Phase = Literal["pending", "running", "succeeded", "failed", "suspended"]
 FailureKind = Literal[
-    "app_failed", "stopped", "deadline_exceeded", "submission_failed", "validation_failed", "cluster_lost", "other"
+    "app_failed",
+    "stopped",
+    "deadline_exceeded",
+    "submission_failed",
+    "validation_failed",
+    "cluster_lost",
+    "preemption_budget_exhausted",
+    "other",
 ]
-
-#: KubeRay's pod labels (``ray-operator/controllers/ray/utils/constant.go``): the RayCluster a pod belongs to and its
-#: node type (``head`` or ``worker``).
-RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 #: The labels KubeRay puts on what it creates for a RayJob (``RayOriginatedFromCRNameLabelKey``/``CRDLabelKey``).
 ORIGINATED_FROM_CR_NAME = "ray.io/originated-from-cr-name"
 ORIGINATED_FROM_CRD = "ray.io/originated-from-crd"
@@ -169,13 +181,7 @@ def view(rayjob: Obj) -> RayJobView:
 
 def head_pods(pods: Iterable[Obj], cluster_name: str) -> list[Obj]:
     """The head pods of RayCluster ``cluster_name`` (``ray.io/cluster``, ``ray.io/node-type=head``)."""
-    return [
-        p
-        for p in pods
-        if cluster_name
-        and _labels(p).get(RAY_CLUSTER_POD_LABEL) == cluster_name
-        and _labels(p).get(RAY_NODE_TYPE_LABEL) == "head"
-    ]
+    return ray_pods(pods, cluster_name, "head")
 
 
 def submitter_pods(pods: Iterable[Obj], rayjob: str) -> list[Obj]:
@@ -184,11 +190,6 @@ def submitter_pods(pods: Iterable[Obj], rayjob: str) -> list[Obj]:
     ``batch.kubernetes.io/job-name``. Newest first."""
     mine = [p for p in pods if _labels(p).get(JOB_NAME_LABEL) == rayjob]
     return sorted(mine, key=lambda p: str(_meta(p).get("creationTimestamp") or ""), reverse=True)
-
-
-def _stopped(pod: Obj, gone: bool) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return gone or phase in ("Failed", "Succeeded") or bool(_meta(pod).get("deletionTimestamp"))
 
 
 # -------------------------------------------------------------------------------------------------- the failure
@@ -201,14 +202,19 @@ class Failure:
     Attributes:
         kind: ``app_failed`` (the entrypoint failed: the user's), ``stopped`` (the Ray job was stopped),
             ``deadline_exceeded``, ``submission_failed``, ``validation_failed``, ``cluster_lost`` (the head or the
-            submitter pod was lost to the platform) or ``other`` (a reason this table does not know).
+            submitter pod was lost to the platform), ``preemption_budget_exhausted`` (the cluster lost more worker
+            pods to preemptions than the budget left allows; the RayJob still ran) or ``other`` (a reason this
+            table does not know).
         preemption: charged to the preemption budget (``cluster_lost``): resubmit, do not blame the entrypoint.
         description: one line for the task log: what KubeRay said and, when the pods decided, their evidence.
+        loss: the lost head or submitter pod (``cluster_lost``: :meth:`Loss.to_json
+            <airflow_elastic.ray.preemptions.Loss.to_json>`), else ``None``.
     """
 
     kind: FailureKind
     preemption: bool = False
     description: str = ""
+    loss: dict[str, Any] | None = None
 
 
 def failure(
@@ -233,8 +239,9 @@ def failure(
     said = _said(job)
     if _cluster_may_be_lost(job):
         lost = _lost(job, list(pods), nodes or {}, set(gone), list(events))
-        if lost:
-            return Failure("cluster_lost", True, f"{lost}; KubeRay then reported {said}")
+        if lost is not None:
+            what = f"the Ray {lost.role} pod {lost.pod} was lost: {lost.description}"
+            return Failure("cluster_lost", True, f"{what}; KubeRay then reported {said}", lost.to_json())
     if job.deployment_status == "ValidationFailed":
         return Failure("validation_failed", False, said)
     if job.deployment_status == "Complete":  # Complete but not SUCCEEDED: STOPPED
@@ -267,24 +274,23 @@ def _torn_down(pod: Obj, job: RayJobView) -> bool:
     return deleted is not None and ended is not None and deleted >= ended
 
 
-def _lost(job: RayJobView, pods: list[Obj], nodes: Mapping[str, Obj | None], gone: set[str], events: list[Obj]) -> str:
-    """The first head or submitter pod that stopped for a preemption, described; empty when none did. A node not
-    looked up (absent from ``nodes``) is not taken for gone."""
-    for role, candidates in (
+def _lost(
+    job: RayJobView, pods: list[Obj], nodes: Mapping[str, Obj | None], gone: set[str], events: list[Obj]
+) -> Loss | None:
+    """The first head or submitter pod that stopped for a preemption; ``None`` when none did."""
+    roles: tuple[tuple[Role, list[Obj]], ...] = (
         ("head", head_pods(pods, job.cluster_name)),
         ("submitter", submitter_pods(pods, job.name)),
-    ):
+    )
+    for role, candidates in roles:
         for pod in candidates:
             name = str(_meta(pod).get("name") or "")
-            if not _stopped(pod, name in gone) or _torn_down(pod, job):
+            if not stopped(pod, name in gone) or _torn_down(pod, job):
                 continue
-            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-            node = nodes.get(node_name) if node_name else None
-            node_gone = node_name in nodes and nodes[node_name] is None
-            verdict = classify(pod, node, events=events, pod_gone=name in gone, node_gone=node_gone)
-            if verdict.is_preemption:
-                return f"the Ray {role} pod {name} was lost: {verdict.describe()}"
-    return ""
+            loss = judge(pod, role, job.name, gone=name in gone, nodes=nodes, events=events)
+            if loss.preemption:
+                return loss
+    return None
 
 
 # ------------------------------------------------------------------------------------------------- the verdict
@@ -297,7 +303,8 @@ class RayJobEvent:
     ``status`` is ``succeeded``, ``failed``, ``missing`` (the RayJob was deleted while awaited), ``timeout``
     (``execution_timeout`` passed) or ``error`` (waiting failed). ``failure`` is a :class:`Failure` as a dict,
     ``reported`` what the entrypoint reported (:mod:`airflow_elastic.ray.driver`), ``log_tail`` the driver log's last
-    lines. Primitives only (:meth:`to_payload`).
+    lines, ``worker_losses`` the worker pods the cluster lost while it ran, each judged once
+    (:class:`~airflow_elastic.ray.preemptions.Loss` as JSON). Primitives only (:meth:`to_payload`).
     """
 
     status: Literal["succeeded", "failed", "missing", "timeout", "error"]
@@ -317,11 +324,13 @@ class RayJobEvent:
     failure: dict[str, Any] | None = None
     reported: dict[str, Any] | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
+    worker_losses: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     def to_payload(self) -> dict[str, Any]:
         """The event as primitives (a trigger event's payload)."""
         payload = asdict(self)
         payload["log_tail"] = list(self.log_tail)
+        payload["worker_losses"] = [dict(loss) for loss in self.worker_losses]
         return payload
 
     @classmethod
@@ -329,6 +338,7 @@ class RayJobEvent:
         """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["log_tail"] = tuple(known.get("log_tail") or ())
+        known["worker_losses"] = tuple(dict(loss) for loss in known.get("worker_losses") or ())
         return cls(**known)
 
     def result(self) -> dict[str, Any]:
@@ -367,6 +377,27 @@ def verdict(
     status: Literal["succeeded", "failed"] = "succeeded" if seen.phase == "succeeded" else "failed"
     failed = asdict(why) if why is not None else None
     return RayJobEvent(status, **shared, duration=seen.duration, failure=failed)
+
+
+def budget_exhausted(rayjob: Obj, losses: Sequence[Loss], budget: int) -> RayJobEvent:
+    """The verdict on a RayJob still running whose cluster lost more worker pods to preemptions (``losses``) than
+    the ``budget`` left allows: ``failed`` (``preemption_budget_exhausted``), to be deleted."""
+    seen = view(rayjob)
+    charged = [loss for loss in losses if loss.preemption]
+    why = (
+        f"the Ray cluster {seen.cluster_name} lost {len(charged)} worker pod(s) to preemptions while the RayJob ran, "
+        f"more than the {budget} left of max_preemptions: "
+        + "; ".join(f"{loss.pod} ({loss.cause})" for loss in charged)
+    )
+    shared = {k: v for k, v in asdict(seen).items() if k in RayJobEvent.__dataclass_fields__}
+    failed = Failure("preemption_budget_exhausted", False, why)
+    return RayJobEvent(
+        "failed",
+        **shared,
+        duration=seen.duration,
+        failure=asdict(failed),
+        worker_losses=tuple(loss.to_json() for loss in losses),
+    )
 
 
 def describe(event: RayJobEvent) -> str:

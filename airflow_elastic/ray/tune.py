@@ -22,6 +22,9 @@ operator keeps, so the same report (CSV, JSON, PNG) and result come out of eithe
   experiment ended is ``stopped``;
 * ``preemptions`` are the restarts Tune made from the trial's checkpoint (``num_failures`` of a trial that went on;
   Tune cannot tell a lost node from a crash, the RayJob's pod evidence can).
+
+:class:`TuneSweep` is what ``RayJobOperator(tune=...)`` reads once the RayJob succeeded: where the experiment is, what
+it optimised, and where the report goes.
 """
 
 from __future__ import annotations
@@ -33,12 +36,62 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_elastic.contract.checkpoints import Storage, storage_for
-from airflow_elastic.sweeps.history import SweepHistory, Trial
+from airflow_elastic.sweeps.history import MODES, SweepHistory, Trial
+from airflow_elastic.training.spec import SpecError
 
-__all__ = ["TuneExperiment", "read_experiment", "tune_history"]
+__all__ = ["TuneExperiment", "TuneSweep", "read_experiment", "tune_history"]
 
 _STATE_PREFIX = "experiment_state-"
 _UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
+
+
+@dataclass(frozen=True)
+class TuneSweep:
+    """A Ray Tune experiment a RayJob runs, read as a sweep once the RayJob succeeded.
+
+    Args:
+        experiment: ``<storage_path>/<name>`` of the Tune run (``tune.RunConfig(storage_path=..., name=...)``): a
+            path the Airflow worker shares with the Ray pods, or a URI (``s3://``, ``gs://``, any fsspec scheme).
+        objective: the metric the trials report and the sweep optimises (``tune.TuneConfig(metric=...)``).
+        mode: ``min`` or ``max``.
+        max_iterations: the iterations a trial runs when nothing stops it early (ASHA's ``max_t``); a terminated
+            trial that ran fewer was pruned. Default: the most any terminated trial ran.
+        report_uri: where ``sweep.csv``, ``sweep.json`` and ``sweep.png`` go; default ``<experiment>/report``.
+        conn_id: an Airflow connection to read the experiment and write the report through (an object-storage
+            provider's, as for checkpoints); ``None``: local files, or fsspec with the backend's own credentials.
+
+    Raises:
+        SpecError: a field is missing or of the wrong kind (named ``tune.<field>``).
+    """
+
+    experiment: str
+    objective: str
+    mode: str = "min"
+    max_iterations: int | None = None
+    report_uri: str | None = None
+    conn_id: str | None = None
+
+    def __post_init__(self) -> None:
+        errors = []
+        for name in ("experiment", "objective"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                errors.append((f"tune.{name}", f"must be a non-empty string, got {getattr(self, name)!r}"))
+        if self.mode not in MODES:
+            errors.append(("tune.mode", f"must be one of {MODES}, got {self.mode!r}"))
+        bad_iterations = isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, (int, type(None)))
+        if bad_iterations or (self.max_iterations is not None and self.max_iterations < 1):
+            errors.append(("tune.max_iterations", f"must be an int >= 1 or None, got {self.max_iterations!r}"))
+        for name in ("report_uri", "conn_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                errors.append((f"tune.{name}", f"must be a non-empty string or None, got {value!r}"))
+        if errors:
+            raise SpecError(errors)
+
+    @property
+    def report(self) -> str:
+        """Where the report goes: ``report_uri``, else ``<experiment>/report``."""
+        return self.report_uri or f"{self.experiment.rstrip('/')}/report"
 
 
 @dataclass(frozen=True)

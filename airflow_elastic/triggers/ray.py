@@ -8,6 +8,12 @@ driver's log in the submitter pod (:class:`~airflow_elastic.ray.driver.Submitter
 :class:`~.logs.LogFollower`), and judges the end with :func:`airflow_elastic.ray.status.verdict`, the function the sync
 waiter calls too. It yields exactly one :class:`~airflow_elastic.ray.status.RayJobEvent` payload and never raises:
 every problem becomes ``status="error"``.
+
+While the RayJob runs, each look judges the cluster's worker pods that stopped, from the pod cache and the final
+states of the pods it saw deleted (:meth:`~.observer.JobSetObserver.deleted`), each once by uid
+(:class:`~airflow_elastic.ray.preemptions.WorkerWatch`, their nodes read first). The losses go with the event
+(``worker_losses``); more worker preemptions than ``max_preemptions`` (the budget the task has left) fire a
+``failed`` event (``preemption_budget_exhausted``) at once.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from airflow_elastic.hooks.protocol import AsyncRayJobHookProtocol
 from airflow_elastic.kube.labels import RAY_CLUSTER_LABEL
 from airflow_elastic.ray import status as ray
 from airflow_elastic.ray.driver import DriverOutput, SubmitterLogFollow
+from airflow_elastic.ray.preemptions import WorkerWatch, node_names
 from airflow_elastic.triggers.hooked import HookedTrigger
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
@@ -49,6 +56,9 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``.
+        max_preemptions: the preemptions the task has left; one more worker pod lost to a preemption while the
+            RayJob runs fires ``failed`` (``preemption_budget_exhausted``). ``None``: no bound.
+        counted: uids of pods the task already charged (never judged again).
     """
 
     hook_class = "airflow_elastic.hooks.async_ray.AsyncRayJobHook"
@@ -66,6 +76,8 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         connection_extras: dict[str, Any] | None = None,
         not_before: float | None = None,
         api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        max_preemptions: int | None = None,
+        counted: list[str] | tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         if on_kill_action not in ON_KILL_ACTIONS:
@@ -80,6 +92,10 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         self.connection_extras = connection_extras
         self.not_before = not_before
         self.api_outage_tolerance = float(api_outage_tolerance)
+        self.max_preemptions = max_preemptions
+        self.counted = list(counted)
+        self._workers = WorkerWatch(name, max_preemptions, set(self.counted))
+        self._since = time.monotonic()
         self.log_role = "driver"  # what LogFollower names the followed pod by
         self._observer: JobSetObserver | None = None
         self._version = ""
@@ -110,7 +126,8 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         return self._with_output(ray.RayJobEvent(status, self.name, self.namespace, uid=self.uid, message=message))
 
     def _with_output(self, event: ray.RayJobEvent) -> ray.RayJobEvent:
-        return replace(event, reported=self._output.reported, log_tail=tuple(self._output.tail))
+        losses = event.worker_losses or self._workers.payload()
+        return replace(event, reported=self._output.reported, log_tail=tuple(self._output.tail), worker_losses=losses)
 
     async def wait(self) -> ray.RayJobEvent:
         """Observe the RayJob until it finishes, disappears or the deadline passes; copy the driver's log."""
@@ -125,6 +142,7 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
             kind="rayjobs",
         ) as subscription:
             self._observer = subscription.observer
+            self._since = subscription.since
             outage = self.api_outage(self.api_outage_tolerance, MAX_FAILED_LOOKS)
             looked = False  # the first look is awaited whatever the deadline: a RayJob already finished reports that
             while True:
@@ -144,13 +162,20 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
                     return self._event("missing", "the RayJob no longer exists")
                 self._version = (rayjob.get("metadata") or {}).get("resourceVersion") or ""
                 pods = await self._pods()
+                deleted = self._deleted()
+                gone = [str((p.get("metadata") or {}).get("name") or "") for p in deleted]
                 attempts = len(ray.submitter_pods(pods or [], self.name))
                 if ray.view(rayjob).finished:
                     await self._logs.follow(attempts, final=True)
                     await self._logs.close()
-                    outcome = ray.verdict(rayjob, pods or [])
+                    outcome = ray.verdict(rayjob, [*(pods or []), *deleted], gone=gone)
                     if outcome is not None:  # always: the RayJob finished
                         return self._with_output(outcome)
+                await self._judge_workers([*(pods or []), *deleted], gone, ray.view(rayjob).cluster_name)
+                if self._workers.exceeded:
+                    return self._with_output(
+                        ray.budget_exhausted(rayjob, self._workers.losses, self._workers.budget or 0)
+                    )
                 await self._logs.follow(attempts)
                 if self.deadline is not None and time.time() > self.deadline:
                     return self._event("timeout", "execution_timeout reached")
@@ -180,6 +205,28 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         except KubernetesApiError as exc:
             self.log.warning("could not list the pods of RayJob %s/%s: %s", self.namespace, self.name, exc)
             return None
+
+    def _deleted(self) -> list[dict[str, Any]]:
+        """The last states of the Ray pods the watched pod cache saw deleted since this wait began (none without a
+        watch: a poll sees only the pods that exist)."""
+        if self._observer is None or not self._observer.watching:
+            return []
+        return self._observer.deleted("pods", RAY_CLUSTER_LABEL, self._since)
+
+    async def _judge_workers(self, pods: list[dict[str, Any]], gone: list[str], cluster: str) -> None:
+        """Judge the cluster's worker pods that stopped since the last look, reading their nodes first (a node that
+        cannot be read is left out: unknown, not gone)."""
+        pending = self._workers.pending(pods, cluster, gone)
+        if not pending:
+            return
+        nodes: dict[str, Mapping[str, Any] | None] = {}
+        for node in sorted(node_names(pending)):
+            try:
+                nodes[node] = await self.hook.get_node(node)
+            except KubernetesApiError as exc:
+                self.log.warning("could not read node %s: %s", node, exc)
+        for loss in self._workers.judge(pending, gone=gone, nodes=nodes):
+            self.log.info("%s", loss.describe())
 
     async def on_kill(self) -> None:
         """A user killed the deferred task: delete the RayJob (foreground) unless ``on_kill_action="keep"``, the

@@ -9,12 +9,14 @@ KubeRay names after the RayJob.
 from __future__ import annotations
 
 import copy
+import shutil
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_elastic import SpecError
 from airflow_elastic.hooks.errors import NotFound
@@ -23,6 +25,7 @@ from airflow_elastic.operators.ray import rayjob as module
 from airflow_elastic.ray import RayCluster, RayJob
 from airflow_elastic.ray.render import render_rayjob
 from airflow_elastic.ray.status import RayJobEvent, verdict
+from airflow_elastic.ray.tune import TuneSweep
 from tests.support.operator_fakes import StateStore, TaskInstance
 
 CLUSTER = RayCluster("tune")
@@ -71,6 +74,9 @@ class FakeRayHook:
 
     def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         raise NotFound(404, "NotFound", name)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}}
 
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         return copy.deepcopy(self.pods)
@@ -212,7 +218,7 @@ def test_deferral_round_trip_success_and_failure(monkeypatch):
         op.execute_complete(context(hook), payload)
 
 
-def test_a_lost_cluster_reads_as_a_preemption(monkeypatch):
+def test_a_lost_cluster_without_its_pod_named_is_still_charged_and_resubmitted(monkeypatch):
     hook = FakeRayHook()
     op = operator(hook, monkeypatch)
     event = RayJobEvent(
@@ -223,8 +229,11 @@ def test_a_lost_cluster_reads_as_a_preemption(monkeypatch):
         reason="SubmissionFailed",
         failure={"kind": "cluster_lost", "preemption": True, "description": "the Ray head pod h was lost: spot"},
     )
-    with pytest.raises(AirflowException, match=r"(?s)cluster_lost.*a preemption, not the entrypoint's failure"):
-        op.execute_complete(context(hook), event.to_payload())
+    store = StateStore()
+    store.set("rayjob", {"name": "tune-abcdef", "namespace": "default", "epoch": 0, "uid": "u"})
+    with pytest.raises(TaskDeferred):
+        op.execute_complete(context(hook, store=store), event.to_payload())
+    assert len(hook.created) == 1 and [p["cause"] for p in store["rayjob"]["preemptions"]] == ["cluster_lost"]
 
 
 def test_the_rayjob_fields_pass_through_and_the_entrypoint_is_templated(monkeypatch):
@@ -251,3 +260,186 @@ def test_job_or_cluster_and_entrypoint():
     with pytest.raises(SpecError, match="entrypoint"):
         RayJobOperator(task_id="t", cluster=CLUSTER)
     assert render_rayjob(job)["kind"] == "RayJob"
+
+
+# ------------------------------------------------------------------------------------------------ preemptions
+
+RECLAIM = "Pod was terminated in response to imminent node shutdown."  # a GKE spot reclaim: graceful node shutdown
+
+
+def ray_pod(hook: FakeRayHook, rayjob: str, name: str, node_type: str, how: str) -> dict[str, Any]:
+    """A pod of ``rayjob``'s cluster (as ``finish`` names it): ``running``, ``reclaimed`` or ``failed`` (exit 1)."""
+    status: dict[str, Any] = {"phase": "Running"}
+    if how != "running":
+        reason = {"reason": "Terminated", "message": RECLAIM} if how == "reclaimed" else {}
+        ended = {"exitCode": 143 if how == "reclaimed" else 1, "reason": "Error", "finishedAt": T1}
+        status = {"phase": "Failed", **reason, "containerStatuses": [{"name": "ray", "state": {"terminated": ended}}]}
+    pod = {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {"ray.io/cluster": f"{rayjob}-kd8s2", "ray.io/node-type": node_type},
+        },
+        "spec": {"nodeName": f"node-{name}"},
+        "status": status,
+    }
+    hook.pods.append(pod)
+    return pod
+
+
+def head_lost(hook: FakeRayHook, name: str) -> None:
+    """KubeRay's verdict once the head pod was reclaimed: the submitter lost the head, ``SubmissionFailed``."""
+    hook.finish(
+        name, "Failed", "RUNNING", "SubmissionFailed", "Job submission has failed. Reason: BackoffLimitExceeded"
+    )
+    ray_pod(hook, name, f"{name}-head", "head", "reclaimed")
+
+
+def drive(hook: FakeRayHook, *steps: Any) -> None:
+    """Each RayJob created gets the next step once it is looked at: a function of the hook and its name, or a list
+    of them (one per look; the last is the verdict)."""
+    looks: dict[str, int] = {}
+
+    def move(look: int) -> None:
+        for index, name in enumerate(hook.created):
+            status = (hook.rayjobs.get(name) or {"status": {"jobDeploymentStatus": "Failed"}}).get("status") or {}
+            if status.get("jobDeploymentStatus") in ("Complete", "Failed") or index >= len(steps):
+                continue
+            step = steps[index]
+            if isinstance(step, list):
+                looks[name] = looks.get(name, 0) + 1
+                step[min(looks[name], len(step)) - 1](hook, name)
+            else:
+                step(hook, name)
+
+    hook.on_look = move
+
+
+def succeed(hook: FakeRayHook, name: str) -> None:
+    hook.finish(name, "Complete", "SUCCEEDED")
+
+
+def test_a_lost_head_resubmits_in_the_same_try_and_the_result_lists_the_preemption(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, max_preemptions=3)
+    drive(hook, head_lost, succeed)
+    store = StateStore()
+    result = op.execute(context(hook, store=store))
+    first, second = hook.created
+    assert result["name"] == second and hook.deleted == []
+    (charged,) = result["preemptions"]
+    assert (charged["rayjob"], charged["role"], charged["pod"]) == (first, "head", f"{first}-head")
+    assert charged["cause"] == "spot_reclaim" and charged["at"] == T1
+    assert store["rayjob"]["preemptions"] == result["preemptions"] and store["rayjob"]["ended"]
+
+
+def test_past_the_budget_the_task_fails_naming_it_and_every_preemption(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, max_preemptions=1)
+    drive(hook, head_lost, head_lost, succeed)
+    with pytest.raises(AirflowFailException) as raised:
+        op.execute(context(hook))
+    text = str(raised.value)
+    first, second = hook.created
+    assert "max_preemptions=1" in text and "2 preemption(s)" in text
+    assert f"RayJob {first}: head pod {first}-head lost to spot_reclaim" in text
+    assert f"RayJob {second}: head pod {second}-head lost to spot_reclaim" in text
+
+
+def test_deferred_a_lost_head_defers_on_the_next_rayjob_and_a_restart_never_resubmits_twice(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, max_preemptions=3)
+    store = StateStore()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=1), store))
+    first = deferred.value.trigger.name
+    head_lost(hook, first)
+    lost = verdict(hook.rayjobs[first], hook.pods).to_payload()
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(context(hook, TaskInstance(task_id="tune", try_number=1), store), lost)
+    second = again.value.trigger.name
+    assert second != first and hook.created == [first, second]
+    assert again.value.trigger.max_preemptions == 2 and again.value.trigger.counted == [f"uid-{first}-head"]
+    # The worker restarts (a retry runs execute) and the event is delivered again: neither submits a third RayJob.
+    with pytest.raises(TaskDeferred) as retried:
+        op.execute(context(hook, TaskInstance(task_id="tune", try_number=2), store))
+    with pytest.raises(TaskDeferred):
+        op.execute_complete(context(hook, TaskInstance(task_id="tune", try_number=2), store), lost)
+    assert retried.value.trigger.name == second and hook.created == [first, second]
+    assert len(store["rayjob"]["preemptions"]) == 1
+    succeed(hook, second)
+    result = op.execute_complete(context(hook, store=store), verdict(hook.rayjobs[second], hook.pods).to_payload())
+    assert [p["rayjob"] for p in result["preemptions"]] == [first]
+
+
+def running(hook: FakeRayHook, name: str) -> None:
+    hook.rayjobs[name]["status"] = {"jobDeploymentStatus": "Running", "rayClusterName": f"{name}-kd8s2"}
+
+
+def losing(**workers: str) -> Any:
+    """A step: the RayJob runs, and its cluster's worker pods (name=how) stopped."""
+
+    def step(hook: FakeRayHook, name: str) -> None:
+        running(hook, name)
+        for pod, how in workers.items():
+            ray_pod(hook, name, pod, "worker", how)
+
+    return step
+
+
+def test_lost_workers_are_absorbed_counted_once_each_and_a_failed_worker_is_not_charged(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, max_preemptions=3)
+
+    drive(hook, [running, losing(w1="reclaimed", w2="failed"), running, running, succeed])
+    result = op.execute(context(hook))
+    assert len(hook.created) == 1
+    assert [(p["pod"], p["role"], p["cause"]) for p in result["preemptions"]] == [("w1", "worker", "spot_reclaim")]
+
+
+def test_lost_workers_past_the_budget_delete_the_rayjob_and_fail(monkeypatch):
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, max_preemptions=1)
+
+    drive(hook, [running, losing(w1="reclaimed", w2="reclaimed")])
+    with pytest.raises(AirflowFailException, match=r"(?s)preemption_budget_exhausted.*max_preemptions=1.*w1.*w2"):
+        op.execute(context(hook))
+    assert hook.deleted == hook.created
+
+
+def test_max_preemptions_is_validated():
+    with pytest.raises(SpecError, match="max_preemptions"):
+        RayJobOperator(task_id="t", cluster=CLUSTER, entrypoint="python a.py", max_preemptions=-1)
+
+
+# ------------------------------------------------------------------------------------------------ Ray Tune
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "tune" / "digits-probe"
+
+
+def test_tune_adds_the_sweep_result_and_writes_the_report_after_a_resubmission(monkeypatch, tmp_path):
+    experiment = tmp_path / "ray" / "digits-probe"
+    shutil.copytree(FIXTURE, experiment)
+    hook = FakeRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, tune=TuneSweep("{{ unrendered }}", objective="val_loss"))
+    op.tune_experiment = str(experiment)  # as Airflow renders the templated field
+    assert "tune_experiment" in op.template_fields and "tune_report_uri" in op.template_fields
+    drive(hook, head_lost, succeed)  # the resubmitted RayJob restores the experiment: one experiment in the end
+    result = op.execute(context(hook))
+    sweep = result["sweep"]
+    assert len(result["preemptions"]) == 1 and len(hook.created) == 2
+    assert sweep["best_trial"] == 1 and sweep["best_params"]["lr"] == 0.01
+    assert sweep["best_value"] == pytest.approx(0.0125)
+    assert [t["state"] for t in sweep["trials"]] == ["complete", "pruned", "pruned", "failed"]
+    report = experiment / "report"
+    assert sweep["report"] == {k: str(report / f"sweep.{k}") for k in ("csv", "json", "png")}
+    assert all((report / f"sweep.{k}").stat().st_size > 0 for k in ("csv", "json", "png"))
+
+
+def test_tune_without_an_experiment_fails_naming_where_it_looked(monkeypatch, tmp_path):
+    hook = FakeRayHook()
+    missing = str(tmp_path / "nothing")
+    op = operator(hook, monkeypatch, deferrable=False, tune=TuneSweep(missing, objective="val_loss"))
+    drive(hook, succeed)
+    with pytest.raises(AirflowException, match=f"Ray Tune experiment '{missing}' could not be read"):
+        op.execute(context(hook))

@@ -5,20 +5,28 @@ a worker slot (deferrable, the default, on the shared observer) or on the worker
 submitter pod's: ``ray job logs --follow``) into the task log, and finish with the Ray job's id, statuses, timings and
 what the entrypoint reported, or fail with KubeRay's statuses, reason and message and the driver log's tail
 (:mod:`airflow_elastic.ray.status`).
+
+Preemptions (:mod:`airflow_elastic.ray.preemptions`) are charged to ``max_preemptions`` without using an Airflow retry:
+a worker pod lost to the platform is absorbed (KubeRay replaces it); a lost head or submitter pod fails the RayJob,
+and the same try submits the next one (in sync mode in a loop, deferred from ``execute_complete``). The charged
+preemptions live in this task instance's ``task_state_store`` record, so a retry or a restarted worker keeps the count
+and adopts the RayJob already resubmitted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
 from airflow_elastic.operators import reruns
 from airflow_elastic.ray import RayCluster, RayJob
+from airflow_elastic.ray.tune import TuneSweep
 from airflow_elastic.training.spec import Resources, SpecError
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
 
@@ -27,10 +35,12 @@ if TYPE_CHECKING:
 
     from airflow_elastic.hooks.ray import RayJobHook
     from airflow_elastic.operators.identity import StateStore, TaskIdentity
+    from airflow_elastic.ray.preemptions import Loss
     from airflow_elastic.ray.status import RayJobEvent
 
-#: ``task_state_store`` key of this task instance's RayJob: ``{name, namespace, epoch, uid, closed}``, plus ``result``
-#: and ``finished_by`` once a try finished with its success.
+#: ``task_state_store`` key of this task instance's RayJob: ``{name, namespace, epoch, uid, closed, preemptions}``, plus
+#: ``ended`` once the task had its verdict (the next try charges a fresh budget) and ``result`` and ``finished_by`` once
+#: a try finished with its success. ``closed``: a try judged that RayJob (the adoption steps over it).
 STATE_KEY = "rayjob"
 #: Names one submission may step over (finished or foreign RayJobs) before giving up.
 MAX_EPOCH_STEPS = 20
@@ -59,24 +69,40 @@ class RayJobOperator(BaseOperator):
         poll_interval: seconds between looks.
         on_kill_action: ``"delete"`` the RayJob (foreground) when the task is killed, or ``"keep"`` it.
         api_outage_tolerance: seconds of Kubernetes API failures in a row the wait rides out (default 300).
+        max_preemptions: preemptions absorbed across all of the task instance's RayJobs (as
+            ``FailurePolicy.max_preemptions``): Ray worker pods lost to the platform (absorbed) and lost head or
+            submitter pods (the next RayJob is submitted in the same try); one more deletes the RayJob and fails the
+            task (``AirflowFailException``, no retry), naming the budget and every preemption. Default 10.
+        tune: a :class:`~airflow_elastic.ray.tune.TuneSweep`: once the RayJob succeeded, its Ray Tune experiment is
+            read as a sweep, the sweep report written, and ``sweep`` added to the result (``experiment`` and
+            ``report_uri`` are templated).
         **kwargs: ``BaseOperator`` arguments; ``execution_timeout`` is honoured while deferred (the RayJob is
             deleted).
 
     Returns (XCom ``return_value``):
         ``{"name", "namespace", "job_id", "cluster_name", "job_status", "deployment_status", "start_time",
-        "end_time", "duration", "dashboard_url", "reported"}``: ``reported`` is the JSON object of the driver's last
-        ``AE_RESULT {...}`` log line (``None`` without one). XComs ``rayjob_name`` and ``rayjob_namespace`` are
-        pushed at submission.
+        "end_time", "duration", "dashboard_url", "reported", "preemptions"}``: ``reported`` is the JSON object of the
+        driver's last ``AE_RESULT {...}`` log line (``None`` without one); ``preemptions`` every preemption charged
+        (``rayjob``, ``role``, ``pod``, ``uid``, ``cause``, ``at``, ``description``). With ``tune``, ``sweep``:
+        ``{"best_params", "best_value", "best_trial", "trials", "report"}`` as ``HyperparameterSweepOperator``
+        returns them. XComs ``rayjob_name`` and ``rayjob_namespace`` are pushed at submission.
 
     Raises:
         SpecError: a bad argument (at parse time) or a rendered value breaking a rule.
         AirflowException: the RayJob failed (the message names ``jobDeploymentStatus``, ``jobStatus``, the reason,
-            KubeRay's message, the failure's kind, with the head or submitter pod's evidence when the cluster was
-            lost to the platform, and the driver log's last lines) or disappeared.
+            KubeRay's message, the failure's kind and the driver log's last lines) or disappeared.
+        AirflowFailException: more preemptions than ``max_preemptions``; with ``tune``, no trial completed.
         AirflowTaskTimeout: ``execution_timeout`` passed (the RayJob is deleted).
     """
 
-    template_fields = ("entrypoint", "runtime_env", "namespace", "kubernetes_conn_id")
+    template_fields = (
+        "entrypoint",
+        "runtime_env",
+        "namespace",
+        "kubernetes_conn_id",
+        "tune_experiment",
+        "tune_report_uri",
+    )
     ui_color = "#e3f2fd"
 
     def __init__(
@@ -99,6 +125,8 @@ class RayJobOperator(BaseOperator):
         poll_interval: float = 10.0,
         on_kill_action: Literal["delete", "keep"] = "delete",
         api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+        max_preemptions: int = 10,
+        tune: TuneSweep | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -124,6 +152,10 @@ class RayJobOperator(BaseOperator):
             )
         if on_kill_action not in ("delete", "keep"):
             raise SpecError([("on_kill_action", f"must be 'delete' or 'keep', got {on_kill_action!r}")])
+        if isinstance(max_preemptions, bool) or not isinstance(max_preemptions, int) or max_preemptions < 0:
+            raise SpecError([("max_preemptions", f"must be an int >= 0, got {max_preemptions!r}")])
+        if tune is not None and not isinstance(tune, TuneSweep):
+            raise SpecError([("tune", f"must be a TuneSweep, got {type(tune).__name__}")])
         self.job = job
         self.entrypoint = job.entrypoint
         self.runtime_env = dict(job.runtime_env) if job.runtime_env is not None else None
@@ -133,6 +165,10 @@ class RayJobOperator(BaseOperator):
         self.poll_interval = float(poll_interval)
         self.on_kill_action = on_kill_action
         self.api_outage_tolerance = float(api_outage_tolerance)
+        self.max_preemptions = max_preemptions
+        self.tune = tune
+        self.tune_experiment = tune.experiment if tune is not None else None
+        self.tune_report_uri = tune.report_uri if tune is not None else None
         self._current: tuple[str, str] | None = None  # (namespace, name) of the RayJob this task waits on
 
     # ------------------------------------------------------------------------------------------- execute
@@ -148,16 +184,13 @@ class RayJobOperator(BaseOperator):
         return self.job.with_changes(entrypoint=self.entrypoint, runtime_env=self.runtime_env)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        """Adopt or create this task instance's RayJob, then wait."""
+        """Adopt or create this task instance's RayJob, then wait (resubmitting after each preemption)."""
         from airflow_elastic.operators.identity import TaskIdentity
 
-        job = self.rendered_job()
         hook = self.hook()
         namespace = self.namespace or hook.get_namespace() or "default"
-        identity = TaskIdentity.from_ti(context["ti"])
         store: StateStore = context["task_state_store"]
-        record = store.get(STATE_KEY)
-        done = reruns.kept_result(record, context)
+        done = reruns.kept_result(store.get(STATE_KEY), context)
         if done is not None:
             self.log.info(
                 "RayJob %s/%s of this task instance already succeeded: returning its result (no new RayJob)",
@@ -165,14 +198,41 @@ class RayJobOperator(BaseOperator):
                 done["name"],
             )
             return done
-        rayjob = self._adopt_or_create(context, hook, job, identity, namespace, record)
-        name = rayjob["metadata"]["name"]
-        self._current = (namespace, name)
-        context["ti"].xcom_push(key="rayjob_name", value=name)
-        context["ti"].xcom_push(key="rayjob_namespace", value=namespace)
-        if self.deferrable:
-            self._defer(context, hook, namespace, name, str(rayjob["metadata"].get("uid") or ""))
-        return self._finish(context, hook, self._wait_here(hook, namespace, name))
+        return self._run(context, hook, TaskIdentity.from_ti(context["ti"]), namespace)
+
+    def _run(
+        self,
+        context: Context,
+        hook: RayJobHook,
+        identity: TaskIdentity,
+        namespace: str,
+        lost: _Lost | None = None,
+    ) -> dict[str, Any]:
+        """Adopt or create the current RayJob and wait for it: deferred (raises ``TaskDeferred``), or here, submitting
+        the next RayJob after each lost head until the verdict. ``lost``: the preemption that ended the last one."""
+        job = self.rendered_job()
+        store: StateStore = context["task_state_store"]
+        while True:
+            rayjob = self._adopt_or_create(context, hook, job, identity, namespace, store.get(STATE_KEY))
+            name = rayjob["metadata"]["name"]
+            if lost is not None:
+                self.log.warning(
+                    "%s: %s %s/%s (%s)",
+                    lost.message(self.max_preemptions),
+                    lost.verb,
+                    namespace,
+                    name,
+                    lost.loss.get("description"),
+                )
+            self._current = (namespace, name)
+            context["ti"].xcom_push(key="rayjob_name", value=name)
+            context["ti"].xcom_push(key="rayjob_namespace", value=namespace)
+            if self.deferrable:
+                self._defer(context, hook, namespace, name, str(rayjob["metadata"].get("uid") or ""))
+            judged = self._finish(context, hook, self._wait_here(context, hook, namespace, name))
+            if not isinstance(judged, _Lost):
+                return judged
+            lost = judged
 
     def _adopt_or_create(
         self,
@@ -190,6 +250,12 @@ class RayJobOperator(BaseOperator):
         store = context["task_state_store"]
         record = dict(record) if isinstance(record, Mapping) and record.get("name") else None
         epoch = int(record["epoch"]) if record else 0
+        # The preemptions charged since the task last had its verdict go with every RayJob of this task instance.
+        kept = {"preemptions": list(record.get("preemptions") or [])} if record and not record.get("ended") else {}
+
+        def remember(name: str, uid: str) -> None:
+            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": uid, **kept})
+
         for _ in range(MAX_EPOCH_STEPS):
             name = identity.name(job.name, epoch)
             found = _get(hook, namespace, name)
@@ -200,7 +266,7 @@ class RayJobOperator(BaseOperator):
             )
             if decision == "adopt" and found is not None:
                 self.log.info("Adopted RayJob %s/%s of this task instance", namespace, name)
-                store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(found)})
+                remember(name, _uid(found))
                 return found
             if decision == "next":
                 self.log.info(
@@ -208,7 +274,7 @@ class RayJobOperator(BaseOperator):
                 )
                 epoch += 1
                 continue
-            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": ""})
+            remember(name, "")
             body = render_rayjob(job, name=name, namespace=namespace, labels=identity.labels())
             try:
                 created = hook.create_rayjob(namespace, body)
@@ -219,7 +285,7 @@ class RayJobOperator(BaseOperator):
                 if again is None or not identity.owns(again):
                     raise
                 created = again
-            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(created)})
+            remember(name, _uid(created))
             self.log.info("Created RayJob %s/%s (uid %s)", namespace, name, _uid(created))
             return created
         raise AirflowException(
@@ -229,9 +295,17 @@ class RayJobOperator(BaseOperator):
 
     # ------------------------------------------------------------------------------------------- waiting
 
-    def _wait_here(self, hook: RayJobHook, namespace: str, name: str) -> RayJobEvent:
+    def _budget(self, context: Context) -> tuple[int, list[str]]:
+        """The preemptions left, and the uids of the pods already charged (from ``task_state_store``)."""
+        from airflow_elastic.ray.preemptions import remaining
+
+        charged = _charged(context["task_state_store"].get(STATE_KEY))
+        return remaining(self.max_preemptions, charged), [str(entry.get("uid") or "") for entry in charged]
+
+    def _wait_here(self, context: Context, hook: RayJobHook, namespace: str, name: str) -> RayJobEvent:
         from airflow_elastic.operators.ray.waiting import wait_for_rayjob
 
+        left, counted = self._budget(context)
         try:
             return wait_for_rayjob(
                 hook,
@@ -240,6 +314,8 @@ class RayJobOperator(BaseOperator):
                 poll_interval=self.poll_interval,
                 log=self.log,
                 api_outage_tolerance=self.api_outage_tolerance,
+                max_preemptions=left,
+                counted=counted,
             )
         except AirflowTaskTimeout:
             self._delete(hook, namespace, name, "execution_timeout reached")
@@ -257,6 +333,7 @@ class RayJobOperator(BaseOperator):
             ) + self.execution_timeout.total_seconds()
             # Past the trigger's own deadline, so its "timeout" event (which deletes the RayJob) comes first.
             timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+        left, counted = self._budget(context)
         trigger = RayJobTrigger(
             name,
             namespace,
@@ -267,22 +344,33 @@ class RayJobOperator(BaseOperator):
             on_kill_action=self.on_kill_action,
             connection_extras=hook.get_connection_extras(),
             api_outage_tolerance=self.api_outage_tolerance,
+            max_preemptions=left,
+            counted=counted,
         )
         deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
-        """Resume from the trigger: finish with its verdict."""
+        """Resume from the trigger: finish with its verdict, or submit the next RayJob after a lost head and defer
+        again."""
+        from airflow_elastic.operators.identity import TaskIdentity
         from airflow_elastic.ray.status import RayJobEvent
         from airflow_elastic.waiting.trigger_output import OUTPUT_KEY, replay
 
         verdict = RayJobEvent.from_payload(event)
         replay(self.log, event.get(OUTPUT_KEY), f"RayJob {verdict.namespace}/{verdict.name}")
         self._current = (verdict.namespace, verdict.name)
-        return self._finish(context, self.hook(), verdict)
+        hook = self.hook()
+        judged = self._finish(context, hook, verdict)
+        if not isinstance(judged, _Lost):
+            return judged
+        return self._run(context, hook, TaskIdentity.from_ti(context["ti"]), verdict.namespace, judged)
 
     # -------------------------------------------------------------------------------------------- finish
 
-    def _finish(self, context: Context, hook: RayJobHook, event: RayJobEvent) -> dict[str, Any]:
+    def _finish(self, context: Context, hook: RayJobHook, event: RayJobEvent) -> dict[str, Any] | _Lost:
+        """The task's result, or the lost head to resubmit after (:class:`_Lost`); raises on any other end. Charges
+        the event's preemptions (each once) in ``task_state_store``."""
+        from airflow_elastic.ray.preemptions import exhausted
         from airflow_elastic.ray.status import describe
 
         where = f"RayJob {event.namespace}/{event.name}"
@@ -296,20 +384,87 @@ class RayJobOperator(BaseOperator):
                 self._delete(hook, event.namespace, event.name, "waiting for it failed and the task fails")
             raise AirflowException(f"{where}: waiting for the RayJob failed: {event.message}")
         store = context["task_state_store"]
-        record = store.get(STATE_KEY)
-        result = event.result()
-        if isinstance(record, Mapping) and record.get("name") == event.name:
-            done = reruns.keep(result, context) if event.status == "succeeded" else {}
-            store.set(STATE_KEY, {**record, "closed": True, **done})
+        raw = store.get(STATE_KEY)
+        record: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
+        mine = record.get("name") == event.name  # else a verdict judged before (a repeated event): nothing to write
+        charged: list[Any] = self._charge(event, _charged(record))
+        failure = event.failure or {}
+        over = len(charged) > self.max_preemptions
+
+        def close(**more: Any) -> None:
+            if mine:
+                store.set(STATE_KEY, {**record, "preemptions": charged, "closed": True, **more})
+
+        if failure.get("kind") == "preemption_budget_exhausted" or (failure.get("preemption") and over):
+            if failure.get("kind") == "preemption_budget_exhausted":
+                self._delete(hook, event.namespace, event.name, "the preemption budget is spent")
+            close(ended=True)
+            raise AirflowFailException(
+                f"{where} failed ({failure.get('kind')}: {failure.get('description')}): "
+                f"{exhausted(self.max_preemptions, charged)}"
+            )
+        if event.status == "failed" and failure.get("preemption"):
+            close()
+            head = failure.get("loss") or _unnamed(event).to_json()
+            return _Lost(where, head, len(charged), resubmit=mine)
+        result = {**event.result(), "preemptions": charged}
+        if event.status == "succeeded" and self.tune is not None:
+            try:
+                result["sweep"] = self._sweep()
+            except Exception:
+                if mine:  # not closed: a retry adopts the succeeded RayJob and reads the experiment again
+                    store.set(STATE_KEY, {**record, "preemptions": charged})
+                raise
+        close(ended=True, **(reruns.keep(result, context) if event.status == "succeeded" else {}))
         if event.status == "failed":
-            message = describe(event)
-            if (event.failure or {}).get("preemption"):
-                message += "\n(a preemption, not the entrypoint's failure: a retry runs a new RayJob)"
-            raise AirflowException(message)
+            raise AirflowException(describe(event))
         self.log.info(
-            "%s succeeded: Ray job %s, %s s; reported: %s", where, event.job_id, event.duration, event.reported
+            "%s succeeded: Ray job %s, %s s; reported: %s; %d preemption(s) charged",
+            where,
+            event.job_id,
+            event.duration,
+            event.reported,
+            len(charged),
         )
         return result
+
+    def _charge(self, event: RayJobEvent, charged: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``charged`` plus the event's preemptions not charged yet (worker pods by uid, then the lost head or
+        submitter pod), each logged; a worker pod that stopped for another reason is logged, not charged."""
+        from airflow_elastic.ray.preemptions import Loss
+
+        known = {str(entry.get("uid")) for entry in charged}
+        losses = [Loss(**loss) for loss in event.worker_losses]
+        failure = event.failure or {}
+        if failure.get("preemption"):  # the lost head or submitter pod (an older trigger's event does not name it)
+            losses.append(Loss(**failure["loss"]) if failure.get("loss") else _unnamed(event))
+        out = list(charged)
+        for loss in losses:
+            if loss.uid in known:
+                continue
+            known.add(loss.uid)
+            if not loss.preemption:
+                self.log.info("%s: not a preemption (Ray replaces the worker); not charged", loss.describe())
+                continue
+            out.append(loss.charge())
+            if loss.role == "worker":
+                self.log.warning(
+                    "%s: absorbed, KubeRay replaces the worker (preemption %d, max_preemptions=%d)",
+                    loss.describe(),
+                    len(out),
+                    self.max_preemptions,
+                )
+        return out
+
+    def _sweep(self) -> dict[str, Any]:
+        """The Tune experiment's sweep result, its report written (``tune`` with the rendered URIs)."""
+        from airflow_elastic.operators.ray.tune import sweep_result
+
+        assert self.tune is not None
+        tune = dataclasses.replace(
+            self.tune, experiment=self.tune_experiment or self.tune.experiment, report_uri=self.tune_report_uri
+        )
+        return sweep_result(tune, self.log)
 
     def _delete(self, hook: RayJobHook, namespace: str, name: str, why: str) -> None:
         from airflow_elastic.hooks.errors import KubernetesApiError
@@ -329,6 +484,49 @@ class RayJobOperator(BaseOperator):
             self.log.info("Keeping RayJob %s/%s (on_kill_action='keep')", namespace, name)
             return
         self._delete(self.hook(), namespace, name, "the task was killed")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lost:
+    """A RayJob that lost its head (or submitter) pod to a preemption: the next one is submitted.
+
+    Attributes:
+        where: ``RayJob namespace/name``.
+        loss: the lost pod (:meth:`airflow_elastic.ray.preemptions.Loss.to_json`).
+        count: the preemptions charged, this one included.
+        resubmit: this verdict closed the task's current RayJob (else it was judged before, and the next RayJob
+            already exists: it is adopted).
+    """
+
+    where: str
+    loss: Mapping[str, Any]
+    count: int
+    resubmit: bool = True
+
+    @property
+    def verb(self) -> str:
+        """How the log names the next RayJob."""
+        return "resubmitting as" if self.resubmit else "already resubmitted as"
+
+    def message(self, max_preemptions: int) -> str:
+        """``RayJob x lost its head pod p to spot_reclaim (preemption 1/3)``."""
+        role, pod, cause = self.loss.get("role") or "head", self.loss.get("pod"), self.loss.get("cause")
+        return f"{self.where} lost its {role} pod {pod} to {cause} (preemption {self.count}/{max_preemptions})"
+
+
+def _unnamed(event: RayJobEvent) -> Loss:
+    """The loss of a ``cluster_lost`` verdict that does not name its pod."""
+    from airflow_elastic.ray.preemptions import Loss
+
+    why = str((event.failure or {}).get("description") or "")
+    return Loss(event.name, "head", "", f"{event.uid or event.name}:cluster", "cluster_lost", True, event.end_time, why)
+
+
+def _charged(record: Any) -> list[dict[str, Any]]:
+    """The preemptions ``record`` charged (none once the task had its verdict: the next try starts afresh)."""
+    if not isinstance(record, Mapping) or record.get("ended"):
+        return []
+    return [dict(entry) for entry in record.get("preemptions") or []]
 
 
 def _get(hook: RayJobHook, namespace: str, name: str) -> dict[str, Any] | None:

@@ -4,11 +4,18 @@ The verdict is :func:`airflow_elastic.ray.status.verdict`'s, the same the trigge
 operator finishes both modes through one code path. The driver's log (the submitter pod's) is copied into the task
 log a bounded read per poll (:class:`~airflow_elastic.operators.training.waiting.LogReader` on
 :class:`~airflow_elastic.ray.driver.SubmitterLogFollow`), and its tail and reported result kept for the verdict.
+
+While the RayJob runs, each poll judges the cluster's worker pods that stopped
+(:class:`~airflow_elastic.ray.preemptions.WorkerWatch`, their nodes read first); the losses go with the verdict, and
+more worker preemptions than the budget left end the wait with ``preemption_budget_exhausted``. A poll sees only the
+pods that exist when it lists: a worker that stopped and was deleted between two polls is not seen (the trigger's
+watched pod cache keeps deleted pods' last states).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +25,7 @@ from airflow_elastic.kube.labels import RAY_CLUSTER_LABEL
 from airflow_elastic.operators.training.waiting import LogReader
 from airflow_elastic.ray import status as ray
 from airflow_elastic.ray.driver import DriverOutput, SubmitterLogFollow
+from airflow_elastic.ray.preemptions import WorkerWatch, node_names
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 
 #: Consecutive failed looks (after the hook's own retries) before waiting gives up, once they also outlasted
@@ -47,20 +55,31 @@ def wait_for_rayjob(
     poll_interval: float,
     log: Any,
     api_outage_tolerance: float = DEFAULT_API_OUTAGE_TOLERANCE,
+    max_preemptions: int | None = None,
+    counted: Iterable[str] = (),
 ) -> ray.RayJobEvent:
     """Poll RayJob ``namespace/name`` until it finishes, copying the driver's log into ``log``.
 
+    Args:
+        max_preemptions: the preemptions the task has left; more worker pods lost to preemptions while the RayJob
+            runs end the wait (``None``: no bound).
+        counted: uids of pods already charged (never judged again).
+
     Returns:
-        The verdict (with the driver log's tail and reported result); ``missing`` when the RayJob is gone, ``error``
-        at once on a non-transient API error, or once transient ones outlasted ``api_outage_tolerance`` seconds.
+        The verdict (with the driver log's tail, reported result and the worker losses); ``missing`` when the
+        RayJob is gone, ``error`` at once on a non-transient API error, or once transient ones outlasted
+        ``api_outage_tolerance`` seconds; ``failed`` with ``preemption_budget_exhausted`` when the workers' losses
+        spent the budget.
     """
     output = DriverOutput()
+    workers = WorkerWatch(name, max_preemptions, set(counted))
     reader = LogReader(hook, namespace, "driver", _Tee(log, output))
     reader.follow = SubmitterLogFollow(name)
     outage = Outage(api_outage_tolerance, MAX_FAILED_LOOKS)
 
     def ended(event: ray.RayJobEvent) -> ray.RayJobEvent:
-        return replace(event, reported=output.reported, log_tail=tuple(output.tail))
+        losses = event.worker_losses or workers.payload()
+        return replace(event, reported=output.reported, log_tail=tuple(output.tail), worker_losses=losses)
 
     while True:
         try:
@@ -82,4 +101,25 @@ def wait_for_rayjob(
         reader.read(pods, final=event is not None)
         if event is not None:
             return ended(event)
+        _judge_workers(hook, workers, pods, ray.view(rayjob).cluster_name, log)
+        if workers.exceeded:
+            return ended(ray.budget_exhausted(rayjob, workers.losses, workers.budget or 0))
         time.sleep(poll_interval)
+
+
+def _judge_workers(
+    hook: RayJobHookProtocol, workers: WorkerWatch, pods: list[dict[str, Any]], cluster: str, log: Any
+) -> None:
+    """Judge the cluster's worker pods that stopped since the last poll, reading their nodes first (a node that
+    cannot be read is left out: unknown, not gone)."""
+    pending = workers.pending(pods, cluster)
+    if not pending:
+        return
+    nodes: dict[str, Mapping[str, Any] | None] = {}
+    for node in sorted(node_names(pending)):
+        try:
+            nodes[node] = hook.get_node(node)
+        except KubernetesApiError as error:
+            log.warning("could not read node %s: %s", node, error)
+    for loss in workers.judge(pending, nodes=nodes):
+        log.info("%s", loss.describe())

@@ -1,4 +1,7 @@
-"""How a sweep ends: the report files and the result (the task's XCom), from the trial history."""
+"""How a sweep ends: the report files and the result (the task's XCom), from the trial history.
+
+:func:`result` and :func:`public` serve every sweep: the native one (``HyperparameterSweepOperator``) and a Ray Tune
+experiment read as a history (``RayJobOperator(tune=...)``)."""
 
 from __future__ import annotations
 
@@ -35,22 +38,25 @@ def write(history: SweepHistory, op: SweepSpec, render: Callable[[Any], Any], lo
     return report
 
 
-def result(history: SweepHistory, op: SweepSpec, report: dict[str, str] | None, log: Any) -> dict[str, Any]:
-    """``{"best_params", "best_value", "best_trial", "trials", "report"}``.
+def result(
+    history: SweepHistory, report: dict[str, str] | None, log: Any, *, objective: str, mode: str
+) -> dict[str, Any]:
+    """``{"best_params", "best_value", "best_trial", "trials", "report"}`` of a sweep that optimised ``objective``
+    (``mode``: ``min`` or ``max``).
 
     Raises:
         AirflowFailException: no trial completed (the message says whether every trial failed, and why).
     """
-    best = history.best(op.mode)
+    best = history.best(mode)
     if best is None:
         if history.trials and len(history.failed()) == len(history.trials):
             listing = "; ".join(f"trial {t.number}: {t.cause}" for t in history.failed())
             raise AirflowFailException(f"Every trial of the sweep failed ({len(history.trials)}): {listing}")
         states = {s: len(history.with_state(s)) for s in ("failed", "pruned", "stopped")}
-        raise AirflowFailException(f"No trial of the sweep completed with a {op.objective!r}: {states}")
+        raise AirflowFailException(f"No trial of the sweep completed with a {objective!r}: {states}")
     log.info(
         "Best %s=%s (trial %d) of %d trial(s): %s",
-        op.objective,
+        objective,
         best.value,
         best.number,
         len(history.trials),

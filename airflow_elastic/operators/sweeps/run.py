@@ -462,7 +462,7 @@ class SweepRun:
         written = outcome.write(self.history, self.spec, self.render, self.log)
         self.state["finished"] = True  # saved with the result, or failed: a worker dying before finishes again
         try:
-            result = outcome.result(self.history, self.spec, written, self.log)
+            result = outcome.result(self.history, written, self.log, objective=self.spec.objective, mode=self.spec.mode)
         except AirflowFailException:
             self.save()
             self._report_verdict("failed")
