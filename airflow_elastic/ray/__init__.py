@@ -13,5 +13,15 @@ from airflow_elastic.ray.spec import (
     SpecError,
     WorkerGroup,
 )
+from airflow_elastic.ray.tune import TuneSweep
 
-__all__ = ["DEFAULT_RAY_VERSION", "SUBMISSION_MODES", "RayCluster", "RayHead", "RayJob", "SpecError", "WorkerGroup"]
+__all__ = [
+    "DEFAULT_RAY_VERSION",
+    "SUBMISSION_MODES",
+    "RayCluster",
+    "RayHead",
+    "RayJob",
+    "SpecError",
+    "TuneSweep",
+    "WorkerGroup",
+]

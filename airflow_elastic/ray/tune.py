@@ -20,8 +20,11 @@ operator keeps, so the same report (CSV, JSON, PNG) and result come out of eithe
   the trial stopped at fewer iterations than ``max_iterations`` (default: the most any terminated trial ran: an
   early-stopping scheduler such as ASHA stopped it); a trial still ``PENDING``/``RUNNING``/``PAUSED`` when the
   experiment ended is ``stopped``;
-* ``preemptions`` are the restarts Tune made from the trial's checkpoint (``num_failures`` of a trial that went on;
-  Tune cannot tell a lost node from a crash, the RayJob's pod evidence can).
+* ``preemptions`` are the times Tune restarted the trial: the reports where ``iterations_since_restore`` starts
+  again at 1 (a trial restored from its checkpoint after its worker was lost, which Ray 2.60 does without counting
+  a failure when the node was drained, as on a graceful spot reclaim), or Tune's ``num_failures`` when that says
+  more (a restart that failed before reporting; an errored trial's last failure is not a restart). Tune cannot tell
+  a lost node from a crash; the RayJob's pod evidence can.
 
 :class:`TuneSweep` is what ``RayJobOperator(tune=...)`` reads once the RayJob succeeded: where the experiment is, what
 it optimised, and where the report goes.
@@ -184,11 +187,11 @@ def _trial(
     }
     value = intermediate[max(intermediate)] if intermediate else None
     iterations = _iterations(rows)
-    failures = int(runtime.get("num_failures") or 0)
+    failures, restarts = int(runtime.get("num_failures") or 0), _restarts(rows)
     cause = ""
     if status == "ERROR":
         state = "failed"
-        failures = max(failures - 1, 0)  # the last failure ended it
+        failures -= 1  # the last failure ended it
         cause = _last_line(error) or "the trial errored (no error file)"
     elif status == "TERMINATED":
         state = "pruned" if iterations < full else "complete"
@@ -205,7 +208,7 @@ def _trial(
         value=value,
         intermediate=intermediate,
         cause=cause,
-        preemptions=failures,
+        preemptions=max(failures, restarts, 0),
         started_at=_time(runtime.get("start_time")),
         finished_at=_time(runtime.get("last_result_time")) if state != "stopped" else None,
     )
@@ -223,6 +226,12 @@ def _number(trial: Mapping[str, Any]) -> int:
             f"Ray Tune trial {trial.get('trial_id')!r}: experiment_tag {tag!r} does not start with its index"
         )
     return int(index) + 1
+
+
+def _restarts(rows: Sequence[Mapping[str, Any]]) -> int:
+    """Reports after the first where ``iterations_since_restore`` is 1 again: the trial was started over (from its
+    checkpoint, or from scratch without one)."""
+    return sum(1 for row in rows[1:] if row.get("iterations_since_restore") == 1)
 
 
 def _iterations(rows: Sequence[Mapping[str, Any]]) -> int:

@@ -134,9 +134,9 @@ def batch_calls(namespace: str, *, sync: bool) -> Calls:
     return found
 
 
-def ray_calls(namespace: str, *, sync: bool) -> Calls:
-    """A RayJob's hook: the RayJob (created first, deleted last) and its pods; the worker also reads the RayCluster,
-    the triggerer keeps RayJobs by list-then-watch (``RayJobTrigger``)."""
+def ray_calls(namespace: str, node: str, *, sync: bool) -> Calls:
+    """A RayJob's hook: the RayJob (created first, deleted last), its pods and their nodes (a lost worker's evidence);
+    the worker also reads the RayCluster, the triggerer keeps RayJobs by list-then-watch (``RayJobTrigger``)."""
     from airflow_elastic.ray import RayCluster, RayJob
     from airflow_elastic.ray.render import render_rayjob
 
@@ -144,6 +144,7 @@ def ray_calls(namespace: str, *, sync: bool) -> Calls:
     found: Calls = {
         "get_rayjob": [(namespace, name)],
         "list_rayjobs": [(namespace,)],
+        "get_node": [(node,)],
         **pod_calls(namespace, f"{name}-xxxxx"),
     }
     if sync:
@@ -182,12 +183,12 @@ def test_rbac_grants_each_identity_exactly_what_its_hooks_request(connection, na
     worker = {
         TrainingGroupHook: (TrainingGroupHookProtocol, group_calls(namespace, node, sync=True)),
         BatchJobHook: (BatchJobHookProtocol, batch_calls(namespace, sync=True)),
-        RayJobHook: (RayJobHookProtocol, ray_calls(namespace, sync=True)),
+        RayJobHook: (RayJobHookProtocol, ray_calls(namespace, node, sync=True)),
     }
     triggerer = {
         AsyncTrainingGroupHook: (AsyncTrainingGroupHookProtocol, group_calls(namespace, node, sync=False)),
         AsyncBatchJobHook: (AsyncBatchJobHookProtocol, batch_calls(namespace, sync=False)),
-        AsyncRayJobHook: (AsyncRayJobHookProtocol, ray_calls(namespace, sync=False)),
+        AsyncRayJobHook: (AsyncRayJobHookProtocol, ray_calls(namespace, node, sync=False)),
     }
     # Every method that talks to the API server is driven: a new one must be added here (and to the manifest).
     for hook_class, (protocol, calls) in (worker | triggerer).items():

@@ -45,7 +45,18 @@ def test_every_spot_platform_is_documented():
 PREEMPTION_DOC = ROOT / "docs" / "preemption.md"
 #: Where documents are cited from: everything the repository ships or runs, not the virtualenv or caches.
 SCANNED = ("*.py", "*.md", "*.toml", "*.yaml", "*.yml", "*.cfg", "*.txt", "Makefile", "*Dockerfile")
-SKIPPED = {".venv", ".venv-serving", ".venv-ray", ".git", "__pycache__", "build", "dist", ".pytest_cache", ".ruff_cache", "_build"}
+SKIPPED = {
+    ".venv",
+    ".venv-serving",
+    ".venv-ray",
+    ".git",
+    "__pycache__",
+    "build",
+    "dist",
+    ".pytest_cache",
+    ".ruff_cache",
+    "_build",
+}
 URL = re.compile(r"https?://[^\s)\]>`'\"]+")
 DOC = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b(?:#([\w-]+))?")
 SECTION = re.compile(r"§\s*(\d+(?:\.\d+)?)")

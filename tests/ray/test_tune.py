@@ -45,6 +45,20 @@ def test_every_tune_outcome_maps_to_the_sweep_state(experiment: TuneExperiment) 
     assert history.best("min") is by_lr[0.01]
 
 
+def test_a_restore_without_a_counted_failure_is_a_restart() -> None:
+    """Ray 2.60 restores a trial whose node was drained (a graceful spot reclaim) without counting a failure: the
+    trial's reports start ``iterations_since_restore`` again at 1 (seen end to end in the example's reclaim)."""
+    tag = {"trial_id": "t", "experiment_tag": "0_lr=0.1", "status": "TERMINATED", "relative_logdir": "t0"}
+    runtime = {"num_failures": 0, "start_time": 1.0, "last_result_time": 9.0}
+    rows = [
+        {"training_iteration": i, "iterations_since_restore": s, "val_loss": 1 / i}
+        for i, s in [(1, 1), (2, 2), (3, 1), (4, 2)]
+    ]
+    experiment = TuneExperiment({"trial_data": [[json.dumps(tag), json.dumps(runtime)]]}, {"t0": rows})
+    (trial,) = tune_history(experiment, objective="val_loss").trials
+    assert (trial.state, trial.preemptions, trial.value) == ("complete", 1, 0.25)
+
+
 def test_max_iterations_decides_what_counts_as_stopped_early(experiment: TuneExperiment) -> None:
     history = tune_history(experiment, objective="val_loss", max_iterations=2)
     assert [t.state for t in history.trials] == ["complete", "complete", "complete", "failed"]

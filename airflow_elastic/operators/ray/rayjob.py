@@ -60,8 +60,8 @@ class RayJobOperator(BaseOperator):
         job: a whole :class:`~airflow_elastic.ray.RayJob` instead of ``cluster`` and ``entrypoint`` (and the fields
             below); its entrypoint and runtime environment are templated too.
         runtime_env: Ray's runtime environment for the job, over the cluster's (templated).
-        submission_mode, submitter, shutdown_after_job_finishes, ttl_seconds_after_finished,
-            active_deadline_seconds, suspend, queue: the RayJob's fields as KubeRay defines them
+        submission_mode: with ``submitter``, ``shutdown_after_job_finishes``, ``ttl_seconds_after_finished``,
+            ``active_deadline_seconds``, ``suspend`` and ``queue``: the RayJob's fields as KubeRay defines them
             (:class:`~airflow_elastic.ray.RayJob`), passed through.
         namespace: target namespace (templated); default: the connection's ``namespace`` extra, else ``default``.
         kubernetes_conn_id: a ``kubernetes`` connection (templated) with an explicit cluster.
