@@ -34,6 +34,7 @@ FIRST = (
     "tests/examples/test_demo.py",
     "tests/examples/test_goodput_bench.py",
     "tests/examples/test_fault_tolerant_example.py",
+    "tests/examples/test_ray_sweep_example.py",
     "tests/operators/test_retry_adoption.py",
     "tests/package/test_packaging.py",
 )
