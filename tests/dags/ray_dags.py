@@ -47,6 +47,6 @@ with DAG(
     RayJobOperator(task_id="succeeds_sync", entrypoint=ANSWER, deferrable=False, **COMMON)
     RayJobOperator(
         task_id="fails",
-        entrypoint="python -c 'import sys; print(\"no data for {{ ds }}\", flush=True); sys.exit(3)'",
+        entrypoint="python -c 'import sys; print(\"no data for {{ run_id }}\", flush=True); sys.exit(3)'",
         **COMMON,
     )

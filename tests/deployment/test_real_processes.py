@@ -31,7 +31,7 @@ import re
 import shutil
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +44,15 @@ from tests.dags import real_processes_dag as dag_module
 from tests.support.airflow_env import CLUSTER_CONN_ID, airflow_environment, kubernetes_connection
 from tests.support.paths import DAGS, ROOT, load_dag_file
 from tests.support.processes import AirflowDeployment, deployment_environment, free_port, query
+from tests.support.raynodes import ray_namespace
 from tests.support.statsd import Received, StatsdListener
 from tests.support.training_group_helpers import JOBSET_RESOURCE, jobsets, pods_of, pods_watched, xcom
 
 DAG_ID = dag_module.DAG_ID
 #: The promotion test's DAGs, not imported here: they import ``nightly_promotion`` from the DAGs folder.
 GATE_DAG_FILE = ROOT / "tests" / "dags" / "promotion_gate_dag.py"
+RAY_DAG_FILE = ROOT / "tests" / "dags" / "ray_dags.py"
+RAY_DAG = "ray_job_outcomes"
 GATE, CONSUMER = "promotion_gate", "promotion_consumer"
 RUN_ID = "real_processes_run"
 DEFERRED, SYNC = "train_deferred", "train_sync"
@@ -84,13 +87,14 @@ def statsd() -> Iterator[StatsdListener]:
 def deployment(
     tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path, local_cluster: LocalCluster, statsd
 ) -> Iterator[AirflowDeployment]:
-    """Airflow's four components, running ``real_processes_dag.py`` and ``promotion_gate_dag.py`` (beside the
-    flagship's ``nightly_promotion.py``, which it imports) from a DAGs folder of their own; metrics to ``statsd``."""
+    """Airflow's four components, running ``real_processes_dag.py``, ``promotion_gate_dag.py`` (beside the
+    flagship's ``nightly_promotion.py``, which it imports) and ``ray_dags.py`` from a DAGs folder of their own;
+    metrics to ``statsd``."""
     home = tmp_path_factory.mktemp("airflow-home")
     db = Path(shutil.copyfile(migrated_airflow_db, home / "airflow.db"))
     dags = home / "dags"
     dags.mkdir()
-    for source in (Path(dag_module.__file__), GATE_DAG_FILE, DAGS / "nightly_promotion.py"):
+    for source in (Path(dag_module.__file__), GATE_DAG_FILE, RAY_DAG_FILE, DAGS / "nightly_promotion.py"):
         (dags / source.name).symlink_to(source.resolve())
     connection = kubernetes_connection(local_cluster.kubeconfig, "default")  # each task names its namespace
     base = airflow_environment(home, db, connections={CLUSTER_CONN_ID: connection})
@@ -291,16 +295,19 @@ def _training_metrics(received: list[Received]) -> dict[str, dict[str, tuple[str
     return found
 
 
-def _trigger_holder(airflow: AirflowDeployment) -> int | None:
-    """The id of the running triggerer job that holds ``train_deferred``'s trigger (``None``: nobody, yet)."""
+def _trigger_holder(
+    airflow: AirflowDeployment, dag_id: str = DAG_ID, run_id: str = RUN_ID, task_id: str = DEFERRED
+) -> int | None:
+    """The id of the running triggerer job that holds a task's trigger (default ``train_deferred``'s; ``None``:
+    nobody, yet)."""
     rows = query(
         airflow.db,
         "SELECT t.triggerer_id FROM task_instance ti JOIN trigger t ON t.id = ti.trigger_id "
         "JOIN job j ON j.id = t.triggerer_id WHERE ti.dag_id = ? AND ti.run_id = ? AND ti.task_id = ? "
         "AND j.state = 'running'",
-        DAG_ID,
-        RUN_ID,
-        DEFERRED,
+        dag_id,
+        run_id,
+        task_id,
     )
     return rows[0][0] if rows else None
 
@@ -457,3 +464,53 @@ def _consumed_events(airflow: AirflowDeployment) -> dict[int, str]:
         CONSUMER,
     )
     return dict(rows)
+
+
+@pytest.fixture
+def ray_ns(core: Any) -> Iterator[str]:
+    """A fresh namespace for Ray pods (skips without ``.venv-ray``)."""
+    yield from ray_namespace(core, "af-ray")
+
+
+def test_ray_jobs_under_the_real_scheduler_and_a_restarted_triggerer(
+    deployment: AirflowDeployment, local_cluster: LocalCluster, ray_ns: str
+):
+    """``tests/dags/ray_dags.py`` under Airflow's own components: three RayJobs at once on the local cluster's KubeRay
+    (real Ray 2.60 heads), the triggerer restarted while the deferred one waits. The new triggerer takes its
+    trigger over; each task instance created exactly one RayJob; the results and KubeRay's failure are as under
+    ``airflow dags test`` (``tests/ray/test_rayjob_dags.py``)."""
+    airflow, run_id, namespace = deployment, "ray_run", ray_ns
+    mark = local_cluster.request_count()
+    airflow.trigger(RAY_DAG, run_id, {"namespace": namespace})
+
+    def ti(task_id: str) -> dict:
+        return airflow.task_instance(RAY_DAG, run_id, task_id)
+
+    def log_of(task_id: str) -> Callable[[], str]:
+        return lambda: f"----- {task_id} -----\n{airflow.task_log(RAY_DAG, run_id, task_id, 1)[-6000:]}"
+
+    old = airflow.wait_until(
+        lambda: ti("succeeds").get("state") == "deferred" and _trigger_holder(airflow, RAY_DAG, run_id, "succeeds"),
+        180,
+        "the RayJob of succeeds to be awaited by a triggerer",
+        extra=log_of("succeeds"),
+    )
+    airflow.restart("triggerer", signal.SIGTERM)
+    airflow.wait_until(
+        lambda: (job := _trigger_holder(airflow, RAY_DAG, run_id, "succeeds")) not in (None, old) and job,
+        60,
+        f"a new triggerer to take the RayJob's trigger over (the old one ran as job {old})",
+    )
+
+    def finished() -> dict[str, str] | None:
+        states = {t: ti(t).get("state") for t in ("succeeds", "succeeds_sync", "fails")}
+        return states if all(s in ("success", "failed", "upstream_failed") for s in states.values()) else None
+
+    states = airflow.wait_until(finished, 400, "the three RayJob tasks to finish", extra=log_of("succeeds"))
+    assert states == {"succeeds": "success", "succeeds_sync": "success", "fails": "failed"}, log_of("fails")()
+    for task_id in ("succeeds", "succeeds_sync"):
+        value = xcom(airflow.db, RAY_DAG, task_id)
+        assert value["job_status"] == "SUCCEEDED" and value["reported"] == {"answer": 42, "task": task_id}, value
+    assert "reason=AppFailed" in airflow.task_log(RAY_DAG, run_id, "fails", 1), log_of("fails")()
+    creates = local_cluster.requests(since=mark, verb="create", resource="rayjobs.ray.io", namespace=namespace)
+    assert len([r for r in creates if r["code"] == 201]) == 3, creates
