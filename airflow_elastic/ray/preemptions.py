@@ -235,6 +235,77 @@ def _uid(pod: Obj) -> str:
 # ------------------------------------------------------------------------------------------------- the budget
 
 
+def charged_in(record: Any) -> list[dict[str, Any]]:
+    """The preemptions a ``task_state_store`` record charged (none once the task had its verdict: the next try starts
+    afresh)."""
+    if not isinstance(record, Mapping) or record.get("ended"):
+        return []
+    return [dict(entry) for entry in record.get("preemptions") or []]
+
+
+def unnamed_loss(rayjob: str, uid: str, end_time: str, failure: Mapping[str, Any] | None) -> Loss:
+    """The loss of a ``cluster_lost`` verdict that does not name its pod (an older trigger's event)."""
+    why = str((failure or {}).get("description") or "")
+    return Loss(rayjob, "head", "", f"{uid or rayjob}:cluster", "cluster_lost", True, end_time, why)
+
+
+def charge(
+    charged: Sequence[Mapping[str, Any]],
+    worker_losses: Iterable[Mapping[str, Any]],
+    failure: Mapping[str, Any] | None,
+    *,
+    rayjob: str,
+    uid: str = "",
+    end_time: str = "",
+) -> tuple[list[dict[str, Any]], list[Loss]]:
+    """``charged`` plus a verdict's preemptions not charged yet (worker pods by uid, then the lost head or submitter
+    pod of a ``cluster_lost`` failure), and the losses judged anew, in order (a worker pod that stopped for another
+    reason is among them, not charged)."""
+    known = {str(entry.get("uid")) for entry in charged}
+    losses = [Loss(**loss) for loss in worker_losses]
+    failure = failure or {}
+    if failure.get("preemption"):
+        losses.append(Loss(**failure["loss"]) if failure.get("loss") else unnamed_loss(rayjob, uid, end_time, failure))
+    out, new = [dict(entry) for entry in charged], []
+    for loss in losses:
+        if loss.uid in known:
+            continue
+        known.add(loss.uid)
+        new.append(loss)
+        if loss.preemption:
+            out.append(loss.charge())
+    return out, new
+
+
+@dataclass(frozen=True)
+class LostHead:
+    """A RayJob that lost its head (or submitter) pod to a preemption: the next one is submitted.
+
+    Attributes:
+        where: ``RayJob namespace/name``.
+        loss: the lost pod (:meth:`Loss.to_json`).
+        count: the preemptions charged, this one included.
+        resubmit: this verdict closed the task's current RayJob (else it was judged before, and the next RayJob
+            already exists: it is adopted).
+    """
+
+    where: str
+    loss: Mapping[str, Any]
+    count: int
+    resubmit: bool = True
+
+    @property
+    def verb(self) -> str:
+        """How the log names the next RayJob."""
+        return "resubmitting as" if self.resubmit else "already resubmitted as"
+
+    def message(self, max_preemptions: int) -> str:
+        """``RayJob x lost its head pod p to spot_reclaim (preemption 1/3)``."""
+        role, pod, cause = self.loss.get("role") or "head", self.loss.get("pod"), self.loss.get("cause")
+        which = f"{role} pod {pod}" if pod else f"{role} pod"
+        return f"{self.where} lost its {which} to {cause} (preemption {self.count}/{max_preemptions})"
+
+
 def remaining(max_preemptions: int, charged: Sequence[Mapping[str, Any]]) -> int:
     """The preemptions still allowed after ``charged`` (the recorded ones)."""
     return max(max_preemptions - len(charged), 0)

@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from airflow_elastic import SpecError
-from airflow_elastic.ray.preemptions import WorkerWatch, exhausted, judge, node_names, worker_pods
+from airflow_elastic.ray.preemptions import (
+    LostHead,
+    WorkerWatch,
+    charge,
+    charged_in,
+    exhausted,
+    judge,
+    node_names,
+    worker_pods,
+)
 from airflow_elastic.ray.tune import TuneSweep
 
 CLUSTER = "tune-k3x9q2-kd8s2"
@@ -112,6 +121,22 @@ def test_the_budget_message_names_it_and_every_preemption():
     text = exhausted(1, charged)
     assert "max_preemptions=1" in text and "2 preemption(s)" in text
     assert f"RayJob a: worker pod w1 lost to spot_reclaim at {END}" in text and "head pod h lost to eviction" in text
+
+
+def test_a_verdict_charges_each_preemption_once_and_names_an_unnamed_lost_head():
+    reclaim = {"rayjob": "j", "role": "worker", "pod": "w1", "uid": "u1", "cause": "spot_reclaim", "preemption": True}
+    oom = {**reclaim, "pod": "w2", "uid": "u2", "cause": "oom", "preemption": False}
+    charged, new = charge([], [reclaim, oom, reclaim], None, rayjob="j")
+    assert [c["uid"] for c in charged] == ["u1"] and [loss.uid for loss in new] == ["u1", "u2"]
+    assert "preemption" not in charged[0]  # the record keeps the charge, not the flag
+    failure = {"kind": "cluster_lost", "preemption": True, "description": "the head's node is gone"}
+    again, new = charge(charged, [reclaim], failure, rayjob="j", uid="uid-j", end_time="T")
+    assert [c["uid"] for c in again] == ["u1", "uid-j:cluster"] and [loss.role for loss in new] == ["head"]
+    assert again[1]["description"] == "the head's node is gone" and again[1]["at"] == "T"
+    assert charged_in({"preemptions": again}) == again and charged_in({"preemptions": again, "ended": True}) == []
+    lost = LostHead("RayJob ns/j", again[1], 2)
+    assert lost.message(3) == "RayJob ns/j lost its head pod to cluster_lost (preemption 2/3)"
+    assert lost.verb == "resubmitting as" and LostHead("w", {}, 1, resubmit=False).verb == "already resubmitted as"
 
 
 def test_tune_sweep_is_validated_and_reports_under_the_experiment_by_default():

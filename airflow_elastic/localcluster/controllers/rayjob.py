@@ -62,6 +62,12 @@ from typing import Any
 from airflow_elastic.localcluster import errors, raydashboard
 from airflow_elastic.localcluster.controller import Controller, Key, own_key, owner_key
 from airflow_elastic.localcluster.controllers.rayclusterspec import head_service_name
+from airflow_elastic.localcluster.controllers.rayjobcleanup import (
+    REQUEUE_SECONDS,
+    TIME_FORMAT,
+    RayJobCleanup,
+    parse_time,
+)
 from airflow_elastic.localcluster.controllers.rayjobspec import (
     CLUSTER_SELECTOR_KEY,
     FINALIZER,
@@ -81,7 +87,6 @@ from airflow_elastic.localcluster.resources import JOBS, RAYCLUSTERS, RAYJOBS, S
 from airflow_elastic.localcluster.store import Obj, Store, now
 
 COMPONENT = "rayjob-controller"
-REQUEUE_SECONDS = 3.0  # RayJobDefaultRequeueDuration
 SUBMITTER_FINISHED_TIMEOUT = 30  # DefaultSubmitterFinishedTimeout
 GRACE_PERIOD_ENV, DEFAULT_GRACE_PERIOD = "RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS", 300
 STATUS_CHECK_TIMEOUT_ENV, DEFAULT_STATUS_CHECK_TIMEOUT = "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS", 300
@@ -89,8 +94,6 @@ DELETE_RAYJOB_ENV = "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES"
 TERMINAL_JOB = ("STOPPED", "SUCCEEDED", "FAILED")
 TERMINAL_DEPLOYMENT = ("Complete", "Failed")
 GRACE_REASON = "JobDeploymentStatusTransitionGracePeriodExceeded"
-POLICY_ORDER = {"DeleteSelf": 4, "DeleteCluster": 3, "DeleteWorkers": 2, "DeleteNone": 1}
-_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _CLUSTER_STATUS_KEYS = (
     *("state", "reason", "readyWorkerReplicas", "availableWorkerReplicas", "desiredWorkerReplicas"),
     *("minWorkerReplicas", "maxWorkerReplicas", "endpoints", "head", "conditions"),
@@ -105,17 +108,13 @@ UPDATE = _Update()
 Step = float | None | _Update
 
 
-def _time(stamp: str) -> datetime:
-    return datetime.strptime(stamp, _FORMAT).replace(tzinfo=UTC)
-
-
 def _go_time(stamp: str) -> str:
     """A ``metav1.Time`` printed with ``%v`` (``2026-12-02 19:30:00 +0000 UTC``)."""
-    return _time(stamp).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
+    return parse_time(stamp).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
 
 
 def _millis(value: int) -> str:
-    return datetime.fromtimestamp(value / 1000, UTC).strftime(_FORMAT)
+    return datetime.fromtimestamp(value / 1000, UTC).strftime(TIME_FORMAT)
 
 
 def _env_seconds(name: str, default: int, *, positive: bool = False) -> int:
@@ -136,7 +135,7 @@ def _condition(job: Obj, kinds: tuple[str, ...]) -> Obj | None:
     return next((c for c in conditions if c.get("type") in kinds and c.get("status") == "True"), None)
 
 
-class RayJobController(Controller):
+class RayJobController(RayJobCleanup, Controller):
     """Reconciles RayJobs; keys are (namespace, RayJob name)."""
 
     name = COMPONENT
@@ -349,7 +348,7 @@ class RayJobController(Controller):
         ``preRunningDeadlineSeconds`` ``checkPreRunningDeadlineAndUpdateStatusIfNeeded``."""
         seconds = rayjob["spec"].get(field)
         start = status.get("startTime")
-        if seconds is None or not start or datetime.now(UTC) < _time(start) + timedelta(seconds=seconds):
+        if seconds is None or not start or datetime.now(UTC) < parse_time(start) + timedelta(seconds=seconds):
             return False
         label = field[0].upper() + field[1:]
         message = f"The RayJob has passed the {field}. StartTime: {_go_time(start)}. {label}: {seconds}"
@@ -362,7 +361,7 @@ class RayJobController(Controller):
         if status.get("jobStatus") not in TERMINAL_JOB or not end:
             return False
         grace = _env_seconds(GRACE_PERIOD_ENV, DEFAULT_GRACE_PERIOD)
-        if datetime.now(UTC) < _time(end) + timedelta(seconds=grace):
+        if datetime.now(UTC) < parse_time(end) + timedelta(seconds=grace):
             return False
         deployment = "Failed" if status.get("jobStatus") == "FAILED" else "Complete"
         status.update(jobDeploymentStatus=deployment, reason=GRACE_REASON)
@@ -378,10 +377,10 @@ class RayJobController(Controller):
         if not since:
             return False
         timeout = _env_seconds(STATUS_CHECK_TIMEOUT_ENV, DEFAULT_STATUS_CHECK_TIMEOUT, positive=True)
-        if datetime.now(UTC) < _time(since) + timedelta(seconds=timeout):
+        if datetime.now(UTC) < parse_time(since) + timedelta(seconds=timeout):
             return False
         message = (
-            f"Job status checks have been failing since {_time(since).strftime('%Y-%m-%d %H:%M:%S')}; "
+            f"Job status checks have been failing since {parse_time(since).strftime('%Y-%m-%d %H:%M:%S')}; "
             f"exceeded timeout of {timeout}s"
         )
         return self._fail(status, "JobStatusCheckTimeoutExceeded", message)
@@ -407,7 +406,7 @@ class RayJobController(Controller):
                     f"Message: {failed.get('message', '')}"
                 )
         finished = _condition(job, ("Complete", "Failed"))
-        at = _time(finished["lastTransitionTime"]) if finished and finished.get("lastTransitionTime") else None
+        at = parse_time(finished["lastTransitionTime"]) if finished and finished.get("lastTransitionTime") else None
         return failed is not None, at
 
     def _submitter_finished_timeout(self, status: Obj, finished_at: datetime | None) -> bool:
@@ -516,92 +515,6 @@ class RayJobController(Controller):
             self._event(rayjob, "Warning", "FailedToUpdateService", message)
             return
         self._event(rayjob, "Normal", "UpdatedService", f"Updated the service {ns}/{name}")
-
-    def _delete_cluster(self, rayjob: Obj, status: Obj) -> bool:
-        """``deleteClusterResources``: True once the RayCluster is gone."""
-        if rayjob["spec"].get("clusterSelector"):
-            return True
-        ns, name = rayjob["metadata"]["namespace"], status.get("rayClusterName", "")
-        return self._delete(rayjob, RAYCLUSTERS, name, ("DeletedRayCluster", f"Deleted cluster {ns}/{name}"))
-
-    def _delete(
-        self, rayjob: Obj, res: Resource, name: str, event: tuple[str, str], propagation: str | None = None
-    ) -> bool:
-        """Delete ``name`` once (``event``: reason and message); True once it is gone."""
-        ns = rayjob["metadata"]["namespace"]
-        found = self.store.find(res, ns, name) if name else None
-        if found is None:
-            return True
-        if not found["metadata"].get("deletionTimestamp"):
-            with contextlib.suppress(errors.NotFound):
-                self.store.delete(res, ns, name, propagation=propagation)
-            self._event(rayjob, "Normal", *event)
-        return False
-
-    def _delete_submitter(self, rayjob: Obj) -> bool:
-        """``deleteSubmitterJob``: True once the submitter Job is gone (none in ``HTTPMode``)."""
-        if submission_mode(rayjob) == "HTTPMode":
-            return True
-        ns, name = rayjob["metadata"]["namespace"], rayjob["metadata"]["name"]
-        event = ("DeletedRayJobSubmitter", f"Deleted submitter K8s Job {ns}/{name}")
-        return self._delete(rayjob, JOBS, name, event, "Background")
-
-    def _left(self, status: Obj, ttl: int) -> float | None:
-        """Seconds until ``endTime + ttl`` plus upstream's 2 s buffer (``requeueDelayFor``), or None once due."""
-        end = status.get("endTime")
-        if not end:
-            return None
-        due = _time(end) + timedelta(seconds=ttl)
-        left = (due - datetime.now(UTC)).total_seconds()
-        return left + 2 if left > 0 else None
-
-    def _deletion_rules(self, rayjob: Obj, status: Obj, rules: list[Obj]) -> Step:
-        """``handleDeletionRules``: the most destructive overdue rule not yet done, then the next pending one."""
-        overdue, pending = [], []
-        for rule in rules:
-            cond = rule.get("condition") or {}
-            if "jobStatus" in cond:
-                matched = cond["jobStatus"] == status.get("jobStatus", "")
-            else:
-                matched = cond.get("jobDeploymentStatus") == status.get("jobDeploymentStatus")
-            if not matched:
-                continue
-            left = self._left(status, int(cond.get("ttlSeconds") or 0))
-            if left is not None:
-                pending.append(left)
-            elif not self._done(rayjob, status, rule["policy"]):
-                overdue.append(rule)
-        if overdue:
-            self._execute(rayjob, status, max(overdue, key=lambda r: POLICY_ORDER.get(r["policy"], 0))["policy"])
-        return min(pending) if pending else None
-
-    def _done(self, rayjob: Obj, status: Obj, policy: str) -> bool:
-        """``isDeletionActionCompleted``."""
-        cluster = self.store.find(RAYCLUSTERS, rayjob["metadata"]["namespace"], status.get("rayClusterName", ""))
-        gone = cluster is None or bool(cluster["metadata"].get("deletionTimestamp"))
-        if policy == "DeleteWorkers":
-            return gone or all(g.get("suspend") for g in (cluster or {}).get("spec", {}).get("workerGroupSpecs") or [])
-        return {"DeleteCluster": gone, "DeleteSelf": False}.get(policy, True)
-
-    def _execute(self, rayjob: Obj, status: Obj, policy: str) -> Step:
-        """``executeDeletionPolicy``."""
-        ns = rayjob["metadata"]["namespace"]
-        if policy == "DeleteCluster":
-            self._delete_cluster(rayjob, status)
-        elif policy == "DeleteWorkers":
-            name = status.get("rayClusterName", "")
-            cluster = copy.deepcopy(self.store.find(RAYCLUSTERS, ns, name))
-            if cluster is None:
-                return REQUEUE_SECONDS
-            for group in cluster["spec"].get("workerGroupSpecs") or []:
-                group["suspend"] = True
-            self.store.update(RAYCLUSTERS, cluster)
-            message = f"Set the `suspend` field to true for all worker groups in cluster {ns}/{name}"
-            self._event(rayjob, "Normal", "UpdatedRayCluster", message)
-        elif policy == "DeleteSelf":
-            with contextlib.suppress(errors.NotFound):
-                self.store.delete(RAYJOBS, ns, rayjob["metadata"]["name"])
-        return None
 
     async def _finalize(self, rayjob: Obj) -> float | None:
         """A RayJob being deleted: stop a Ray job that may still run, then drop the finalizer."""

@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_elastic.operators import reruns
 from airflow_elastic.ray import RayCluster, RayJob
+from airflow_elastic.ray.preemptions import LostHead, charged_in, unnamed_loss
 from airflow_elastic.ray.tune import TuneSweep
 from airflow_elastic.training.spec import Resources, SpecError
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
     from airflow_elastic.hooks.ray import RayJobHook
     from airflow_elastic.operators.identity import StateStore, TaskIdentity
-    from airflow_elastic.ray.preemptions import Loss
     from airflow_elastic.ray.status import RayJobEvent
 
 #: ``task_state_store`` key of this task instance's RayJob: ``{name, namespace, epoch, uid, closed, preemptions}``, plus
@@ -206,7 +206,7 @@ class RayJobOperator(BaseOperator):
         hook: RayJobHook,
         identity: TaskIdentity,
         namespace: str,
-        lost: _Lost | None = None,
+        lost: LostHead | None = None,
     ) -> dict[str, Any]:
         """Adopt or create the current RayJob and wait for it: deferred (raises ``TaskDeferred``), or here, submitting
         the next RayJob after each lost head until the verdict. ``lost``: the preemption that ended the last one."""
@@ -230,7 +230,7 @@ class RayJobOperator(BaseOperator):
             if self.deferrable:
                 self._defer(context, hook, namespace, name, str(rayjob["metadata"].get("uid") or ""))
             judged = self._finish(context, hook, self._wait_here(context, hook, namespace, name))
-            if not isinstance(judged, _Lost):
+            if not isinstance(judged, LostHead):
                 return judged
             lost = judged
 
@@ -299,7 +299,7 @@ class RayJobOperator(BaseOperator):
         """The preemptions left, and the uids of the pods already charged (from ``task_state_store``)."""
         from airflow_elastic.ray.preemptions import remaining
 
-        charged = _charged(context["task_state_store"].get(STATE_KEY))
+        charged = charged_in(context["task_state_store"].get(STATE_KEY))
         return remaining(self.max_preemptions, charged), [str(entry.get("uid") or "") for entry in charged]
 
     def _wait_here(self, context: Context, hook: RayJobHook, namespace: str, name: str) -> RayJobEvent:
@@ -361,14 +361,14 @@ class RayJobOperator(BaseOperator):
         self._current = (verdict.namespace, verdict.name)
         hook = self.hook()
         judged = self._finish(context, hook, verdict)
-        if not isinstance(judged, _Lost):
+        if not isinstance(judged, LostHead):
             return judged
         return self._run(context, hook, TaskIdentity.from_ti(context["ti"]), verdict.namespace, judged)
 
     # -------------------------------------------------------------------------------------------- finish
 
-    def _finish(self, context: Context, hook: RayJobHook, event: RayJobEvent) -> dict[str, Any] | _Lost:
-        """The task's result, or the lost head to resubmit after (:class:`_Lost`); raises on any other end. Charges
+    def _finish(self, context: Context, hook: RayJobHook, event: RayJobEvent) -> dict[str, Any] | LostHead:
+        """The task's result, or the lost head to resubmit after (:class:`LostHead`); raises on any other end. Charges
         the event's preemptions (each once) in ``task_state_store``."""
         from airflow_elastic.ray.preemptions import exhausted
         from airflow_elastic.ray.status import describe
@@ -387,7 +387,7 @@ class RayJobOperator(BaseOperator):
         raw = store.get(STATE_KEY)
         record: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
         mine = record.get("name") == event.name  # else a verdict judged before (a repeated event): nothing to write
-        charged: list[Any] = self._charge(event, _charged(record))
+        charged: list[Any] = self._charge(event, charged_in(record))
         failure = event.failure or {}
         over = len(charged) > self.max_preemptions
 
@@ -405,8 +405,8 @@ class RayJobOperator(BaseOperator):
             )
         if event.status == "failed" and failure.get("preemption"):
             close()
-            head = failure.get("loss") or _unnamed(event).to_json()
-            return _Lost(where, head, len(charged), resubmit=mine)
+            head = failure.get("loss") or unnamed_loss(event.name, event.uid, event.end_time, failure).to_json()
+            return LostHead(where, head, len(charged), resubmit=mine)
         result = {**event.result(), "preemptions": charged}
         if event.status == "succeeded" and self.tune is not None:
             try:
@@ -429,29 +429,24 @@ class RayJobOperator(BaseOperator):
         return result
 
     def _charge(self, event: RayJobEvent, charged: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``charged`` plus the event's preemptions not charged yet (worker pods by uid, then the lost head or
-        submitter pod), each logged; a worker pod that stopped for another reason is logged, not charged."""
-        from airflow_elastic.ray.preemptions import Loss
+        """``charged`` plus the event's preemptions not charged yet (:func:`~airflow_elastic.ray.preemptions.charge`),
+        each new loss logged."""
+        from airflow_elastic.ray.preemptions import charge
 
-        known = {str(entry.get("uid")) for entry in charged}
-        losses = [Loss(**loss) for loss in event.worker_losses]
-        failure = event.failure or {}
-        if failure.get("preemption"):  # the lost head or submitter pod (an older trigger's event does not name it)
-            losses.append(Loss(**failure["loss"]) if failure.get("loss") else _unnamed(event))
-        out = list(charged)
-        for loss in losses:
-            if loss.uid in known:
-                continue
-            known.add(loss.uid)
+        out, new = charge(
+            charged, event.worker_losses, event.failure, rayjob=event.name, uid=event.uid, end_time=event.end_time
+        )
+        count = len(charged)
+        for loss in new:
             if not loss.preemption:
                 self.log.info("%s: not a preemption (Ray replaces the worker); not charged", loss.describe())
                 continue
-            out.append(loss.charge())
+            count += 1
             if loss.role == "worker":
                 self.log.warning(
                     "%s: absorbed, KubeRay replaces the worker (preemption %d, max_preemptions=%d)",
                     loss.describe(),
-                    len(out),
+                    count,
                     self.max_preemptions,
                 )
         return out
@@ -484,49 +479,6 @@ class RayJobOperator(BaseOperator):
             self.log.info("Keeping RayJob %s/%s (on_kill_action='keep')", namespace, name)
             return
         self._delete(self.hook(), namespace, name, "the task was killed")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Lost:
-    """A RayJob that lost its head (or submitter) pod to a preemption: the next one is submitted.
-
-    Attributes:
-        where: ``RayJob namespace/name``.
-        loss: the lost pod (:meth:`airflow_elastic.ray.preemptions.Loss.to_json`).
-        count: the preemptions charged, this one included.
-        resubmit: this verdict closed the task's current RayJob (else it was judged before, and the next RayJob
-            already exists: it is adopted).
-    """
-
-    where: str
-    loss: Mapping[str, Any]
-    count: int
-    resubmit: bool = True
-
-    @property
-    def verb(self) -> str:
-        """How the log names the next RayJob."""
-        return "resubmitting as" if self.resubmit else "already resubmitted as"
-
-    def message(self, max_preemptions: int) -> str:
-        """``RayJob x lost its head pod p to spot_reclaim (preemption 1/3)``."""
-        role, pod, cause = self.loss.get("role") or "head", self.loss.get("pod"), self.loss.get("cause")
-        return f"{self.where} lost its {role} pod {pod} to {cause} (preemption {self.count}/{max_preemptions})"
-
-
-def _unnamed(event: RayJobEvent) -> Loss:
-    """The loss of a ``cluster_lost`` verdict that does not name its pod."""
-    from airflow_elastic.ray.preemptions import Loss
-
-    why = str((event.failure or {}).get("description") or "")
-    return Loss(event.name, "head", "", f"{event.uid or event.name}:cluster", "cluster_lost", True, event.end_time, why)
-
-
-def _charged(record: Any) -> list[dict[str, Any]]:
-    """The preemptions ``record`` charged (none once the task had its verdict: the next try starts afresh)."""
-    if not isinstance(record, Mapping) or record.get("ended"):
-        return []
-    return [dict(entry) for entry in record.get("preemptions") or []]
 
 
 def _get(hook: RayJobHook, namespace: str, name: str) -> dict[str, Any] | None:
