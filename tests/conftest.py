@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.cluster import CONN_ID, Kubectl
 from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 #: Fixtures kept beside the helpers they use.
 pytest_plugins = ("tests.support.airflow_fixtures", "tests.support.cpu_report")
@@ -105,7 +106,46 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             from tests.support import cpu_report
 
             cpu_report.SESSION_CLUSTER_PID[:] = [cluster.process.pid]
+        SESSION_CLUSTER[:] = [cluster]
         yield cluster
+
+
+#: The session's local cluster once a test has started it (for :func:`session_nodes_restored`).
+SESSION_CLUSTER: list[LocalCluster] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def session_nodes_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test file, the session cluster has its default nodes again, ready and schedulable: a file that
+    reclaims a node without a replacement (``replace_after``) fails here, not some later file whose pods then share
+    the one node left."""
+    yield
+    if not SESSION_CLUSTER:
+        return
+    from airflow_elastic.localcluster.config import DEFAULT_POOLS
+
+    core = request.getfixturevalue("core")
+
+    def short() -> dict[str, int]:
+        usable: dict[str, int] = {}
+        for node in core.list_node().items:
+            pool = next((p for p in DEFAULT_POOLS if node.metadata.name.startswith(f"{p.name}-")), None)
+            ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            extra = {t.key for t in node.spec.taints or []} - {t["key"] for t in pool.taints} if pool else set()
+            if pool and ready and not node.spec.unschedulable and not extra:
+                usable[pool.name] = usable.get(pool.name, 0) + 1
+        return {p.name: usable.get(p.name, 0) for p in DEFAULT_POOLS if usable.get(p.name, 0) < p.count}
+
+    if short():
+        # A reclaim may still be replacing its node; give it a minute.
+        wait_for(
+            lambda: not short(),
+            60,
+            what=lambda: (
+                f"the session cluster's pools refilled (usable nodes, where short: {short()}); "
+                "did a reclaim not say replace_after?"
+            ),
+        )
 
 
 @pytest.fixture

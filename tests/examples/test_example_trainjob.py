@@ -44,7 +44,17 @@ class TrainJobReclaim(Reclaim):
         if not {"0", "1"} <= running.keys():
             return None
         # The scenario is a survivor's: the reclaim must not take node 0 along.
-        assert running["0"].spec.node_name != running["1"].spec.node_name, "both TrainJob pods run on one node"
+        if running["0"].spec.node_name == running["1"].spec.node_name:
+            others = [
+                f"{p.metadata.namespace}/{p.metadata.name} {p.status.phase} on {p.spec.node_name}"
+                for p in self.core.list_pod_for_all_namespaces().items
+                if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+            ]
+            nodes = [
+                f"{n.metadata.name} unschedulable={n.spec.unschedulable} taints={[t.key for t in n.spec.taints or []]}"
+                for n in self.core.list_node().items
+            ]
+            raise AssertionError(f"both TrainJob pods on {running['0'].spec.node_name}; pods: {others}; nodes: {nodes}")
         return running["1"]
 
 

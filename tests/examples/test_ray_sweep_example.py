@@ -1,8 +1,8 @@
 """``dags/example_ray_sweep.py`` end to end under ``airflow dags test``: a Ray Tune sweep (ASHA over an MLP on the
 digits) as one RayJob on the local cluster's KubeRay, a real Ray 2.60 head and a spot worker, and the spot worker's
-node reclaimed (GKE style) once a trial has checkpointed: try 1 succeeds, KubeRay replaces the worker, Tune resumes
-the interrupted trials from their checkpoints, the result lists the reclaim as a charged preemption, and the sweep's
-report is the native sweep's."""
+node reclaimed (GKE style, the node then replaced) once a trial has checkpointed: try 1 succeeds, KubeRay replaces
+the worker, Tune resumes the interrupted trials from their checkpoints, the result lists the reclaim as a charged
+preemption, and the sweep's report is the native sweep's."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def reclaim_the_worker_after_a_checkpoint(
     running = [p for p in workers if p.status.phase == "Running" and p.spec.node_name]
     if running:
         seen["pod"], seen["node"] = running[0].metadata.name, running[0].spec.node_name
-        seen["reclaim"] = cluster.preempt_node(running[0].spec.node_name, "gke", grace_seconds=GRACE)
+        seen["reclaim"] = cluster.preempt_node(running[0].spec.node_name, "gke", grace_seconds=GRACE, replace_after=1)
 
 
 def test_the_ray_sweep_absorbs_a_reclaimed_worker_and_reports_like_the_native_sweep(

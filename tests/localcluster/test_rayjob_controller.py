@@ -50,12 +50,27 @@ def _status(custom, ns: str, name: str) -> dict[str, Any]:
     return _get(custom, ns, name).get("status") or {}
 
 
+def _seen(custom, ns: str, name: str) -> str:
+    """The RayJob's status, and each pod of the namespace with its phase and the end of its log (for a failure)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(custom.api_client)
+    lines = [f"status {_status(custom, ns, name)}"]
+    for pod in core.list_namespaced_pod(ns).items:
+        log = (
+            core.read_namespaced_pod_log(pod.metadata.name, ns, tail_lines=15) if pod.status.phase != "Pending" else ""
+        )
+        lines.append(f"--- pod {pod.metadata.name} {pod.status.phase} on {pod.spec.node_name}:\n{log}")
+    return "\n".join(lines)
+
+
 def _deployment(custom, ns: str, name: str, *wanted: str) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
         status = _status(custom, ns, name)
         return status if status.get("jobDeploymentStatus") in wanted else None
 
-    return wait_for(reached, 300, what=lambda: f"RayJob {name} {wanted}, now {_status(custom, ns, name)}", interval=1.0)
+    # Within pytest-timeout (300 s, with the fixture's other waits), so a failure says what was seen.
+    return wait_for(reached, 200, what=lambda: f"RayJob {name} {wanted}; {_seen(custom, ns, name)}", interval=1.0)
 
 
 def _clusters(custom, ns: str, rayjob_name: str) -> list[dict[str, Any]]:

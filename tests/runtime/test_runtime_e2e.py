@@ -105,7 +105,7 @@ def test_spot_reclaim_resumes_from_latest_checkpoint(
         (worker,) = jobsets.live_pods(f"{J}replicatedjob-name=worker")
         node = worker.spec.node_name
         assert node.startswith("spot"), node
-        local_cluster.preempt_node(node, style="gke", grace_seconds=3, delete_after=2)
+        local_cluster.preempt_node(node, style="gke", grace_seconds=3, delete_after=2, replace_after=0.5)
 
         js = jobsets.wait_terminal("resume-e2e", timeout=120)
         assert js["status"]["terminalState"] == "Completed", js["status"]
