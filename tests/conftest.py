@@ -122,9 +122,13 @@ def session_nodes_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if not SESSION_CLUSTER:
         return
+    from kubernetes import client, config
+
     from airflow_elastic.localcluster.config import DEFAULT_POOLS
 
-    core = request.getfixturevalue("core")
+    # A client of its own: the session's ``core`` may never have been made (a file with a cluster of its own).
+    api = config.new_client_from_config(config_file=str(SESSION_CLUSTER[0].kubeconfig))
+    core = client.CoreV1Api(api)
 
     def short() -> dict[str, int]:
         usable: dict[str, int] = {}
@@ -136,8 +140,7 @@ def session_nodes_restored(request: pytest.FixtureRequest) -> Iterator[None]:
                 usable[pool.name] = usable.get(pool.name, 0) + 1
         return {p.name: usable.get(p.name, 0) for p in DEFAULT_POOLS if usable.get(p.name, 0) < p.count}
 
-    if short():
-        # A reclaim may still be replacing its node; give it a minute.
+    try:  # a reclaim may still be replacing its node: give it a minute
         wait_for(
             lambda: not short(),
             60,
@@ -146,6 +149,8 @@ def session_nodes_restored(request: pytest.FixtureRequest) -> Iterator[None]:
                 "did a reclaim not say replace_after?"
             ),
         )
+    finally:
+        api.close()
 
 
 @pytest.fixture
