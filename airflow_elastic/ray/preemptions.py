@@ -1,6 +1,6 @@
 """The Ray pods a RayJob lost, and the preemption budget they are charged to (pure).
 
-A Ray cluster loses pods in two ways that matter differently (KubeRay v1.7.0,
+A Ray cluster loses pods in ways that cost differently (KubeRay v1.7.0,
 ``ray-operator/controllers/ray/raycluster_controller.go``: ``shouldDeletePod`` deletes a pod that reached ``Failed``
 or ``Succeeded``, and the group's missing replicas are created again; Ray reschedules the lost node's tasks, Tune
 restores the trials from their checkpoints):
@@ -9,9 +9,12 @@ restores the trials from their checkpoints):
   on, but the loss is counted once (by pod uid) and charged to ``max_preemptions``, so a pool that keeps being
   reclaimed cannot burn capacity forever. A worker pod that stopped for another reason (its process failed, OOM) is
   replaced the same way and only logged: it is not a preemption;
-* the **head** (or the submitter) pod lost to the platform fails the RayJob
-  (:func:`airflow_elastic.ray.status.failure`: ``cluster_lost``); the operator charges it to the same budget and
-  submits the next RayJob.
+* the **head** pod lost to the platform while the RayJob runs is absorbed too, at a higher price: KubeRay creates a
+  new head, whose new GCS knows no job, and the submitter Job's next pod (``backoffLimit`` 2) submits the Ray job
+  again under the same id, so it starts over on the new head (the driver resumes from its own checkpoints). It is
+  counted and charged the same way. Only when the submitter runs out of retries does the RayJob fail
+  (:func:`airflow_elastic.ray.status.failure`: ``cluster_lost``, the lost head or submitter pod as the evidence); the
+  operator charges that pod (once: a head already counted is not charged again) and submits the next RayJob.
 
 Why a pod stopped is :func:`airflow_elastic.preemption.classify.classify`'s verdict, as for training pods, with one
 decision of ours: a worker deleted before any of its containers started (classified ``deleted-before-start``) lost
@@ -77,9 +80,12 @@ class Loss:
         return {k: v for k, v in self.to_json().items() if k != "preemption"}
 
     def describe(self) -> str:
-        """``RayJob x: worker pod p lost at T: <verdict>``."""
+        """``RayJob x: worker pod p lost at T: <verdict>`` (for a head, what KubeRay does next)."""
         when = f" at {self.at}" if self.at else ""
-        return f"RayJob {self.rayjob}: {self.role} pod {self.pod} lost{when}: {self.description}"
+        said = f"RayJob {self.rayjob}: {self.role} pod {self.pod} lost{when}: {self.description}"
+        if self.role == "head":
+            said += " (KubeRay starts a new head; the submitter submits the Ray job again, from its start)"
+        return said
 
 
 def stopped(pod: Obj, gone: bool) -> bool:
@@ -136,7 +142,7 @@ def judge(
     )
 
 
-# ----------------------------------------------------------------------------------------------- the workers
+# -------------------------------------------------------------------------------------------- the cluster's pods
 
 
 def ray_pods(pods: Iterable[Obj], cluster_name: str, node_type: str) -> list[Obj]:
@@ -157,16 +163,16 @@ def worker_pods(pods: Iterable[Obj], cluster_name: str) -> list[Obj]:
 
 
 def node_names(pods: Iterable[Obj]) -> set[str]:
-    """The nodes ``pods`` ran on: the Node objects :func:`worker_losses` judges them with."""
+    """The nodes ``pods`` ran on: the Node objects :meth:`LossWatch.judge` judges them with."""
     return {str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}
 
 
 @dataclass
-class WorkerWatch:
-    """The worker pods a RayJob's cluster lost while it ran, each judged once (by pod uid).
+class LossWatch:
+    """The head and worker pods a RayJob's cluster lost while it ran, each judged once (by pod uid).
 
-    Both waiters (the trigger, the sync poll) call, per look: :meth:`pending` (the stopped workers not judged yet),
-    read their nodes (the only I/O), then :meth:`judge`. A worker that is only being deleted is judged once its
+    Both waiters (the trigger, the sync poll) call, per look: :meth:`pending` (the stopped pods not judged yet),
+    read their nodes (the only I/O), then :meth:`judge`. A pod that is only being deleted is judged once its
     evidence is final (it ended or is gone), unless it already shows a preemption.
 
     Attributes:
@@ -182,11 +188,12 @@ class WorkerWatch:
     losses: list[Loss] = field(default_factory=list)
 
     def pending(self, pods: Iterable[Obj], cluster_name: str, gone: Iterable[str] = ()) -> list[Obj]:
-        """The cluster's worker pods that stopped (``gone``: names of pods known deleted) and were not judged yet."""
-        deleted = set(gone)
+        """The cluster's head and worker pods that stopped (``gone``: names of pods known deleted) and were not
+        judged yet."""
+        deleted, pods = set(gone), list(pods)
         return [
             p
-            for p in worker_pods(pods, cluster_name)
+            for p in (*ray_pods(pods, cluster_name, "head"), *worker_pods(pods, cluster_name))
             if stopped(p, _meta(p).get("name") in deleted) and _uid(p) not in self.seen
         ]
 
@@ -205,7 +212,8 @@ class WorkerWatch:
             is_gone = _meta(pod).get("name") in deleted
             if not stopped(pod, is_gone):
                 continue
-            loss = judge(pod, "worker", self.rayjob, gone=is_gone, nodes=nodes, events=events)
+            role: Role = "head" if _labels(pod).get(RAY_NODE_TYPE_LABEL) == "head" else "worker"
+            loss = judge(pod, role, self.rayjob, gone=is_gone, nodes=nodes, events=events)
             if not (loss.preemption or _final(pod, is_gone)) or loss.uid in self.seen:
                 continue  # being deleted, no preemption shown yet: judged once it ended or is gone
             self.seen.add(loss.uid)
@@ -215,16 +223,16 @@ class WorkerWatch:
 
     @property
     def preemptions(self) -> int:
-        """Worker losses charged to the preemption budget so far."""
+        """Losses charged to the preemption budget so far."""
         return sum(loss.preemption for loss in self.losses)
 
     @property
     def exceeded(self) -> bool:
-        """More worker preemptions than :attr:`budget` allows."""
+        """More preemptions than :attr:`budget` allows."""
         return self.budget is not None and self.preemptions > self.budget
 
     def payload(self) -> tuple[dict[str, Any], ...]:
-        """:attr:`losses` as primitives (the event's ``worker_losses``)."""
+        """:attr:`losses` as primitives (the event's ``pod_losses``)."""
         return tuple(loss.to_json() for loss in self.losses)
 
 
@@ -251,18 +259,18 @@ def unnamed_loss(rayjob: str, uid: str, end_time: str, failure: Mapping[str, Any
 
 def charge(
     charged: Sequence[Mapping[str, Any]],
-    worker_losses: Iterable[Mapping[str, Any]],
+    pod_losses: Iterable[Mapping[str, Any]],
     failure: Mapping[str, Any] | None,
     *,
     rayjob: str,
     uid: str = "",
     end_time: str = "",
 ) -> tuple[list[dict[str, Any]], list[Loss]]:
-    """``charged`` plus a verdict's preemptions not charged yet (worker pods by uid, then the lost head or submitter
+    """``charged`` plus a verdict's preemptions not charged yet (watched pods by uid, then the lost head or submitter
     pod of a ``cluster_lost`` failure), and the losses judged anew, in order (a worker pod that stopped for another
     reason is among them, not charged)."""
     known = {str(entry.get("uid")) for entry in charged}
-    losses = [Loss(**loss) for loss in worker_losses]
+    losses = [Loss(**loss) for loss in pod_losses]
     failure = failure or {}
     if failure.get("preemption"):
         losses.append(Loss(**failure["loss"]) if failure.get("loss") else unnamed_loss(rayjob, uid, end_time, failure))

@@ -202,9 +202,9 @@ class Failure:
     Attributes:
         kind: ``app_failed`` (the entrypoint failed: the user's), ``stopped`` (the Ray job was stopped),
             ``deadline_exceeded``, ``submission_failed``, ``validation_failed``, ``cluster_lost`` (the head or the
-            submitter pod was lost to the platform), ``preemption_budget_exhausted`` (the cluster lost more worker
-            pods to preemptions than the budget left allows; the RayJob still ran) or ``other`` (a reason this
-            table does not know).
+            submitter pod was lost to the platform), ``preemption_budget_exhausted`` (the cluster lost more head or
+            worker pods to preemptions than the budget left allows; the RayJob still ran) or ``other`` (a reason
+            this table does not know).
         preemption: charged to the preemption budget (``cluster_lost``): resubmit, do not blame the entrypoint.
         description: one line for the task log: what KubeRay said and, when the pods decided, their evidence.
         loss: the lost head or submitter pod (``cluster_lost``: :meth:`Loss.to_json
@@ -303,7 +303,7 @@ class RayJobEvent:
     ``status`` is ``succeeded``, ``failed``, ``missing`` (the RayJob was deleted while awaited), ``timeout``
     (``execution_timeout`` passed) or ``error`` (waiting failed). ``failure`` is a :class:`Failure` as a dict,
     ``reported`` what the entrypoint reported (:mod:`airflow_elastic.ray.driver`), ``log_tail`` the driver log's last
-    lines, ``worker_losses`` the worker pods the cluster lost while it ran, each judged once
+    lines, ``pod_losses`` the head and worker pods the cluster lost while it ran, each judged once
     (:class:`~airflow_elastic.ray.preemptions.Loss` as JSON). Primitives only (:meth:`to_payload`).
     """
 
@@ -324,13 +324,13 @@ class RayJobEvent:
     failure: dict[str, Any] | None = None
     reported: dict[str, Any] | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
-    worker_losses: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    pod_losses: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     def to_payload(self) -> dict[str, Any]:
         """The event as primitives (a trigger event's payload)."""
         payload = asdict(self)
         payload["log_tail"] = list(self.log_tail)
-        payload["worker_losses"] = [dict(loss) for loss in self.worker_losses]
+        payload["pod_losses"] = [dict(loss) for loss in self.pod_losses]
         return payload
 
     @classmethod
@@ -338,7 +338,8 @@ class RayJobEvent:
         """The event a :meth:`to_payload` made (unknown keys ignored: a newer triggerer's)."""
         known = {k: v for k, v in payload.items() if k in cls.__dataclass_fields__}
         known["log_tail"] = tuple(known.get("log_tail") or ())
-        known["worker_losses"] = tuple(dict(loss) for loss in known.get("worker_losses") or ())
+        losses = known.get("pod_losses") or payload.get("worker_losses") or ()  # an older triggerer's key
+        known["pod_losses"] = tuple(dict(loss) for loss in losses)
         return cls(**known)
 
     def result(self) -> dict[str, Any]:
@@ -380,12 +381,12 @@ def verdict(
 
 
 def budget_exhausted(rayjob: Obj, losses: Sequence[Loss], budget: int) -> RayJobEvent:
-    """The verdict on a RayJob still running whose cluster lost more worker pods to preemptions (``losses``) than
-    the ``budget`` left allows: ``failed`` (``preemption_budget_exhausted``), to be deleted."""
+    """The verdict on a RayJob still running whose cluster lost more head or worker pods to preemptions
+    (``losses``) than the ``budget`` left allows: ``failed`` (``preemption_budget_exhausted``), to be deleted."""
     seen = view(rayjob)
     charged = [loss for loss in losses if loss.preemption]
     why = (
-        f"the Ray cluster {seen.cluster_name} lost {len(charged)} worker pod(s) to preemptions while the RayJob ran, "
+        f"the Ray cluster {seen.cluster_name} lost {len(charged)} pod(s) to preemptions while the RayJob ran, "
         f"more than the {budget} left of max_preemptions: "
         + "; ".join(f"{loss.pod} ({loss.cause})" for loss in charged)
     )
@@ -396,7 +397,7 @@ def budget_exhausted(rayjob: Obj, losses: Sequence[Loss], budget: int) -> RayJob
         **shared,
         duration=seen.duration,
         failure=asdict(failed),
-        worker_losses=tuple(loss.to_json() for loss in losses),
+        pod_losses=tuple(loss.to_json() for loss in losses),
     )
 
 

@@ -9,10 +9,10 @@ driver's log in the submitter pod (:class:`~airflow_elastic.ray.driver.Submitter
 waiter calls too. It yields exactly one :class:`~airflow_elastic.ray.status.RayJobEvent` payload and never raises:
 every problem becomes ``status="error"``.
 
-While the RayJob runs, each look judges the cluster's worker pods that stopped, from the pod cache and the final
-states of the pods it saw deleted (:meth:`~.observer.JobSetObserver.deleted`), each once by uid
-(:class:`~airflow_elastic.ray.preemptions.WorkerWatch`, their nodes read first). The losses go with the event
-(``worker_losses``); more worker preemptions than ``max_preemptions`` (the budget the task has left) fire a
+While the RayJob runs, each look judges the cluster's head and worker pods that stopped, from the pod cache and the
+final states of the pods it saw deleted (:meth:`~.observer.JobSetObserver.deleted`), each once by uid
+(:class:`~airflow_elastic.ray.preemptions.LossWatch`, their nodes read first). The losses go with the event
+(``pod_losses``); more preemptions than ``max_preemptions`` (the budget the task has left) fire a
 ``failed`` event (``preemption_budget_exhausted``) at once.
 """
 
@@ -28,7 +28,7 @@ from airflow_elastic.hooks.protocol import AsyncRayJobHookProtocol
 from airflow_elastic.kube.labels import RAY_CLUSTER_LABEL
 from airflow_elastic.ray import status as ray
 from airflow_elastic.ray.driver import DriverOutput, SubmitterLogFollow
-from airflow_elastic.ray.preemptions import WorkerWatch, node_names
+from airflow_elastic.ray.preemptions import LossWatch, node_names
 from airflow_elastic.triggers.hooked import HookedTrigger
 from airflow_elastic.triggers.logs import LogFollower
 from airflow_elastic.triggers.observer import MANAGED_SELECTOR, JobSetObserver, SharedRead, connection_identity
@@ -56,7 +56,7 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         connection_extras: the connection's extras resolved on the worker, so the triggerer needs no lookup.
         not_before: epoch seconds before which no event is yielded (:mod:`~airflow_elastic.triggers.hooked`).
         api_outage_tolerance: seconds of transient Kubernetes API failures in a row ridden out before ``error``.
-        max_preemptions: the preemptions the task has left; one more worker pod lost to a preemption while the
+        max_preemptions: the preemptions the task has left; one more head or worker pod lost to a preemption while the
             RayJob runs fires ``failed`` (``preemption_budget_exhausted``). ``None``: no bound.
         counted: uids of pods the task already charged (never judged again).
     """
@@ -94,7 +94,7 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         self.api_outage_tolerance = float(api_outage_tolerance)
         self.max_preemptions = max_preemptions
         self.counted = list(counted)
-        self._workers = WorkerWatch(name, max_preemptions, set(self.counted))
+        self._losses = LossWatch(name, max_preemptions, set(self.counted))
         self._since = time.monotonic()
         self.log_role = "driver"  # what LogFollower names the followed pod by
         self._observer: JobSetObserver | None = None
@@ -126,8 +126,8 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
         return self._with_output(ray.RayJobEvent(status, self.name, self.namespace, uid=self.uid, message=message))
 
     def _with_output(self, event: ray.RayJobEvent) -> ray.RayJobEvent:
-        losses = event.worker_losses or self._workers.payload()
-        return replace(event, reported=self._output.reported, log_tail=tuple(self._output.tail), worker_losses=losses)
+        losses = event.pod_losses or self._losses.payload()
+        return replace(event, reported=self._output.reported, log_tail=tuple(self._output.tail), pod_losses=losses)
 
     async def wait(self) -> ray.RayJobEvent:
         """Observe the RayJob until it finishes, disappears or the deadline passes; copy the driver's log."""
@@ -171,10 +171,10 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
                     outcome = ray.verdict(rayjob, [*(pods or []), *deleted], gone=gone)
                     if outcome is not None:  # always: the RayJob finished
                         return self._with_output(outcome)
-                await self._judge_workers([*(pods or []), *deleted], gone, ray.view(rayjob).cluster_name)
-                if self._workers.exceeded:
+                await self._judge_losses([*(pods or []), *deleted], gone, ray.view(rayjob).cluster_name)
+                if self._losses.exceeded:
                     return self._with_output(
-                        ray.budget_exhausted(rayjob, self._workers.losses, self._workers.budget or 0)
+                        ray.budget_exhausted(rayjob, self._losses.losses, self._losses.budget or 0)
                     )
                 await self._logs.follow(attempts)
                 if self.deadline is not None and time.time() > self.deadline:
@@ -213,10 +213,10 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
             return []
         return self._observer.deleted("pods", RAY_CLUSTER_LABEL, self._since)
 
-    async def _judge_workers(self, pods: list[dict[str, Any]], gone: list[str], cluster: str) -> None:
-        """Judge the cluster's worker pods that stopped since the last look, reading their nodes first (a node that
-        cannot be read is left out: unknown, not gone)."""
-        pending = self._workers.pending(pods, cluster, gone)
+    async def _judge_losses(self, pods: list[dict[str, Any]], gone: list[str], cluster: str) -> None:
+        """Judge the cluster's head and worker pods that stopped since the last look, reading their nodes first (a
+        node that cannot be read is left out: unknown, not gone)."""
+        pending = self._losses.pending(pods, cluster, gone)
         if not pending:
             return
         nodes: dict[str, Mapping[str, Any] | None] = {}
@@ -225,7 +225,7 @@ class RayJobTrigger(HookedTrigger[AsyncRayJobHookProtocol, ray.RayJobEvent]):
                 nodes[node] = await self.hook.get_node(node)
             except KubernetesApiError as exc:
                 self.log.warning("could not read node %s: %s", node, exc)
-        for loss in self._workers.judge(pending, gone=gone, nodes=nodes):
+        for loss in self._losses.judge(pending, gone=gone, nodes=nodes):
             self.log.info("%s", loss.describe())
 
     async def on_kill(self) -> None:

@@ -6,13 +6,18 @@ no workers, to keep the machine's two cores for the test):
 * ``succeeds``: a ``ray.remote`` task, the driver reports ``AE_RESULT {"answer": 42, ...}`` (deferred: the trigger);
 * ``succeeds_sync``: the same on the worker (``deferrable=False``);
 * ``fails``: the entrypoint prints a line and exits 3: KubeRay's ``AppFailed``, the task fails with it and the log.
+
+``ray_head_reclaimed``: one task whose head runs on spot capacity and whose driver ticks for half a minute, for a test
+that reclaims the head's node midway (KubeRay starts a new head, the submitter submits the job again).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from airflow.sdk import DAG, Param
 
-from airflow_elastic import Resources
+from airflow_elastic import Placement, Resources
 from airflow_elastic.operators import RayJobOperator
 from airflow_elastic.ray import RayCluster, RayHead
 
@@ -28,6 +33,8 @@ ANSWER = (
     'print("the answer is", v, flush=True); print("AE_RESULT " + json.dumps({"answer": v, "task": "{{ ti.task_id }}"}))'
     "'"
 )
+PARAMS = {"namespace": Param("default", type="string"), "conn_id": Param("local_cluster", type="string")}
+DAG_ARGS: dict = {"schedule": None, "catchup": False, "params": PARAMS, "tags": ["test"]}
 COMMON = {
     "cluster": CLUSTER,
     "namespace": "{{ params.namespace }}",
@@ -36,13 +43,7 @@ COMMON = {
     "retries": 0,
 }
 
-with DAG(
-    "ray_job_outcomes",
-    schedule=None,
-    catchup=False,
-    params={"namespace": Param("default", type="string"), "conn_id": Param("local_cluster", type="string")},
-    tags=["test"],
-):
+with DAG("ray_job_outcomes", **DAG_ARGS):
     RayJobOperator(task_id="succeeds", entrypoint=ANSWER, **COMMON)
     RayJobOperator(task_id="succeeds_sync", entrypoint=ANSWER, deferrable=False, **COMMON)
     RayJobOperator(
@@ -50,3 +51,16 @@ with DAG(
         entrypoint="python -c 'import sys; print(\"no data for {{ run_id }}\", flush=True); sys.exit(3)'",
         **COMMON,
     )
+
+
+#: The driver says when it starts (again, on a new head) and ticks for 25 s.
+TICKS = (
+    'python -c \'import json, time, ray; ray.init(); print("run started", flush=True); '
+    '[print("tick", i, flush=True) or time.sleep(1) for i in range(25)]; '
+    'print("AE_RESULT " + json.dumps({"ticks": 25}))'
+    "'"
+)
+SPOT_HEAD = RayCluster("ray-spot-head", head=replace(CLUSTER.head, placement=Placement(spot=True)))
+
+with DAG("ray_head_reclaimed", **DAG_ARGS):
+    RayJobOperator(task_id="ticks", entrypoint=TICKS, max_preemptions=2, **(COMMON | {"cluster": SPOT_HEAD}))

@@ -1,5 +1,5 @@
-"""The Ray pods a RayJob's cluster lost: worker pods judged once each by the preemption classifier (a reclaim is
-charged, an OOM is not, a worker deleted before it started is not), and the budget's message.
+"""The Ray pods a RayJob's cluster lost: head and worker pods judged once each by the preemption classifier (a
+reclaim is charged, an OOM is not, a worker deleted before it started is not), and the budget's message.
 
 The pods are labelled as KubeRay v1.7.0 labels them (``ray-operator/controllers/ray/utils/constant.go``:
 ``ray.io/cluster``, ``ray.io/node-type``); a graceful node shutdown (a GKE spot reclaim) leaves the pod reason
@@ -14,8 +14,8 @@ import pytest
 
 from airflow_elastic import SpecError
 from airflow_elastic.ray.preemptions import (
+    LossWatch,
     LostHead,
-    WorkerWatch,
     charge,
     charged_in,
     exhausted,
@@ -74,30 +74,46 @@ def test_worker_pods_are_the_clusters_workers():
     assert node_names(worker_pods(pods, CLUSTER)) == {"node-w1"}
 
 
-def test_each_stopped_worker_is_judged_once_a_reclaim_charged_an_oom_not():
-    watch = WorkerWatch("tune-k3x9q2", budget=5)
+def test_each_stopped_pod_is_judged_once_a_reclaim_charged_an_oom_not():
+    watch = LossWatch("tune-k3x9q2", budget=5)
     pods = [ray_pod("w1", how="reclaimed"), ray_pod("w2", how="oom"), ray_pod("w3"), ray_pod("h", "head", how="oom")]
+    pods.append(ray_pod("other", how="reclaimed", cluster="another"))
     first = watch.judge(watch.pending(pods, CLUSTER), nodes={})
-    assert [(loss.pod, loss.preemption, loss.cause) for loss in first] == [
-        ("w1", True, "spot_reclaim"),
-        ("w2", False, "oom"),
+    assert [(loss.role, loss.pod, loss.preemption, loss.cause) for loss in first] == [
+        ("head", "h", False, "oom"),  # KubeRay replaces it and resubmits the job; not the platform's doing
+        ("worker", "w1", True, "spot_reclaim"),
+        ("worker", "w2", False, "oom"),
     ]
-    assert first[0].at == END and first[0].role == "worker" and first[0].rayjob == "tune-k3x9q2"
+    assert first[1].at == END and first[1].rayjob == "tune-k3x9q2"
     assert watch.pending(pods, CLUSTER) == [] and watch.judge([pods[0]]) == []  # seen: never again
     assert watch.preemptions == 1 and not watch.exceeded
-    assert [loss["uid"] for loss in watch.payload()] == ["uid-w1", "uid-w2"]
+    assert [loss["uid"] for loss in watch.payload()] == ["uid-h", "uid-w1", "uid-w2"]
+
+
+def test_a_reclaimed_head_is_charged_while_the_rayjob_runs_and_once_more_only_if_it_is_another_pod():
+    watch = LossWatch("r", budget=1)
+    (head,) = watch.judge(watch.pending([ray_pod("h1", "head", how="reclaimed"), ray_pod("h2", "head")], CLUSTER))
+    assert (head.role, head.preemption, head.cause) == ("head", True, "spot_reclaim")
+    assert "KubeRay starts a new head" in head.describe() and not watch.exceeded
+    # The RayJob failing later (the submitter out of retries) names the same head: charged once.
+    failure = {"preemption": True, "loss": head.to_json()}
+    charged, new = charge([], watch.payload(), failure, rayjob="r")
+    assert [entry["uid"] for entry in charged] == ["uid-h1"] and [loss.uid for loss in new] == ["uid-h1"]
+    # The new head reclaimed as well: one more than the budget.
+    watch.judge(watch.pending([ray_pod("h2", "head", how="reclaimed")], CLUSTER))
+    assert watch.exceeded and watch.preemptions == 2
 
 
 def test_the_budget_is_exceeded_by_one_more_preemption_than_it_allows():
-    watch = WorkerWatch("r", budget=1)
+    watch = LossWatch("r", budget=1)
     watch.judge(watch.pending([ray_pod("w1", how="reclaimed")], CLUSTER))
     assert not watch.exceeded
     watch.judge(watch.pending([ray_pod("w2", how="reclaimed")], CLUSTER))
-    assert watch.exceeded and WorkerWatch("r").exceeded is False  # no budget: never
+    assert watch.exceeded and LossWatch("r").exceeded is False  # no budget: never
 
 
 def test_a_worker_being_deleted_waits_for_its_final_state_and_one_never_started_is_not_charged():
-    watch = WorkerWatch("r")
+    watch = LossWatch("r")
     assert watch.judge(watch.pending([ray_pod("w1", how="deleting")], CLUSTER)) == []  # not final, no preemption yet
     gone = watch.judge(watch.pending([ray_pod("w1", how="deleting")], CLUSTER, gone=["w1"]), gone=["w1"])
     assert len(gone) == 1 and not gone[0].preemption  # deleted, no disruption evidence: not a preemption

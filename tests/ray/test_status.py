@@ -172,6 +172,10 @@ def test_verdict_and_its_payload_round_trip():
     assert "RayJob ns/tune-x1y2z3 failed (app_failed)" in text and "ValueError: x" in text and "AppFailed" in text
     done = verdict(rayjob("Complete", "SUCCEEDED"))
     assert done is not None and done.status == "succeeded" and done.result()["duration"] == 200.0
+    # An event fired by an older triggerer, whose key for the losses was ``worker_losses``.
+    loss = {"rayjob": "r", "role": "worker", "pod": "w1", "uid": "u1", "cause": "spot_reclaim", "preemption": True}
+    older = {k: v for k, v in done.to_payload().items() if k != "pod_losses"} | {"worker_losses": [loss]}
+    assert RayJobEvent.from_payload(older).pod_losses == (loss,)
 
 
 def test_driver_output_keeps_the_tail_and_the_last_reported_result():

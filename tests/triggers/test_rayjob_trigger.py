@@ -129,8 +129,8 @@ def test_lost_workers_are_counted_once_each_and_carried_by_the_event():
     looks = [running, running, running, running, rayjob("Complete", "SUCCEEDED")]
     event = run_looks(looks, [worker("w1", "reclaimed"), worker("w2", "failed")], max_preemptions=3)
     assert event["status"] == "succeeded"
-    losses = {loss["pod"]: loss for loss in event["worker_losses"]}
-    assert len(event["worker_losses"]) == 2 and losses["w1"]["preemption"] and not losses["w2"]["preemption"]
+    losses = {loss["pod"]: loss for loss in event["pod_losses"]}
+    assert len(event["pod_losses"]) == 2 and losses["w1"]["preemption"] and not losses["w2"]["preemption"]
     assert losses["w1"]["cause"] == "spot_reclaim" and losses["w1"]["rayjob"] == NAME
 
 
@@ -140,14 +140,14 @@ def test_worker_preemptions_past_the_budget_fire_a_failed_event_while_the_rayjob
     assert event["status"] == "failed" and event["deployment_status"] == "Running"
     assert event["failure"]["kind"] == "preemption_budget_exhausted"
     assert "more than the 1 left of max_preemptions" in event["failure"]["description"]
-    assert [loss["pod"] for loss in event["worker_losses"]] == ["w1", "w2"]
+    assert [loss["pod"] for loss in event["pod_losses"]] == ["w1", "w2"]
 
 
 def test_pods_already_charged_are_not_judged_again():
     running = rayjob("Running", "RUNNING")
     looks = [running, running, rayjob("Complete", "SUCCEEDED")]
     event = run_looks(looks, [worker("w1", "reclaimed")], max_preemptions=0, counted=["uid-w1"])
-    assert event["status"] == "succeeded" and event["worker_losses"] == []
+    assert event["status"] == "succeeded" and event["pod_losses"] == []
 
 
 def test_the_budget_and_the_counted_pods_survive_serialization():

@@ -35,17 +35,20 @@ mirrored ``rayClusterStatus`` or ``jobStatusCheckFailureStartTime`` changed (``u
 whose Ray job is not terminal gets ``POST /api/jobs/<id>/stop`` before its finalizer is removed; its RayCluster,
 Service and submitter Job go with it (owner references).
 
-**The head pod lost mid-job** (what upstream's code implies; not exercised by the tests): the RayCluster controller
-creates a new head, with a new GCS (no GCS fault tolerance), which knows no job. While no head answers, the
-dashboard requests fail and ``jobStatusCheckFailureStartTime`` is set (cleared by the next answer; after 300 s
-``Failed``/ ``JobStatusCheckTimeoutExceeded``). The submitter's ``ray job logs --follow`` loses its WebSocket (Ray
-2.60's ``JobSubmissionClient.tail_job_logs`` raises on an abnormal closure, the CLI exits 1) and the submitter pod
-fails; the Job controller starts another one (``backoffLimit`` 2), which waits for the new head's GCS health, finds
-no job with ``ray job status`` and submits the entrypoint again under the same submission id, so the job runs again
-from its start on the new head (the driver must resume from its own checkpoints). Meanwhile the new head answers 404
-for the id, which upstream ignores while the submitter has not finished. Only when the submitter Job runs out of
-retries does the RayJob fail (``SubmissionFailed``); a submitter that ended without the job on the cluster gives
-``AppFailed`` "Submitter completed but Ray job not found in RayCluster.".
+**The head pod lost mid-job** (what upstream's code implies; ``tests/ray/test_rayjob_dags.py`` reclaims a head's
+node): the RayCluster controller creates a new head, with a new GCS (no GCS fault tolerance), which knows no job.
+While no head answers, the dashboard requests fail and ``jobStatusCheckFailureStartTime`` is set (cleared by the
+next answer; after 300 s ``Failed``/ ``JobStatusCheckTimeoutExceeded``). The submitter's ``ray job logs --follow``
+loses its WebSocket (Ray 2.60's ``JobSubmissionClient.tail_job_logs`` raises on an abnormal closure, the CLI exits
+1) and the submitter pod fails; the Job controller starts another one (``backoffLimit`` 2), which waits for the new
+head's GCS health, finds no job with ``ray job status`` and submits the entrypoint again under the same submission
+id, so the job runs again from its start on the new head (the driver must resume from its own checkpoints).
+Meanwhile the new head answers 404 for the id, which upstream ignores while the submitter has not finished. Only
+when the submitter Job runs out of retries does the RayJob fail (``SubmissionFailed``); a submitter that ended
+without the job on the cluster gives ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.". Here
+one head loss may spend two of the submitter's retries where a cluster would spend one: the Job controller recreates
+a failed pod at once (no back-off delay, :mod:`.job`), so the next submitter can start while the old head is still
+terminating and take its address (names are resolved when a container starts), then fail when that head goes.
 
 Not implemented: ``InteractiveMode`` and ``SidecarMode`` (refused as ``ValidationFailed``), batch schedulers, token
 auth, metrics.

@@ -7,10 +7,11 @@ what the entrypoint reported, or fail with KubeRay's statuses, reason and messag
 (:mod:`airflow_elastic.ray.status`).
 
 Preemptions (:mod:`airflow_elastic.ray.preemptions`) are charged to ``max_preemptions`` without using an Airflow retry:
-a worker pod lost to the platform is absorbed (KubeRay replaces it); a lost head or submitter pod fails the RayJob,
-and the same try submits the next one (in sync mode in a loop, deferred from ``execute_complete``). The charged
-preemptions live in this task instance's ``task_state_store`` record, so a retry or a restarted worker keeps the count
-and adopts the RayJob already resubmitted.
+a worker pod lost to the platform is absorbed (KubeRay replaces it), a lost head pod too (KubeRay starts a new head
+and its submitter submits the Ray job again); a RayJob that failed for a lost head or submitter pod (the submitter
+out of retries) is followed by the next one in the same try (in sync mode in a loop, deferred from
+``execute_complete``). The charged preemptions live in this task instance's ``task_state_store`` record, so a retry
+or a restarted worker keeps the count and adopts the RayJob already resubmitted.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ class RayJobOperator(BaseOperator):
         on_kill_action: ``"delete"`` the RayJob (foreground) when the task is killed, or ``"keep"`` it.
         api_outage_tolerance: seconds of Kubernetes API failures in a row the wait rides out (default 300).
         max_preemptions: preemptions absorbed across all of the task instance's RayJobs (as
-            ``FailurePolicy.max_preemptions``): Ray worker pods lost to the platform (absorbed) and lost head or
-            submitter pods (the next RayJob is submitted in the same try); one more deletes the RayJob and fails the
-            task (``AirflowFailException``, no retry), naming the budget and every preemption. Default 10.
+            ``FailurePolicy.max_preemptions``): Ray worker and head pods lost to the platform (absorbed by KubeRay)
+            and the lost pod of a RayJob that failed for it (the next RayJob is submitted in the same try); one
+            more deletes the RayJob and fails the task (``AirflowFailException``, no retry), naming the budget and
+            every preemption. Default 10.
         tune: a :class:`~airflow_elastic.ray.tune.TuneSweep`: once the RayJob succeeded, its Ray Tune experiment is
             read as a sweep, the sweep report written, and ``sweep`` added to the result (``experiment`` and
             ``report_uri`` are templated).
@@ -434,7 +436,7 @@ class RayJobOperator(BaseOperator):
         from airflow_elastic.ray.preemptions import charge
 
         out, new = charge(
-            charged, event.worker_losses, event.failure, rayjob=event.name, uid=event.uid, end_time=event.end_time
+            charged, event.pod_losses, event.failure, rayjob=event.name, uid=event.uid, end_time=event.end_time
         )
         count = len(charged)
         for loss in new:

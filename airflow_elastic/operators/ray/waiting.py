@@ -5,11 +5,11 @@ operator finishes both modes through one code path. The driver's log (the submit
 log a bounded read per poll (:class:`~airflow_elastic.operators.training.waiting.LogReader` on
 :class:`~airflow_elastic.ray.driver.SubmitterLogFollow`), and its tail and reported result kept for the verdict.
 
-While the RayJob runs, each poll judges the cluster's worker pods that stopped
-(:class:`~airflow_elastic.ray.preemptions.WorkerWatch`, their nodes read first); the losses go with the verdict, and
-more worker preemptions than the budget left end the wait with ``preemption_budget_exhausted``. A poll sees only the
-pods that exist when it lists: a worker that stopped and was deleted between two polls is not seen (the trigger's
-watched pod cache keeps deleted pods' last states).
+While the RayJob runs, each poll judges the cluster's head and worker pods that stopped
+(:class:`~airflow_elastic.ray.preemptions.LossWatch`, their nodes read first); the losses go with the verdict, and
+more preemptions than the budget left end the wait with ``preemption_budget_exhausted``. A poll sees only the pods
+that exist when it lists: a pod that stopped and was deleted between two polls is not seen (the trigger's watched
+pod cache keeps deleted pods' last states).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from airflow_elastic.kube.labels import RAY_CLUSTER_LABEL
 from airflow_elastic.operators.training.waiting import LogReader
 from airflow_elastic.ray import status as ray
 from airflow_elastic.ray.driver import DriverOutput, SubmitterLogFollow
-from airflow_elastic.ray.preemptions import WorkerWatch, node_names
+from airflow_elastic.ray.preemptions import LossWatch, node_names
 from airflow_elastic.waiting.outage import DEFAULT_API_OUTAGE_TOLERANCE, Outage
 
 #: Consecutive failed looks (after the hook's own retries) before waiting gives up, once they also outlasted
@@ -61,25 +61,25 @@ def wait_for_rayjob(
     """Poll RayJob ``namespace/name`` until it finishes, copying the driver's log into ``log``.
 
     Args:
-        max_preemptions: the preemptions the task has left; more worker pods lost to preemptions while the RayJob
-            runs end the wait (``None``: no bound).
+        max_preemptions: the preemptions the task has left; more head or worker pods lost to preemptions while the
+            RayJob runs end the wait (``None``: no bound).
         counted: uids of pods already charged (never judged again).
 
     Returns:
-        The verdict (with the driver log's tail, reported result and the worker losses); ``missing`` when the
+        The verdict (with the driver log's tail, reported result and the pods' losses); ``missing`` when the
         RayJob is gone, ``error`` at once on a non-transient API error, or once transient ones outlasted
-        ``api_outage_tolerance`` seconds; ``failed`` with ``preemption_budget_exhausted`` when the workers' losses
+        ``api_outage_tolerance`` seconds; ``failed`` with ``preemption_budget_exhausted`` when the pods' losses
         spent the budget.
     """
     output = DriverOutput()
-    workers = WorkerWatch(name, max_preemptions, set(counted))
+    watch = LossWatch(name, max_preemptions, set(counted))
     reader = LogReader(hook, namespace, "driver", _Tee(log, output))
     reader.follow = SubmitterLogFollow(name)
     outage = Outage(api_outage_tolerance, MAX_FAILED_LOOKS)
 
     def ended(event: ray.RayJobEvent) -> ray.RayJobEvent:
-        losses = event.worker_losses or workers.payload()
-        return replace(event, reported=output.reported, log_tail=tuple(output.tail), worker_losses=losses)
+        losses = event.pod_losses or watch.payload()
+        return replace(event, reported=output.reported, log_tail=tuple(output.tail), pod_losses=losses)
 
     while True:
         try:
@@ -101,18 +101,18 @@ def wait_for_rayjob(
         reader.read(pods, final=event is not None)
         if event is not None:
             return ended(event)
-        _judge_workers(hook, workers, pods, ray.view(rayjob).cluster_name, log)
-        if workers.exceeded:
-            return ended(ray.budget_exhausted(rayjob, workers.losses, workers.budget or 0))
+        _judge_losses(hook, watch, pods, ray.view(rayjob).cluster_name, log)
+        if watch.exceeded:
+            return ended(ray.budget_exhausted(rayjob, watch.losses, watch.budget or 0))
         time.sleep(poll_interval)
 
 
-def _judge_workers(
-    hook: RayJobHookProtocol, workers: WorkerWatch, pods: list[dict[str, Any]], cluster: str, log: Any
+def _judge_losses(
+    hook: RayJobHookProtocol, watch: LossWatch, pods: list[dict[str, Any]], cluster: str, log: Any
 ) -> None:
-    """Judge the cluster's worker pods that stopped since the last poll, reading their nodes first (a node that
-    cannot be read is left out: unknown, not gone)."""
-    pending = workers.pending(pods, cluster)
+    """Judge the cluster's head and worker pods that stopped since the last poll, reading their nodes first (a node
+    that cannot be read is left out: unknown, not gone)."""
+    pending = watch.pending(pods, cluster)
     if not pending:
         return
     nodes: dict[str, Mapping[str, Any] | None] = {}
@@ -121,5 +121,5 @@ def _judge_workers(
             nodes[node] = hook.get_node(node)
         except KubernetesApiError as error:
             log.warning("could not read node %s: %s", node, error)
-    for loss in workers.judge(pending, nodes=nodes):
+    for loss in watch.judge(pending, nodes=nodes):
         log.info("%s", loss.describe())
