@@ -472,8 +472,11 @@ def ray_ns(core: Any) -> Iterator[str]:
     yield from ray_namespace(core, "af-ray")
 
 
+# The waits below end (with every component's log tail and the tasks' logs) before pytest-timeout would, which says
+# nothing: a CI run once timed out at 300 s on the finish wait, where the file alone takes two minutes.
+@pytest.mark.timeout(720)
 def test_ray_jobs_under_the_real_scheduler_and_a_restarted_triggerer(
-    deployment: AirflowDeployment, local_cluster: LocalCluster, ray_ns: str
+    deployment: AirflowDeployment, local_cluster: LocalCluster, core: Any, ray_ns: str
 ):
     """``tests/dags/ray_dags.py`` under Airflow's own components: three RayJobs at once on the local cluster's KubeRay
     (real Ray 2.60 heads), the triggerer restarted while the deferred one waits. The new triggerer takes its
@@ -502,11 +505,18 @@ def test_ray_jobs_under_the_real_scheduler_and_a_restarted_triggerer(
         f"a new triggerer to take the RayJob's trigger over (the old one ran as job {old})",
     )
 
+    tasks = ("succeeds", "succeeds_sync", "fails")
+
     def finished() -> dict[str, str] | None:
-        states = {t: ti(t).get("state") for t in ("succeeds", "succeeds_sync", "fails")}
+        states = {t: ti(t).get("state") for t in tasks}
         return states if all(s in ("success", "failed", "upstream_failed") for s in states.values()) else None
 
-    states = airflow.wait_until(finished, 400, "the three RayJob tasks to finish", extra=log_of("succeeds"))
+    def all_logs() -> str:
+        pods = core.list_namespaced_pod(namespace).items
+        listing = "\n".join(f"{p.metadata.name} {p.status.phase} node={p.spec.node_name}" for p in pods)
+        return "\n".join([f"----- pods in {namespace} -----\n{listing}", *(log_of(t)() for t in tasks)])
+
+    states = airflow.wait_until(finished, 400, "the three RayJob tasks to finish", extra=all_logs)
     assert states == {"succeeds": "success", "succeeds_sync": "success", "fails": "failed"}, log_of("fails")()
     for task_id in ("succeeds", "succeeds_sync"):
         value = xcom(airflow.db, RAY_DAG, task_id)
