@@ -37,6 +37,8 @@ T = TypeVar("T")
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
 #: Seconds a worker may go without a heartbeat before the scheduler fails (and retries) its task instance.
 TASK_HEARTBEAT_TIMEOUT = 12
+#: Seconds a component waits for SQLite's write lock before its statement fails (Python's default is 5).
+SQLITE_BUSY_TIMEOUT = 30
 
 
 def free_port() -> int:
@@ -53,9 +55,19 @@ def deployment_environment(base: dict[str, str], *, dags_folder: Path, api_port:
     api-server and the workers, the Execution API on ``api_port``, DAGs unpaused at creation, no log-serving
     ports (they would clash with other tests), and heartbeats of a second or two so that a dead worker or
     triggerer is noticed within seconds rather than minutes.
+
+    SQLite lets one writer in at a time, and Python's ``sqlite3`` gives up after 5 s waiting for the lock: four
+    components heartbeating every second on a loaded machine exceeded that once (a ``PATCH .../hitlDetails``
+    answered HTTP 500 "Database error"). Every component waits up to :data:`SQLITE_BUSY_TIMEOUT` instead, through
+    ``[database] sql_alchemy_connect_args`` naming a module in ``$AIRFLOW_HOME/config`` (on Airflow's ``sys.path``).
     """
+    config = Path(base["AIRFLOW_HOME"]) / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "deployment_db.py").write_text(f"CONNECT_ARGS = {{'timeout': {SQLITE_BUSY_TIMEOUT}}}\n")
     return {
         **base,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "deployment_db.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "deployment_db.CONNECT_ARGS",
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "2",
@@ -294,9 +306,10 @@ class AirflowDeployment:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
-            raise AssertionError(
-                f"{method} {path}: HTTP {error.code} {error.read().decode(errors='replace')}"
-            ) from None
+            detail = f"{method} {path}: HTTP {error.code} {error.read().decode(errors='replace')}"
+            if error.code >= 500:  # the api-server logs the cause (and the error id the reply names)
+                detail += "\n" + self.logs(["api-server"], lines=80)
+            raise AssertionError(detail) from None
 
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
         """Create a manual run of ``dag_id`` (``POST /dags/{dag_id}/dagRuns``) once the dag-processor has put the
