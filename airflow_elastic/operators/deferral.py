@@ -45,3 +45,17 @@ def supervised() -> bool:
     from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
 
     return not isinstance(comms, InProcessSupervisorComms)
+
+
+def execution_deadline(operator: Any, context: Any, poll_interval: float) -> tuple[float | None, Any]:
+    """The ``execution_timeout`` of ``operator`` as the trigger's ``deadline`` (epoch seconds, from the task
+    instance's start) and the deferral's ``timeout`` a little past it, so the trigger's own "timeout" event (which
+    deletes what the task runs) comes first; ``(None, None)`` without an ``execution_timeout``."""
+    import datetime
+
+    if operator.execution_timeout is None:
+        return None, None
+    start = getattr(context["ti"], "start_date", None)
+    deadline = (start.timestamp() if start is not None else time.time()) + operator.execution_timeout.total_seconds()
+    slack = max(60.0, 2 * poll_interval)
+    return deadline, datetime.timedelta(seconds=max(deadline - time.time(), 0) + slack)

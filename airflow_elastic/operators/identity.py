@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, NotFound, ServerError
 from airflow_elastic.hooks.protocol import JobSetHookProtocol
@@ -233,6 +233,84 @@ def submit(
     raise RuntimeError(
         f"{MAX_EPOCH_STEPS} JobSet names derived for {identity.dag_id}.{identity.task_id} in namespace "
         f"{namespace!r} are taken by finished or foreign JobSets; delete them (label {DAG_LABEL}) and retry"
+    )
+
+
+Decision = Literal["create", "adopt", "next"]
+
+
+def adopt_or_create(
+    *,
+    kind: str,
+    identity: TaskIdentity,
+    namespace: str,
+    base: str,
+    record: Mapping[str, Any] | None,
+    get: Callable[[str], dict[str, Any] | None],
+    create: Callable[[str], dict[str, Any]],
+    decide: Callable[..., Decision],
+    remember: Callable[[str, int, str], None],
+    log: Any,
+    before_create: Callable[[], None] | None = None,
+    passed_over: Callable[[dict[str, Any]], str] | None = None,
+) -> dict[str, Any]:
+    """This task instance's ``kind`` object (a batch stage's Job, a RayJob): adopted, or created under the next
+    free name — the loop both operators run around their own adoption rule.
+
+    Each name ``identity.name(base, epoch)`` from the recorded epoch on is looked up and ``decide(found, owned=,
+    recorded=, closed=)`` says ``create``, ``adopt`` or ``next`` (the name is taken: the epoch goes up).
+    ``remember(name, epoch, uid)`` records the name before the create (uid empty) and the uid after, so a worker
+    that dies in between finds the name on its next try. ``before_create`` runs once, before the first create.
+    A lost reply is settled by looking again: a 409 means the next look adopts or steps over what is there; a 5xx
+    or no reply adopts the object if it is there and ours, and re-raises otherwise.
+
+    Args:
+        record: the ``task_state_store`` record (``name``, ``epoch``, ``closed``), or ``None``.
+        get: the object of a name, ``None`` when there is none.
+        create: creates the object of a name; returns it.
+        passed_over: why an object is not adopted (for the log; default: a generic reason).
+
+    Raises:
+        KubernetesApiError: the create failed and no object of ours exists.
+        RuntimeError: more than ``MAX_EPOCH_STEPS`` names were taken by finished or foreign objects.
+    """
+    record = record if isinstance(record, Mapping) and record.get("name") else None
+    epoch = int(record["epoch"]) if record else 0
+    checked = False
+    for _ in range(MAX_EPOCH_STEPS):
+        name = identity.name(base, epoch)
+        found = get(name)
+        recorded = record is not None and record["name"] == name
+        closed = recorded and bool(record and record.get("closed"))
+        decision = decide(found, owned=found is not None and identity.owns(found), recorded=recorded, closed=closed)
+        if decision == "adopt" and found is not None:
+            log.info("Adopted %s %s/%s of this task instance", kind, namespace, name)
+            remember(name, epoch, _uid(found))
+            return found
+        if decision == "next" and found is not None:
+            why = passed_over(found) if passed_over else "finished, being deleted or not ours"
+            log.info("Not adopting %s %s/%s: %s (next name)", kind, namespace, name, why)
+            epoch += 1
+            continue
+        if before_create is not None and not checked:
+            before_create()
+            checked = True
+        remember(name, epoch, "")
+        try:
+            created = create(name)
+        except AlreadyExists:
+            continue  # made in between (a lost reply): the next look adopts or steps over it
+        except (ServerError, ApiUnreachable):
+            again = get(name)  # the create may have happened: adopt what is there
+            if again is None or not identity.owns(again):
+                raise
+            created = again
+        remember(name, epoch, _uid(created))
+        log.info("Created %s %s/%s (uid %s)", kind, namespace, name, _uid(created))
+        return created
+    raise RuntimeError(
+        f"{MAX_EPOCH_STEPS} {kind} names derived for {identity.dag_id}.{identity.task_id} in namespace {namespace!r} "
+        f"are taken by finished or foreign {kind}s; delete them and retry"
     )
 
 

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from airflow_elastic import SpecError
 from airflow_elastic.hooks.errors import NotFound
 from airflow_elastic.operators import RayJobOperator
-from airflow_elastic.operators.ray import rayjob as module
+from airflow_elastic.operators.ray import waiting
 from airflow_elastic.ray import RayCluster, RayJob
 from airflow_elastic.ray.render import render_rayjob
 from airflow_elastic.ray.status import RayJobEvent, verdict
@@ -125,7 +125,7 @@ def context(hook: FakeRayHook, ti: TaskInstance | None = None, store: StateStore
 def operator(hook: FakeRayHook, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> RayJobOperator:
     op = RayJobOperator(task_id="tune", cluster=CLUSTER, entrypoint="python tune.py", poll_interval=0, **kwargs)
     monkeypatch.setattr(RayJobOperator, "hook", lambda self: hook)
-    monkeypatch.setattr(module.time, "sleep", lambda s: None, raising=False)
+    monkeypatch.setattr(waiting.time, "sleep", lambda s: None)  # the sync wait's polls
     return op
 
 

@@ -17,8 +17,6 @@ or a restarted worker keeps the count and adopts the RayJob already resubmitted.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,8 +41,6 @@ if TYPE_CHECKING:
 #: ``ended`` once the task had its verdict (the next try charges a fresh budget) and ``result`` and ``finished_by`` once
 #: a try finished with its success. ``closed``: a try judged that RayJob (the adoption steps over it).
 STATE_KEY = "rayjob"
-#: Names one submission may step over (finished or foreign RayJobs) before giving up.
-MAX_EPOCH_STEPS = 20
 
 
 class RayJobOperator(BaseOperator):
@@ -245,54 +241,33 @@ class RayJobOperator(BaseOperator):
         namespace: str,
         record: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, ServerError
+        from airflow_elastic.operators.identity import adopt_or_create
         from airflow_elastic.ray.render import render_rayjob
         from airflow_elastic.ray.status import adoption
 
         store = context["task_state_store"]
-        record = dict(record) if isinstance(record, Mapping) and record.get("name") else None
-        epoch = int(record["epoch"]) if record else 0
         # The preemptions charged since the task last had its verdict go with every RayJob of this task instance.
-        kept = {"preemptions": list(record.get("preemptions") or [])} if record and not record.get("ended") else {}
+        ongoing = isinstance(record, Mapping) and record.get("name") and not record.get("ended")
+        kept = {"preemptions": list(record.get("preemptions") or [])} if ongoing and record else {}
 
-        def remember(name: str, uid: str) -> None:
+        def remember(name: str, epoch: int, uid: str) -> None:
             store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": uid, **kept})
 
-        for _ in range(MAX_EPOCH_STEPS):
-            name = identity.name(job.name, epoch)
-            found = _get(hook, namespace, name)
-            recorded = record is not None and record["name"] == name
-            closed = recorded and bool(record and record.get("closed"))
-            decision = adoption(
-                found, owned=found is not None and identity.owns(found), recorded=recorded, closed=closed
-            )
-            if decision == "adopt" and found is not None:
-                self.log.info("Adopted RayJob %s/%s of this task instance", namespace, name)
-                remember(name, _uid(found))
-                return found
-            if decision == "next":
-                self.log.info(
-                    "Not adopting RayJob %s/%s (finished, being deleted or not ours): next name", namespace, name
-                )
-                epoch += 1
-                continue
-            remember(name, "")
+        def create(name: str) -> dict[str, Any]:
             body = render_rayjob(job, name=name, namespace=namespace, labels=identity.labels())
-            try:
-                created = hook.create_rayjob(namespace, body)
-            except AlreadyExists:
-                continue  # made in between (a lost reply): the next look adopts or steps over it
-            except (ServerError, ApiUnreachable):
-                again = _get(hook, namespace, name)  # the create may have happened: adopt what is there
-                if again is None or not identity.owns(again):
-                    raise
-                created = again
-            remember(name, _uid(created))
-            self.log.info("Created RayJob %s/%s (uid %s)", namespace, name, _uid(created))
-            return created
-        raise AirflowException(
-            f"{MAX_EPOCH_STEPS} RayJob names derived for {identity.dag_id}.{identity.task_id} in namespace "
-            f"{namespace!r} are taken by finished or foreign RayJobs; delete them and retry"
+            return hook.create_rayjob(namespace, body)
+
+        return adopt_or_create(
+            kind="RayJob",
+            identity=identity,
+            namespace=namespace,
+            base=job.name,
+            record=record,
+            get=lambda name: _get(hook, namespace, name),
+            create=create,
+            decide=adoption,
+            remember=remember,
+            log=self.log,
         )
 
     # ------------------------------------------------------------------------------------------- waiting
@@ -327,14 +302,7 @@ class RayJobOperator(BaseOperator):
         from airflow_elastic.operators import deferral
         from airflow_elastic.triggers.ray import RayJobTrigger
 
-        deadline = timeout = None
-        if self.execution_timeout is not None:
-            start = getattr(context["ti"], "start_date", None)
-            deadline = (
-                start.timestamp() if start is not None else time.time()
-            ) + self.execution_timeout.total_seconds()
-            # Past the trigger's own deadline, so its "timeout" event (which deletes the RayJob) comes first.
-            timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+        deadline, timeout = deferral.execution_deadline(self, context, self.poll_interval)
         left, counted = self._budget(context)
         trigger = RayJobTrigger(
             name,

@@ -11,7 +11,6 @@ operator only carries them out.
 from __future__ import annotations
 
 import datetime
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
 #: ``task_state_store`` key of this task instance's Job: ``{name, namespace, epoch, uid, closed}``, plus ``result``
 #: and ``finished_by`` (:class:`~airflow_elastic.operators.reruns.TryMark`) once a try finished with its success.
 STATE_KEY = "batch_stage"
-#: Names one submission may step over (finished or foreign Jobs) before giving up.
-MAX_EPOCH_STEPS = 20
 #: Re-defer at most this often when the trigger reports an error while the Job still runs.
 MAX_REDEFERS = 3
 _REDEFER_KEY = "batch_stage_redefers"
@@ -194,62 +191,41 @@ class BatchStageOperator(LineageMixin, BaseOperator):
         namespace: str,
         record: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        from airflow_elastic.hooks.errors import AlreadyExists, ApiUnreachable, ServerError
+        from airflow_elastic.operators.identity import adopt_or_create
         from airflow_elastic.operators.stages import cron as cron
         from airflow_elastic.stages import cron as stages
 
         store = context["task_state_store"]
-        record = dict(record) if isinstance(record, Mapping) and record.get("name") else None
-        epoch = int(record["epoch"]) if record else 0
-        checked = False
-        for _ in range(MAX_EPOCH_STEPS):
-            name = identity.name(stage.name, epoch)
-            job = _get(hook, namespace, name)
-            recorded = record is not None and record["name"] == name  # a kept record always has a name
-            closed = record is not None and recorded and bool(record.get("closed"))
-            decision = stages.adoption(
-                job, owned=job is not None and identity.owns(job), recorded=recorded, closed=closed
+        first = not (isinstance(record, Mapping) and record.get("name"))
+
+        def remember(name: str, epoch: int, uid: str) -> None:
+            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": uid})
+
+        def before_start() -> None:  # before this task instance's Job: the CronJob rules decide whether it starts
+            cron.before_start(
+                hook,
+                namespace,
+                stage.name,
+                identity,
+                policy=self.concurrency_policy,
+                starting_deadline=self.starting_deadline if first else None,  # its first Job only
+                data_interval_end=context.get("data_interval_end"),
+                log=self.log,
             )
-            if decision == "adopt":
-                self.log.info("Adopted Job %s/%s of this task instance", namespace, name)
-                store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(job)})
-                # "adopt" and "next" are only decided for a Job that exists (stages.adoption).
-                return job  # type: ignore[return-value]
-            if decision == "next":
-                why = stages.passed_over(job, owned=identity.owns(job))  # type: ignore[arg-type]
-                self.log.info("Not adopting Job %s/%s: %s (next name)", namespace, name, why)
-                epoch += 1
-                continue
-            if not checked:  # before this task instance's Job: the CronJob rules decide whether it starts at all
-                cron.before_start(
-                    hook,
-                    namespace,
-                    stage.name,
-                    identity,
-                    policy=self.concurrency_policy,
-                    starting_deadline=self.starting_deadline if record is None else None,  # its first Job only
-                    data_interval_end=context.get("data_interval_end"),
-                    log=self.log,
-                )
-                checked = True
-            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": ""})
-            body = self._manifest(stage, name, namespace, identity)
-            try:
-                created = hook.create_job(namespace, body)
-            except AlreadyExists:
-                continue  # made in between (a lost reply): the next look adopts or steps over it
-            except (ServerError, ApiUnreachable):
-                # The create may have happened: adopt what is there, else let the error (and a retry) decide.
-                found = _get(hook, namespace, name)
-                if found is None or not identity.owns(found):
-                    raise
-                created = found
-            store.set(STATE_KEY, {"name": name, "namespace": namespace, "epoch": epoch, "uid": _uid(created)})
-            self.log.info("Created Job %s/%s (uid %s)", namespace, name, _uid(created))
-            return created
-        raise AirflowException(
-            f"{MAX_EPOCH_STEPS} Job names derived for {identity.dag_id}.{identity.task_id} in namespace {namespace!r} "
-            "are taken by finished or foreign Jobs; delete them and retry"
+
+        return adopt_or_create(
+            kind="Job",
+            identity=identity,
+            namespace=namespace,
+            base=stage.name,
+            record=record,
+            get=lambda name: _get(hook, namespace, name),
+            create=lambda name: hook.create_job(namespace, self._manifest(stage, name, namespace, identity)),
+            decide=stages.adoption,
+            remember=remember,
+            log=self.log,
+            before_create=before_start,
+            passed_over=lambda job: stages.passed_over(job, owned=identity.owns(job)),
         )
 
     def _manifest(self, stage: BatchStage, name: str, namespace: str, identity: TaskIdentity) -> dict[str, Any]:
@@ -277,16 +253,10 @@ class BatchStageOperator(LineageMixin, BaseOperator):
             raise
 
     def _defer(self, context: Context, hook: BatchJobHook, namespace: str, name: str, uid: str) -> None:
+        from airflow_elastic.operators import deferral
         from airflow_elastic.triggers.batch_stage import BatchStageTrigger
 
-        deadline = timeout = None
-        if self.execution_timeout is not None:
-            start = getattr(context["ti"], "start_date", None)
-            deadline = (
-                start.timestamp() if start is not None else time.time()
-            ) + self.execution_timeout.total_seconds()
-            # Past the trigger's own deadline, so its "timeout" event (which deletes the Job) comes first.
-            timeout = datetime.timedelta(seconds=max(deadline - time.time(), 0) + max(60, 2 * self.poll_interval))
+        deadline, timeout = deferral.execution_deadline(self, context, self.poll_interval)
         trigger = BatchStageTrigger(
             name,
             namespace,
@@ -299,8 +269,6 @@ class BatchStageOperator(LineageMixin, BaseOperator):
             connection_extras=hook.get_connection_extras(),
             api_outage_tolerance=self.api_outage_tolerance,
         )
-        from airflow_elastic.operators import deferral
-
         deferral.defer(self, trigger, method_name="execute_complete", timeout=timeout)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> dict[str, Any]:
