@@ -16,6 +16,9 @@ Adoption rules (:func:`submit`):
 
 Before that, a new try asks how the recorded group :func:`ended`: the operator adopts the verdict of a group that
 succeeded while no try finished the task, and after any other ending moves on to the next name (:func:`advance`).
+
+:func:`adopt_or_create` is the same loop for one object of any kind with the adoption rule as an argument: the batch
+stage's Job and the RayJob.
 """
 
 from __future__ import annotations
