@@ -7,8 +7,9 @@ loss do:
 
 * a worker pod lost to a reclaim (or a vanished node, an eviction): KubeRay replaces the pod, Tune restarts the
   interrupted trials from their checkpoints; the task counts the loss against ``max_preemptions`` and lists it;
-* the head lost: the RayJob fails; the task classifies it as a preemption and submits the RayJob again, and the driver
-  restores the experiment (``Tuner.restore``): trials that finished are not run again.
+* the head lost: KubeRay starts a new head and the submitter submits the Ray job again in the same RayJob (only a
+  submitter out of retries fails it, and the task then submits the next RayJob); the driver restores the experiment
+  (``Tuner.restore``): trials that finished are not run again. The task charges the loss to ``max_preemptions``.
 
 The result is the Ray job's (id, statuses, timings, the driver's ``AE_RESULT``) plus ``sweep``: the same best
 parameters, trials and report (CSV, JSON, PNG) as ``HyperparameterSweepOperator``'s, read from Tune's storage.

@@ -6,18 +6,13 @@ no workers, to keep the machine's two cores for the test):
 * ``succeeds``: a ``ray.remote`` task, the driver reports ``AE_RESULT {"answer": 42, ...}`` (deferred: the trigger);
 * ``succeeds_sync``: the same on the worker (``deferrable=False``);
 * ``fails``: the entrypoint prints a line and exits 3: KubeRay's ``AppFailed``, the task fails with it and the log.
-
-``ray_head_reclaimed``: one task whose head runs on spot capacity and whose driver ticks for half a minute, for a test
-that reclaims the head's node midway (KubeRay starts a new head, the submitter submits the job again).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from airflow.sdk import DAG, Param
 
-from airflow_elastic import Placement, Resources
+from airflow_elastic import Resources
 from airflow_elastic.operators import RayJobOperator
 from airflow_elastic.ray import RayCluster, RayHead
 
@@ -51,16 +46,3 @@ with DAG("ray_job_outcomes", **DAG_ARGS):
         entrypoint="python -c 'import sys; print(\"no data for {{ run_id }}\", flush=True); sys.exit(3)'",
         **COMMON,
     )
-
-
-#: The driver says when it starts (again, on a new head) and ticks for 25 s.
-TICKS = (
-    'python -c \'import json, time, ray; ray.init(); print("run started", flush=True); '
-    '[print("tick", i, flush=True) or time.sleep(1) for i in range(25)]; '
-    'print("AE_RESULT " + json.dumps({"ticks": 25}))'
-    "'"
-)
-SPOT_HEAD = RayCluster("ray-spot-head", head=replace(CLUSTER.head, placement=Placement(spot=True)))
-
-with DAG("ray_head_reclaimed", **DAG_ARGS):
-    RayJobOperator(task_id="ticks", entrypoint=TICKS, max_preemptions=2, **(COMMON | {"cluster": SPOT_HEAD}))

@@ -48,7 +48,9 @@ when the submitter Job runs out of retries does the RayJob fail (``SubmissionFai
 without the job on the cluster gives ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.". Here
 one head loss may spend two of the submitter's retries where a cluster would spend one: the Job controller recreates
 a failed pod at once (no back-off delay, :mod:`.job`), so the next submitter can start while the old head is still
-terminating and take its address (names are resolved when a container starts), then fail when that head goes.
+terminating and take its address (names are resolved when a container starts), then fail when that head goes. A
+head killed with no grace (a vanished node) while its pod still exists is worse: the next submitter takes the dead
+address and waits for its GCS until the RayJob's deadline, where a cluster's DNS would give it the new head's.
 
 Not implemented: ``InteractiveMode`` and ``SidecarMode`` (refused as ``ValidationFailed``), batch schedulers, token
 auth, metrics.
