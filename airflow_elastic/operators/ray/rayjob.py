@@ -458,7 +458,3 @@ def _get(hook: RayJobHook, namespace: str, name: str) -> dict[str, Any] | None:
         return hook.get_rayjob(namespace, name)
     except NotFound:
         return None
-
-
-def _uid(obj: Mapping[str, Any] | None) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("uid") or "")

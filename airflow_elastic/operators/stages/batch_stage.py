@@ -402,10 +402,6 @@ def _get(hook: BatchJobHook, namespace: str, name: str) -> dict[str, Any] | None
         return None
 
 
-def _uid(job: Mapping[str, Any] | None) -> str:
-    return str(((job or {}).get("metadata") or {}).get("uid") or "")
-
-
 def _problems(
     stage: object, policy: object, deadline: object, succeeded: object, failed: object
 ) -> list[tuple[str, str]]:
