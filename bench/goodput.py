@@ -24,8 +24,8 @@ every run. Strategies:
 
 **Time scale.** Everything the platform waits for is compressed by one factor, ``--scale`` real seconds per bench
 second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's
-and PodGC's timeouts, DefaultTolerationSeconds, a replacement node's provisioning, Airflow's ``retry_delay`` and the
-operator's poll interval. 30 is the factor at which what cannot be compressed here — a restarted trainer's process
+and PodGC's timeouts, DefaultTolerationSeconds, a replacement node's provisioning, the Job controller's pod failure
+back-off (a replica group's replacement pod), Airflow's ``retry_delay`` and the operator's poll interval. 30 is the factor at which what cannot be compressed here — a restarted trainer's process
 start, ``import torch``, rendezvous and checkpoint load, 3-4 s on these machines — matches a real restart's one to
 two minutes; the default checkpoint interval (80 steps of 0.1 s = 8 s) then stands for 4 minutes, and a reclaim
 every 10 intervals for one every 40 minutes. ``airflow dags test``'s in-process start of a retried task (a few
@@ -111,6 +111,7 @@ REAL_SECONDS = {
     "podgc_quarantine": 40,  # PodGC waits this long before failing the pods of a deleted node
     "default_toleration": 300,  # DefaultTolerationSeconds: not-ready/unreachable NoExecute tolerations
     "node_provisioning": 60,  # a replacement Spot node registers (cluster autoscaler / Karpenter)
+    "job_pod_failure_backoff": 10,  # the Job controller's wait before replacing a failed pod (a replica group's)
     "retry_delay": 300,  # Airflow's [core] default_task_retry_delay (strategy 3)
     "poll": 10,  # TrainingGroupOperator's poll_interval default; the hand-rolled task polls as often
 }
@@ -353,7 +354,12 @@ class Bench:
             NodePool("spot", count=args.workers, gpus=1, labels=dict(SPOT_LABELS), taints=SPOT_TAINTS),
         )
         image_map = {IMAGE: [sys.executable, str(SCRIPTS / "goodput_train.py")]}
-        self.cluster = LocalCluster(tmp / "cluster", config=ClusterConfig(pools=pools, image_map=image_map))
+        config = ClusterConfig(
+            pools=pools,
+            image_map=image_map,
+            job_pod_failure_backoff_seconds=self.timings["job_pod_failure_backoff"],
+        )
+        self.cluster = LocalCluster(tmp / "cluster", config=config)
         self.db = af.migrate_db(tmp / "template")
         self._api: Any = None
 

@@ -63,7 +63,7 @@ def install(
     bootstrap(store)
     manager.add(GarbageCollector(store))
     admission.register(store, jobset_restart_job=config.jobset_restart_job)
-    manager.add(JobController(store, recorder))
+    manager.add(JobController(store, recorder, config.job_pod_failure_backoff_seconds))
     clock = clock or Clock()
     manager.add(CronJobController(store, recorder, clock))
     manager.add(DeploymentController(store, recorder, clock))

@@ -48,6 +48,9 @@ class ClusterConfig:
         metric_resolution_seconds: how often the kubelet samples its pods' CPU and memory for ``metrics.k8s.io``
             (metrics-server's ``--metric-resolution``, 15 s); the CPU rate is over this window.
         hpa_sync_seconds: the HPA controller's sync period (``--horizontal-pod-autoscaler-sync-period``, 15 s).
+        job_pod_failure_backoff_seconds: the Job controller's wait before it replaces a failed pod, doubled per
+            failure since the last success (kube-controller-manager's ``DefaultJobPodFailureBackOff``, 10 s; the
+            cap, 10 min upstream, scales with it).
         jobset_restart_job: JobSet's ``RestartJob`` feature gate (alpha, off as upstream's default):
             the failure-policy actions that recreate only the failed child Job.
         network: pod networking: ``netns`` (a network namespace per pod, Linux as root), ``loopback`` (pods share
@@ -60,6 +63,7 @@ class ClusterConfig:
     strict_images: bool = False
     metric_resolution_seconds: float = 15.0
     hpa_sync_seconds: float = 15.0
+    job_pod_failure_backoff_seconds: float = 10.0
     jobset_restart_job: bool = False
     #: ``loopback`` by default, not ``auto``: in full test runs on a loaded 2-core machine, ``netns`` pods now and then
     #: timed out reaching the API server at the gateway (2 of ~250 cluster tests in one run; never alone).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -96,6 +98,37 @@ async def test_backoff_limit_exceeded_after_replacements() -> None:
         assert cluster.job("flaky")["status"]["failed"] == 2
         assert cluster.pods("flaky") == []
         assert cluster.events("BackoffLimitExceeded")[0]["type"] == "Warning"
+
+
+async def test_a_failed_pod_is_replaced_after_the_pod_failure_backoff_doubling_per_failure() -> None:
+    """``backoff_utils.go`` (``getRemainingTimeForFailuresCount``): the replacement of the first failure waits the
+    base back-off, of the second twice that, counted from the failed pod's ``finishedAt``; a success resets the
+    count. The base is 2 s here (10 s on a cluster, ``ClusterConfig.job_pod_failure_backoff_seconds``); a finish
+    time is a whole second, as on a cluster, so each wait may come out up to a second short."""
+    base = 2.0
+    async with running(pod_failure_backoff=base) as cluster:
+        cluster.create(JOBS, job_body("slow", backoffLimit=3, completions=2, parallelism=1))
+        await cluster.settle()
+        waited = []
+        for _ in range(2):
+            failed_at = time.monotonic()
+            await cluster.run_all("slow", "Failed", exit_code=1)
+            assert cluster.pods("slow") == []  # not replaced yet: the back-off holds it
+            await wait_until(lambda: len(cluster.pods("slow")) == 1, cluster)
+            waited.append(time.monotonic() - failed_at)
+        assert base - 1 <= waited[0] < 2 * base - 1, waited  # 1 failure: the base
+        assert 2 * base - 1 <= waited[1], waited  # 2 failures: twice the base
+        await cluster.run_all("slow", "Succeeded", exit_code=0)
+        assert len(cluster.pods("slow")) == 1  # a success resets the count: the next pod at once
+        assert cluster.job("slow")["status"]["failed"] == 2
+
+
+async def wait_until(check: Callable[[], bool], cluster: Cluster, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+        await cluster.settle()
 
 
 async def test_on_failure_container_restarts_count_against_backoff_limit() -> None:

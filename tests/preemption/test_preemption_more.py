@@ -93,9 +93,9 @@ def test_preemption_budget_spent_by_resubmission(
             90,
             what=lambda: f"checkpoint step {at_least}; so far: {injected}",
         )
-        name, pod = wait_for(
+        name, pod = wait_for(  # the resubmitted group's pods start on loaded cores
             _running_worker(api_client, namespace, "pm-budget", skip),
-            90,
+            180,
             what=lambda: f"a running worker; so far: {injected}",
         )
         local_cluster.preempt_node(pod.spec.node_name, **RAW_DELETE)

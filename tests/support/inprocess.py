@@ -19,20 +19,23 @@ from airflow_elastic.localcluster.controllers.job import JobController
 from airflow_elastic.localcluster.controllers.jobset import JobSetController
 from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.resources import EVENTS, JOBS, JOBSETS, PODS, Resource
-from airflow_elastic.localcluster.store import Obj, Store
+from airflow_elastic.localcluster.store import Obj, Store, now
 
 NS = "default"
 
 
 class Cluster:
-    def __init__(self, *, restart_job: bool = False) -> None:
+    """An in-process store with the Job and JobSet controllers. ``pod_failure_backoff``: the Job controller's
+    (0 by default: replacements at once, as upstream's unit tests set ``DefaultJobPodFailureBackOff``)."""
+
+    def __init__(self, *, restart_job: bool = False, pod_failure_backoff: float = 0.0) -> None:
         self.store = Store()
         bootstrap(self.store)
         admission.register(self.store, jobset_restart_job=restart_job)
         self.manager = Manager(self.store)
         recorder = Recorder(self.store)
         self.manager.add(GarbageCollector(self.store))
-        self.manager.add(JobController(self.store, recorder))
+        self.manager.add(JobController(self.store, recorder, pod_failure_backoff))
         self.manager.add(JobSetController(self.store, recorder, restart_job=restart_job))
 
     async def settle(self) -> None:
@@ -92,7 +95,8 @@ class Cluster:
     ) -> None:
         """Play kubelet: report ``phase`` (+ a terminated container with ``exit_code``) for ``pod``."""
         current = self.store.get(PODS, NS, pod["metadata"]["name"])
-        state: dict[str, Any] = {"running": {}} if exit_code is None else {"terminated": {"exitCode": exit_code}}
+        ended = {"exitCode": exit_code, "finishedAt": now()}  # whole seconds, as the API's timestamps
+        state: dict[str, Any] = {"running": {}} if exit_code is None else {"terminated": ended}
         status = {
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}, *(conditions or [])],
@@ -110,10 +114,12 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running(*controllers: Callable[[Store], Controller], restart_job: bool = False) -> AsyncIterator[Cluster]:
+async def running(
+    *controllers: Callable[[Store], Controller], restart_job: bool = False, pod_failure_backoff: float = 0.0
+) -> AsyncIterator[Cluster]:
     """A :class:`Cluster` whose manager runs, with ``controllers`` (each made from the store) added first;
-    ``restart_job``: JobSet's RestartJob feature gate."""
-    cluster = Cluster(restart_job=restart_job)
+    ``restart_job``: JobSet's RestartJob feature gate; ``pod_failure_backoff``: the Job controller's."""
+    cluster = Cluster(restart_job=restart_job, pod_failure_backoff=pod_failure_backoff)
     for make in controllers:
         cluster.manager.add(make(cluster.store))
     cluster.manager.start()

@@ -55,10 +55,14 @@ def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_o
         pods = [p for p in replica_group_pods(jobsets, jobset, index) if p.status.phase == "Running"]
         return next((p for p in pods if f"replica group {index} step 3 " in logs(jobsets, p)), None)
 
-    survivors = [
-        wait_for(lambda i=i: training(i), timeout=120, interval=0.5, what=f"replica group {i}") for i in (0, 2)
-    ]
-    victim = wait_for(lambda: training(1), timeout=60, interval=0.5, what="replica group 1")
+    def pods_now(index: int) -> str:
+        return f"replica group {index} at step 3; its pods: " + ", ".join(
+            f"{p.metadata.name} {p.status.phase}" for p in replica_group_pods(jobsets, jobset, index)
+        )
+
+    # Start-up waits (torch imports on loaded cores; a pod that failed to start is replaced after the Job back-off).
+    survivors = [wait_for(lambda i=i: training(i), 240, interval=0.5, what=lambda i=i: pods_now(i)) for i in (0, 2)]
+    victim = wait_for(lambda: training(1), timeout=120, interval=0.5, what=lambda: pods_now(1))
     name = victim.metadata.name
     jobsets.core.create_namespaced_pod_eviction(name, jobsets.ns, {"metadata": {"name": name}})
 

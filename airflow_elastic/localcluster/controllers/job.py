@@ -3,16 +3,18 @@
 Follows kube-controller-manager's ``pkg/controller/job``: pods carry the ``batch.kubernetes.io/job-tracking``
 finalizer so no termination is missed (a pod deleted while running still counts as failed); a Job that is about
 to fail or succeed first gets ``FailureTarget``/``SuccessCriteriaMet``, its remaining pods are terminated, and
-only then does it get ``Failed``/``Complete``. Simplified: no pod-recreation back-off delay, no
-``backoffLimitPerIndex``/``FailIndex``, and terminated pods are counted in one status write (no
-``uncountedTerminatedPods`` two-phase commit: that write and the release of the counted pods' finalizers are one
-store transaction, so a crash cannot count a pod twice).
+only then does it get ``Failed``/``Complete``. Replacements of failed pods wait out the pod failure back-off (10 s
+doubled per failure since the last success, at most 10 min; ``backoff_utils.go``, :class:`.jobpolicy.Backoff`), kept
+in memory as upstream keeps it. Simplified: no ``backoffLimitPerIndex``/``FailIndex``, and terminated pods are
+counted in one status write (no ``uncountedTerminatedPods`` two-phase commit: that write and the release of the
+counted pods' finalizers are one store transaction, so a crash cannot count a pod twice).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +22,9 @@ from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.controller import Controller, Key, own_key, owner_key
 from airflow_elastic.localcluster.controllers.jobpolicy import (
     COMPLETION_INDEX,
+    DEFAULT_POD_FAILURE_BACKOFF,
     TRACKING_FINALIZER,
+    Backoff,
     completion_index,
     condition,
     condition_true,
@@ -126,10 +130,13 @@ class JobController(Controller):
 
     name = COMPONENT
 
-    def __init__(self, store: Store, recorder: Recorder):
+    def __init__(self, store: Store, recorder: Recorder, pod_failure_backoff: float = DEFAULT_POD_FAILURE_BACKOFF):
         super().__init__(store)
         self.recorder = recorder
         self.watches = {JOBS.key: own_key, PODS.key: owner_key("Job")}
+        #: ``DefaultJobPodFailureBackOff`` (a faster cluster, e.g. a bench that compresses time, passes less).
+        self.pod_failure_backoff = pod_failure_backoff
+        self._backoffs: dict[Key, Backoff] = {}  # upstream's backoffStore: by Job key, gone with the Job
 
     # --------------------------------------------------------------------------------------------- pods
 
@@ -209,6 +216,7 @@ class JobController(Controller):
         for pod in orphans:
             self._release(pod)
         if job is None:
+            self._backoffs.pop(key, None)
             return None
         if job["spec"].get("managedBy", MANAGED_BY) != MANAGED_BY:
             return None
@@ -218,6 +226,7 @@ class JobController(Controller):
                 self._release(pod)
             return None
         if finished := _finished(job):
+            self._backoffs.pop(key, None)
             for pod in pods:
                 if not _terminal(pod):
                     self._delete_pod(job, pod)
@@ -263,7 +272,10 @@ class JobController(Controller):
             failure = (target.get("reason", ""), target.get("message", ""))
 
         # 1. Count pods that terminated since the last sync (they still hold the tracking finalizer).
-        counted, failure = self._count(job, pods, status, completed, failure)
+        counted, failed, failure = self._count(job, pods, status, completed, failure)
+        key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        succeeded = [p for p in counted if (p.get("status") or {}).get("phase") == "Succeeded"]
+        backoff = self._backoffs.get(key, Backoff()).after(succeeded, failed)
         if indexed:
             status["completedIndexes"] = format_intervals(completed)
             status["succeeded"] = len(completed)
@@ -295,19 +307,23 @@ class JobController(Controller):
             deadline = spec.get("activeDeadlineSeconds")
             if deadline is not None and delay is None:
                 delay = float(deadline)
-            active = self._manage(job, active, terminating, completed, status)
+            active, wait = self._manage(job, active, terminating, completed, status, backoff)
+            delay = wait if delay is None else min(delay, wait or delay)
         self._publish(job, status, before, active, terminating, counted)
+        self._backoffs[key] = backoff  # after the status write, as upstream stores its new record
         return delay
 
     def _count(
         self, job: Obj, pods: list[Obj], status: dict[str, Any], completed: set[int], failure: tuple[str, str] | None
-    ) -> tuple[list[Obj], tuple[str, str] | None]:
-        """Count the tracked pods that terminated into ``status`` (and ``completed`` indexes): the pods counted,
-        and the failure a ``FailJob`` podFailurePolicy rule declared, if ``failure`` is not set yet."""
+    ) -> tuple[list[Obj], list[Obj], tuple[str, str] | None]:
+        """Count the tracked pods that terminated into ``status`` (and ``completed`` indexes): the pods counted, those
+        of them that failed (``Ignore``d ones too: the back-off counts them, as ``getNewFinishedPods``), and the
+        failure a ``FailJob`` podFailurePolicy rule declared, if ``failure`` is not set yet."""
         spec = job["spec"]
         indexed, completions = spec.get("completionMode") == "Indexed", spec.get("completions")
         stopping = bool(spec.get("suspend")) or condition_true(job, "SuccessCriteriaMet")
         counted: list[Obj] = []
+        failed: list[Obj] = []
         for pod in pods:
             if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
                 continue
@@ -327,7 +343,8 @@ class JobController(Controller):
                 if not match or match[0] != "Ignore":
                     status["failed"] = status.get("failed", 0) + 1
                 counted.append(pod)
-        return counted, failure
+                failed.append(pod)
+        return counted, failed, failure
 
     def _stop(self, job: Obj, active: list[Obj]) -> None:
         for pod in active:
@@ -373,9 +390,17 @@ class JobController(Controller):
                 self._release(pod)
 
     def _manage(
-        self, job: Obj, active: list[Obj], terminating: list[Obj], completed: set[int], status: dict[str, Any]
-    ) -> list[Obj]:
-        """Create missing pods and delete excess ones; returns the pods that stay active."""
+        self,
+        job: Obj,
+        active: list[Obj],
+        terminating: list[Obj],
+        completed: set[int],
+        status: dict[str, Any],
+        backoff: Backoff,
+    ) -> tuple[list[Obj], float | None]:
+        """Create missing pods and delete excess ones: the pods that stay active, and the seconds until missing pods
+        may be created (the pod failure back-off; ``None``: nothing waits)."""
+        wait = backoff.remaining(time.time(), self.pod_failure_backoff)
         spec = job["spec"]
         completions, parallelism = spec.get("completions"), spec.get("parallelism", 1)
         blocking = terminating if spec.get("podReplacementPolicy") == "Failed" else []
@@ -388,9 +413,12 @@ class JobController(Controller):
             for pod in active[want:]:
                 self._delete_pod(job, pod)
             active = active[:want]
-            for _ in range(want - len(active) - len(blocking)):
+            missing = want - len(active) - len(blocking)
+            if missing > 0 and wait > 0:
+                return active, wait  # manageJob: requeued after the back-off, nothing created
+            for _ in range(missing):
                 self._create_pod(job, None)
-            return active
+            return active, None
         kept: list[Obj] = []
         held = {i for p in blocking if (i := completion_index(p)) is not None}
         for pod in sorted(active, key=lambda p: completion_index(p) or 0):
@@ -402,6 +430,8 @@ class JobController(Controller):
                 kept.append(pod)
         taken = {completion_index(p) for p in kept} | held
         slots = want - len(kept) - len(blocking)
+        if slots > 0 and wait > 0 and any(i not in completed and i not in taken for i in range(completions or 0)):
+            return kept, wait
         for index in range(completions or 0):
             if slots <= 0:
                 break
@@ -410,4 +440,4 @@ class JobController(Controller):
             if not self._create_pod(job, index):
                 break
             slots -= 1
-        return kept
+        return kept, None

@@ -1,4 +1,5 @@
-"""Pure pieces of the batch/v1 Job controller: index interval strings, pod failure and success policies.
+"""Pure pieces of the batch/v1 Job controller: index interval strings, pod failure and success policies, the pod
+failure back-off.
 
 Kept apart from the controller so each rule can be read next to upstream's (``pkg/controller/job``) and
 tested without a store.
@@ -7,6 +8,8 @@ tested without a store.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow_elastic.localcluster.store import Obj
@@ -118,3 +121,64 @@ def pod_generate_name(job_name: str, index: int | None) -> str:
     suffix = "-" if index is None else f"-{index}-"
     limit = 58  # 63 minus the 5 random characters
     return job_name[: limit - len(suffix)] + suffix if len(job_name) + len(suffix) > limit else job_name + suffix
+
+
+# ------------------------------------------------------------------------------------ pod failure back-off
+# pkg/controller/job/backoff_utils.go: after failed pods, the controller waits before it creates their replacements,
+# DefaultJobPodFailureBackOff (10 s) doubled per failure since the last success, at most MaxJobPodFailureBackOff
+# (10 min; job_controller.go), counted from the last failure's finish time.
+
+#: ``DefaultJobPodFailureBackOff`` and ``MaxJobPodFailureBackOff`` (job_controller.go).
+DEFAULT_POD_FAILURE_BACKOFF = 10.0
+MAX_POD_FAILURE_BACKOFF = 600.0
+
+
+def _epoch(stamp: Any) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def finished_at(pod: Obj) -> float:
+    """``getFinishedTime``: the latest ``finishedAt`` once every container terminated; else the ``Ready=False``
+    condition's transition; else ``deletionTimestamp`` minus the grace period; else the creation time (seconds)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    ends = [_epoch(((s.get("state") or {}).get("terminated") or {}).get("finishedAt")) for s in statuses]
+    if statuses and all(end is not None for end in ends):
+        return max(end for end in ends if end is not None)
+    ready = condition(pod, "Ready")
+    if ready is not None and ready.get("status") == "False" and (at := _epoch(ready.get("lastTransitionTime"))):
+        return at
+    meta = pod.get("metadata") or {}
+    if deleted := _epoch(meta.get("deletionTimestamp")):
+        return deleted - float(meta.get("deletionGracePeriodSeconds") or 0)
+    return _epoch(meta.get("creationTimestamp")) or 0.0
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """``backoffRecord``: failures since the last success, and when the last of them finished (seconds)."""
+
+    failures: int = 0
+    last_failure: float | None = None
+
+    def after(self, succeeded: Iterable[Obj], failed: Iterable[Obj]) -> Backoff:
+        """``newBackoffRecord``: this record with the pods counted since (sorted by finish time)."""
+        wins = sorted(finished_at(p) for p in succeeded)
+        losses = sorted(finished_at(p) for p in failed)
+        if not wins:
+            return Backoff(self.failures + len(losses), losses[-1]) if losses else self
+        later = [t for t in losses if t > wins[-1]]
+        return Backoff(len(later), later[-1] if later else None)
+
+    def remaining(self, now: float, base: float = DEFAULT_POD_FAILURE_BACKOFF) -> float:
+        """``getRemainingTimeForFailuresCount``: seconds before a replacement may be created (0: now). The cap
+        scales with ``base`` (upstream's 10 min for 10 s)."""
+        if self.failures == 0 or self.last_failure is None:
+            return 0.0
+        cap = base * MAX_POD_FAILURE_BACKOFF / DEFAULT_POD_FAILURE_BACKOFF
+        delay = min(base * 2 ** (self.failures - 1), cap)
+        return max(delay - (now - self.last_failure), 0.0)

@@ -45,12 +45,12 @@ head's GCS health, finds no job with ``ray job status`` and submits the entrypoi
 id, so the job runs again from its start on the new head (the driver must resume from its own checkpoints).
 Meanwhile the new head answers 404 for the id, which upstream ignores while the submitter has not finished. Only
 when the submitter Job runs out of retries does the RayJob fail (``SubmissionFailed``); a submitter that ended
-without the job on the cluster gives ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.". Here
-one head loss may spend two of the submitter's retries where a cluster would spend one: the Job controller recreates
-a failed pod at once (no back-off delay, :mod:`.job`), so the next submitter can start while the old head is still
-terminating and take its address (names are resolved when a container starts), then fail when that head goes. A
-head killed with no grace (a vanished node) while its pod still exists is worse: the next submitter takes the dead
-address and waits for its GCS until the RayJob's deadline, where a cluster's DNS would give it the new head's.
+without the job on the cluster gives ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.". The
+next submitter starts after the Job's pod failure back-off (10 s, :mod:`.job`), when a gracefully lost head (a node
+shutdown, an eviction) is gone. Not faithful: names are resolved when a container starts, so after a head killed with
+no grace (a vanished node), whose pod stays until PodGC or the taint manager deletes it, the next submitter takes the
+dead head's address and waits for its GCS until the RayJob's deadline, where a cluster's DNS would give it the new
+head's.
 
 Not implemented: ``InteractiveMode`` and ``SidecarMode`` (refused as ``ValidationFailed``), batch schedulers, token
 auth, metrics.
