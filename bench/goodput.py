@@ -23,13 +23,14 @@ every run. Strategies:
    gives up after ``--ft-collective-timeout`` (the trainer's ``COLLECTIVE_TIMEOUT``, gloo's timeout).
 
 **Time scale.** Everything the platform waits for is compressed by one factor, ``--scale`` real seconds per bench
-second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's
-and PodGC's timeouts, DefaultTolerationSeconds, a replacement node's provisioning, the Job controller's pod failure
-back-off (a replica group's replacement pod), Airflow's ``retry_delay`` and the operator's poll interval. 30 is the factor at which what cannot be compressed here — a restarted trainer's process
-start, ``import torch``, rendezvous and checkpoint load, 3-4 s on these machines — matches a real restart's one to
-two minutes; the default checkpoint interval (80 steps of 0.1 s = 8 s) then stands for 4 minutes, and a reclaim
-every 10 intervals for one every 40 minutes. ``airflow dags test``'s in-process start of a retried task (a few
-seconds) is not compressed either: it stands for the scheduler round trip of strategy 3.
+second (default 30), from the upstream defaults in :data:`REAL_SECONDS`: GKE's node grace, the node controller's and
+PodGC's timeouts, DefaultTolerationSeconds, a replacement node's provisioning, the Job controller's pod failure
+back-off (a replica group's replacement pod), Airflow's ``retry_delay`` and the operator's poll interval. 30 is the
+factor at which what cannot be compressed here — a restarted trainer's process start, ``import torch``, rendezvous
+and checkpoint load, 3-4 s on these machines — matches a real restart's one to two minutes; the default checkpoint
+interval (80 steps of 0.1 s = 8 s) then stands for 4 minutes, and a reclaim every 10 intervals for one every 40
+minutes. ``airflow dags test``'s in-process start of a retried task (a few seconds) is not compressed either: it
+stands for the scheduler round trip of strategy 3.
 
 **Goodput**, one definition for every strategy: the samples retained ÷ the samples the paid pod-time would have
 processed undisturbed, counted in pod-batches (one pod's share of one step). Retained: each step of the final
