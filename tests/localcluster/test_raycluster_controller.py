@@ -126,6 +126,12 @@ def test_kubectl_printer_columns(kubectl, ray_ns: str, ready_cluster: dict[str, 
     assert "ready" in row.split()
 
 
+def test_kubectl_deletes_the_raycluster_and_its_pods_go(kubectl, core, ray_ns: str, ready_cluster: dict) -> None:
+    out = kubectl("delete", "raycluster", "rc", "-n", ray_ns, "--wait=false").stdout
+    assert out.strip() == 'raycluster.ray.io "rc" deleted', out
+    wait_for(lambda: not core.list_namespaced_pod(ray_ns).items, 60, what="the head and worker pods gone", interval=0.5)
+
+
 def test_pod_built_as_kuberay_builds_it() -> None:
     cluster = raycluster("c") | {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}
     worker = build_pod(cluster, "worker", cluster["spec"]["workerGroupSpecs"][0])

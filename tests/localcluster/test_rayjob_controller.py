@@ -7,6 +7,7 @@ with ``num-cpus`` 0 or 1, at most one worker), one after the other, in one names
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -196,9 +197,20 @@ print(json.dumps({"known": known in ids, "status": str(status), "logs": client.g
     assert result["known"] and result["status"] == "SUCCEEDED" and "hello from the client" in result["logs"]
 
 
-def test_deleting_the_rayjob_cascades(core, custom, ray_ns: str, failed: dict[str, Any]) -> None:
-    assert _clusters(custom, ray_ns, "bad"), "the cluster is kept without shutdownAfterJobFinishes"
-    custom.delete_namespaced_custom_object(GROUP, VERSION, ray_ns, PLURAL, "bad")
+def test_kubectl_describes_and_deletes_the_rayjob_and_the_deletion_cascades(
+    kubectl, custom, ray_ns: str, failed: dict[str, Any]
+) -> None:
+    """kubectl's own describe (discovery, the CRD's schema, the object and its events) and delete, on both kinds."""
+    (cluster,) = _clusters(custom, ray_ns, "bad")  # kept without shutdownAfterJobFinishes
+    described = kubectl("describe", "rayjob", "bad", "-n", ray_ns).stdout
+    assert re.search(r"Kind:\s+RayJob\n", described) and re.search(r"Job Status:\s+FAILED\n", described), described
+    assert "CreatedRayCluster" in described, described  # its events
+    name = cluster["metadata"]["name"]
+    described = kubectl("describe", "raycluster", name, "-n", ray_ns).stdout
+    assert re.search(r"Kind:\s+RayCluster\n", described), described
+    assert "ray.io/originated-from-cr-name=bad" in described, described
+    out = kubectl("delete", "rayjob", "bad", "-n", ray_ns, "--wait=false").stdout
+    assert out.strip() == 'rayjob.ray.io "bad" deleted', out
 
     def gone() -> bool:
         rayjobs = custom.list_namespaced_custom_object(GROUP, VERSION, ray_ns, PLURAL)["items"]
