@@ -308,7 +308,8 @@ class JobController(Controller):
             if deadline is not None and delay is None:
                 delay = float(deadline)
             active, wait = self._manage(job, active, terminating, completed, status, backoff)
-            delay = wait if delay is None else min(delay, wait or delay)
+            if wait is not None:  # the back-off ends before the deadline, or the deadline comes first
+                delay = wait if delay is None else min(delay, wait)
         self._publish(job, status, before, active, terminating, counted)
         self._backoffs[key] = backoff  # after the status write, as upstream stores its new record
         return delay
