@@ -50,8 +50,9 @@ cleanup (``airflow db clean``), a new Airflow deployment, cleared or failed runs
 test`` with a fresh DB; and it is the sweep the published model came from.
 
 **Settings.** A scheduled run has no conf: each of ``root``, ``scripts``, ``sweep_epochs``, ``final_epochs``,
-``max_trials`` and ``starting_deadline`` is the run's param, else the Airflow Variable ``nightly_training_<param>``,
-else its default. Every task retries (``RETRIES``): a retry adopts what its previous try started or finished.
+``final_step_seconds``, ``max_trials`` and ``starting_deadline`` is the run's param, else the Airflow Variable
+``nightly_training_<param>``, else its default. Every task retries (``RETRIES``): a retry adopts what its previous
+try started or finished.
 
 Locally, scheduled (``make demo`` runs it once with ``airflow dags test``, reclaiming one replica group's node during
 ``train``)::
@@ -119,16 +120,21 @@ DIGITS_IMAGE = "ghcr.io/airflow-elastic/digits-trainer:0.1.0"
 DEFAULT_SCRIPTS = "/workspace/scripts"
 SCRIPTS_VARIABLE = f"{VARIABLE_PREFIX}scripts"
 #: The sizes of a night: epochs per sweep trial, epochs of the final training, trials of the sweep. Sized for `make
-#: demo` (minutes on 2 cores): a real night affords more trials and epochs. The final training's epochs are 16
-#: steps of ~10 ms, and its survivors never stop for a reclaim: its 200 epochs outlast a replacement replica group's
-#: start (a pod, torchrun's and the trainer's imports of torch: 5-20 s on 2 busy cores), which then heals from its
-#: peer and trains on with it.
-DEFAULT_SIZES = {"sweep_epochs": 6, "final_epochs": 200, "max_trials": 6}
+#: demo` (minutes on 2 cores): a real night affords more trials and epochs.
+DEFAULT_SIZES = {"sweep_epochs": 6, "final_epochs": 100, "max_trials": 6}
+#: Extra seconds per step of the final training, standing in for a real model's compute (``STEP_SECONDS``). The
+#: digits model's steps take milliseconds: flat out, its 1600 steps can end before a reclaimed replica group's
+#: replacement joins (the Job's 10 s pod failure back-off, then torchrun's and the trainer's imports of torch), so
+#: `make demo`, which reclaims one, sets 0.02 to show the replacement healing from its peer.
+DEFAULT_STEP_SECONDS = 0
 
 
 def setting(name: str, default: object) -> str:
     """A template: the run's param ``name``, else the Variable ``nightly_training_<name>``, else ``default``."""
-    return f"{{{{ params.{name} or var.value.get('{VARIABLE_PREFIX}{name}', '{default}') }}}}"
+    return (
+        f"{{{{ var.value.get('{VARIABLE_PREFIX}{name}', '{default}') if params.{name} in (none, '') "
+        f"else params.{name} }}}}"
+    )
 
 
 ROOT = setting("root", DEFAULT_ROOT)
@@ -213,6 +219,7 @@ final = TrainingGroup(
     env={
         "DATA_URI": DATA,
         "EPOCHS": setting("final_epochs", DEFAULT_SIZES["final_epochs"]),
+        "STEP_SECONDS": setting("final_step_seconds", DEFAULT_STEP_SECONDS),
         "TRAIN_PARAMS": "{{ ti.xcom_pull(task_ids='sweep')['best_params'] | tojson }}",  # the sweep's best
         "PYTHONUNBUFFERED": "1",
     },
@@ -263,6 +270,12 @@ with DAG(
                 ("max_trials", "trials of the sweep"),
             )
         },
+        "final_step_seconds": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            description=fallback("extra seconds per final training step", "final_step_seconds", DEFAULT_STEP_SECONDS),
+        ),
         "starting_deadline": Param(
             None,
             type=["null", "integer"],

@@ -42,6 +42,7 @@ TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "
 #: Skipped unless the promotion rule asks a person (``under_review`` itself runs, and says no).
 REVIEW_TASKS = ("approve", "adopt")
 DEADLINE = 900  # seconds: bounds a broken run only
+STEP_SECONDS = 0.02
 
 
 def airflow_env(home: Path, kubeconfig: Path) -> dict[str, str]:
@@ -115,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     storage, log = output / "storage", output / "airflow-dags-test.log"
     image_map = parse_image_map([str(ROOT / "dags" / "image-map.yaml")], ROOT)
     image_map = {image: [sys.executable if a == "python" else a for a in argv] for image, argv in image_map.items()}
-    conf = {"root": str(storage), "scripts": str(ROOT / "dags" / "scripts")}
+    # The final training's steps paced to a real model's (nightly_training.DEFAULT_STEP_SECONDS says why): the
+    # reclaimed replica group's replacement joins mid-training and heals from its peer.
+    conf = {"root": str(storage), "scripts": str(ROOT / "dags" / "scripts"), "final_step_seconds": STEP_SECONDS}
 
     def emit(text: str) -> None:
         print(text, flush=True)
@@ -188,7 +191,10 @@ def reclaim_verdict(reclaim: Reclaim, emit: Any) -> int:
         name, line = reclaim.healed
         emit(f"replacement healed from a live peer: {name} logged {line!r}")
     else:
-        emit(f"demo: replica group {reclaim.injected['replica_group']}'s replacement never logged torchft's healing")
+        emit(
+            f"demo: replica group {reclaim.injected['replica_group']}'s replacement never logged torchft's healing "
+            f"({reclaim.missed_heal()})"
+        )
     if reclaim.survivors.problems:
         emit("demo: a survivor of the reclaim was restarted or replaced")
         return 1

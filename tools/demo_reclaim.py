@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -117,8 +118,10 @@ def last_quorum(log: str) -> int:
 class Reclaim(threading.Thread):
     """Reclaims one replica group's node once the training is in full quorum with a checkpoint, then watches.
 
-    After the run: ``injected`` (node, pod, replica group, checkpoint step), ``survivors`` (:class:`Survivors`)
-    and ``healed`` (the replacement's name and its healing line), each ``None`` until it happened.
+    After the run: ``injected`` (node, pod, replica group, checkpoint step), ``survivors`` (:class:`Survivors`),
+    ``healed`` (the replacement's name and its healing line), ``replacement`` (its name and the seconds from the
+    reclaim to its first sighting running) and ``ended_after`` (seconds from the reclaim to the survivors' end), each
+    ``None`` until it happened.
     """
 
     def __init__(self, cluster: Any, dag_id: str, emit: Callable[[str], None]) -> None:
@@ -129,6 +132,8 @@ class Reclaim(threading.Thread):
         self.injected: dict[str, Any] | None = None
         self.survivors: Survivors | None = None
         self.healed: tuple[str, str] | None = None
+        self.replacement: tuple[str, float] | None = None
+        self.ended_after: float | None = None
 
     def run(self) -> None:
         from kubernetes import client, config
@@ -182,6 +187,7 @@ class Reclaim(threading.Thread):
 
     def _watch(self, victim: PodView) -> None:
         assert self.survivors is not None
+        injected_at = time.monotonic()
         while not self.stop.wait(0.5):
             pods = self._pods()
             if pods is None:
@@ -191,12 +197,23 @@ class Reclaim(threading.Thread):
             if self.healed is None:
                 for view in views:
                     if view.index == victim.index and view.uid != victim.uid and view.phase == RUNNING:
+                        if self.replacement is None:
+                            self.replacement = (view.name, time.monotonic() - injected_at)
                         line = healed_line(self._log(view.name))
                         if line:
                             self.healed = (view.name, line)
                             self.emit(f"[train] replica group {view.index}'s replacement {view.name} healed: {line}")
             if self.survivors.done:
+                self.ended_after = time.monotonic() - injected_at
                 return
+
+    def missed_heal(self) -> str:
+        """Why no heal was seen: when the replacement ran, against when the survivors ended."""
+        ended = f"{self.ended_after:.0f} s" if self.ended_after is not None else "(not seen)"
+        if self.replacement is None:
+            return f"no replacement pod ran before the survivors ended, {ended} after the reclaim"
+        name, after = self.replacement
+        return f"its pod {name} ran {after:.0f} s after the reclaim; the survivors ended {ended} after it"
 
 
 def _replica_groups(pods: Iterable[Any]) -> int:

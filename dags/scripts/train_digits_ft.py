@@ -20,7 +20,9 @@ Contract (the rest of the pipeline reads what ``train_digits.py`` writes):
 * **steps**: an epoch is ``train rows // BATCH_SIZE`` steps of torchft's step counter; step ``s`` is batch
   ``s % steps_per_epoch`` of the epoch's shuffle (seeded by the epoch), of which replica group ``REPLICA_GROUP_ID``
   takes every ``NUM_REPLICA_GROUPS``-th row (the sharding torchft's ``DistributedSampler`` does): the batches
-  depend only on the step, so a replica group healed at any step goes on with the right rows;
+  depend only on the step, so a replica group healed at any step goes on with the right rows; ``STEP_SECONDS``
+  (default 0) is extra time per step, standing in for a real model's compute (this one's steps take milliseconds,
+  so without it a replacement replica group can start only after its survivors finished);
 * **checkpoints**: at each epoch's end the writer (:func:`fault_tolerance.is_writer`) reports
   ``runtime.report_intermediate(epoch, {"val_loss", "val_accuracy"})`` and saves ``model.pt`` (``train_digits``'s
   layout, step = epoch) through :func:`fault_tolerance.save_checkpoint`; the final epoch's checkpoint is the trained
@@ -60,6 +62,7 @@ logging.basicConfig(level=logging.WARNING)
 REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 NUM_REPLICA_GROUPS = int(os.environ.get("NUM_REPLICA_GROUPS", "1"))
 FINAL_CHECKPOINT_WAIT = float(os.environ.get("FINAL_CHECKPOINT_WAIT", "60"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0"))
 
 
 def log(message: str) -> None:
@@ -156,6 +159,7 @@ class Trainer:
             optimizer.zero_grad()  # starts the quorum (a replacement heals from a peer in it)
             nn.functional.cross_entropy(ddp(x[rows]), y[rows]).backward()  # the gradients averaged over the quorum
             optimizer.step()  # commits only if the whole quorum did
+            time.sleep(STEP_SECONDS)
             if first:  # torchft's first quorum has decided: healed from a live peer, or resume from storage
                 first = False
                 if self.resume(manager):

@@ -11,7 +11,7 @@ import pytest
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
-from demo_reclaim import PodView, Survivors, healed_line, last_quorum
+from demo_reclaim import PodView, Reclaim, Survivors, healed_line, last_quorum
 
 SURVIVOR = PodView(name="digits-final-x-trainer-0-0-aaaaa", uid="uid-0", index=0, phase="Running", restarts=0)
 VICTIM = PodView(name="digits-final-x-trainer-1-0-bbbbb", uid="uid-1", index=1, phase="Running", restarts=0)
@@ -70,10 +70,14 @@ def test_the_last_quorum_the_trainer_logged():
     assert last_quorum(log) == 2
 
 
-class FakeReclaim:
-    def __init__(self, survivors: Survivors | None, healed: tuple[str, str] | None) -> None:
-        self.survivors, self.healed = survivors, healed
-        self.injected = {"node": "spot-1", "pod": VICTIM.name, "replica_group": 1, "step": 2} if survivors else None
+def outcome(survivors: Survivors | None, healed: tuple[str, str] | None, **seen: object) -> Reclaim:
+    """A reclaim (never started) with what its watch would have recorded."""
+    reclaim = Reclaim(cluster=None, dag_id="nightly_training", emit=print)
+    reclaim.survivors, reclaim.healed = survivors, healed
+    reclaim.injected = {"node": "spot-1", "pod": VICTIM.name, "replica_group": 1, "step": 2} if survivors else None
+    for name, value in seen.items():
+        setattr(reclaim, name, value)
+    return reclaim
 
 
 @pytest.mark.parametrize(
@@ -90,7 +94,7 @@ def test_the_demo_fails_when_a_survivor_restarted_or_the_replacement_did_not_hea
     survivors = Survivors([SURVIVOR])
     survivors.observe([replace(SURVIVOR, restarts=restarts)])
     shown: list[str] = []
-    assert demo.reclaim_verdict(FakeReclaim(survivors, healed), shown.append) == status
+    assert demo.reclaim_verdict(outcome(survivors, healed), shown.append) == status
     assert any(line.startswith("survivor untouched" if not restarts else "survivor touched") for line in shown)
 
 
@@ -98,5 +102,24 @@ def test_the_demo_fails_without_a_reclaim():
     import demo
 
     shown: list[str] = []
-    assert demo.reclaim_verdict(FakeReclaim(None, None), shown.append) == 1
+    assert demo.reclaim_verdict(outcome(None, None), shown.append) == 1
     assert shown == ["demo: the final training ended before a spot reclaim could be injected"]
+
+
+@pytest.mark.parametrize(
+    ("seen", "why"),
+    [
+        ({"ended_after": 31.4}, "(no replacement pod ran before the survivors ended, 31 s after the reclaim)"),
+        (
+            {"replacement": (REPLACEMENT.name, 28.6), "ended_after": 30.2},
+            f"(its pod {REPLACEMENT.name} ran 29 s after the reclaim; the survivors ended 30 s after it)",
+        ),
+    ],
+)
+def test_a_missed_heal_says_when_the_replacement_ran_against_when_the_survivors_ended(seen, why):
+    """The CI log of a failed demo must say whether the replacement came too late or ran and did not heal."""
+    import demo
+
+    shown: list[str] = []
+    assert demo.reclaim_verdict(outcome(Survivors([SURVIVOR]), None, **seen), shown.append) == 1
+    assert shown[-1] == f"demo: replica group 1's replacement never logged torchft's healing {why}"

@@ -103,7 +103,9 @@ def render(nightly: ModuleType, template: str, params: dict, variables: dict[str
     return env.from_string(template).render(params=params, var={"value": Accessor()})
 
 
-@pytest.mark.parametrize("name", ["root", "scripts", "sweep_epochs", "final_epochs", "max_trials", "starting_deadline"])
+@pytest.mark.parametrize(
+    "name", ["root", "scripts", "sweep_epochs", "final_epochs", "final_step_seconds", "max_trials", "starting_deadline"]
+)
 def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_default(nightly, name):
     """A scheduled run has no conf: its storage root, scripts folder and size come from the Variables
     ``nightly_training_<param>`` (what the README says to set), else the defaults a real cluster's image needs."""
@@ -112,7 +114,8 @@ def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_defaul
         "root": (nightly.ROOT, "{}", "/tmp/airflow-elastic/nightly"),
         "scripts": (tasks["prepare"].stage.command[1], "{}/prepare_digits.py", "/workspace/scripts"),
         "sweep_epochs": (tasks["sweep"].group.env["EPOCHS"], "{}", "6"),
-        "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "200"),
+        "final_epochs": (tasks["train"].group.env["EPOCHS"], "{}", "100"),
+        "final_step_seconds": (tasks["train"].group.env["STEP_SECONDS"], "{}", "0"),
         "max_trials": (tasks["sweep"].max_trials, "{}", "6"),
         "starting_deadline": (tasks["prepare"].starting_deadline, "{}", str(4 * 3600)),  # a night starts by 06:00
     }[name]
@@ -122,6 +125,7 @@ def test_a_run_without_conf_takes_each_setting_from_its_variable_else_its_defaul
     assert render(nightly, template, params, {}) == shape.format(default)
     assert render(nightly, template, params, variable) == shape.format("7")
     assert render(nightly, template, {**params, name: "8"}, variable) == shape.format("8")  # a run's conf wins
+    assert render(nightly, template, {**params, name: 0}, variable) == shape.format("0")  # even a zero
 
 
 def test_cluster_up_names_the_scripts_variable_of_the_nightly_image(nightly):
