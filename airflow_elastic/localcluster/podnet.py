@@ -7,7 +7,8 @@ sandbox, then joins each container to it: ``pkg/kubelet/kuberuntime/kuberuntime_
 
 * **The cluster's bridge.** At start the server claims one ``/16`` among ``10.128.0.0/16`` … ``10.255.0.0/16`` by
   creating the Linux bridge ``aelc<i>`` (interface names are unique, so two clusters starting at once never claim
-  the same subnet) with the gateway address ``10.<128+i>.0.1``; subnets that overlap a host route are skipped. The
+  the same subnet) with the gateway address ``10.<128+i>.0.1`` and a MAC of its own, fixed (else the kernel takes
+  its lowest port's, which changes as pods come and go); subnets that overlap a host route are skipped. The
   bridge's alias records its owner (pid, start time, state directory): a bridge whose owner is gone (a crashed
   server) is deleted by the next cluster that starts, and a server deletes its own at stop.
 * **A pod's sandbox.** Before its first container (init containers included), the kubelet creates a network and
@@ -243,7 +244,14 @@ class PodNetwork:
                 if index in taken or any(subnet(index).overlaps(r) for r in routed):
                     continue
                 net = cls(index, state_dir)
-                created = _ip("link", "add", net.bridge, "type", "bridge", "forward_delay", "0")
+                # A fixed MAC: the kernel gives a bridge whose address was never set the lowest MAC among its
+                # ports (net/bridge/br_stp_if.c, br_stp_recalculate_bridge_id: "user has chosen a value so keep
+                # it" only for NET_ADDR_SET), so the gateway's MAC would change as pods come and go, and a pod whose
+                # ARP cache held the old one could not reach the gateway for up to half a minute (Docker's bridge
+                # driver sets a MAC at creation for this reason).
+                created = _ip(
+                    "link", "add", net.bridge, "address", mac(net.gateway), "type", "bridge", "forward_delay", "0"
+                )
                 if created.returncode != 0:
                     continue  # claimed by a cluster that does not take the lock (an older version): next
                 try:

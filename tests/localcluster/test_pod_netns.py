@@ -14,6 +14,7 @@ import ipaddress
 import os
 import signal
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 
@@ -186,6 +187,47 @@ def test_bridges_do_not_collide_and_are_removed_at_stop_and_after_a_crash(tmp_pa
         owners = {name: info.get("pid") for name, info in podnet._bridges().items()}
         assert owners.get(stale) in (None, (again.ready_info() or {})["pid"])
         assert owners[again.network["bridge"]] == (again.ready_info() or {})["pid"]
+
+
+# From a pod's network namespace: connect to the gateway (the host side, where the API server listens for pods).
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
+
+
+@NETNS
+def test_a_pod_reaches_the_gateway_right_after_the_pod_with_the_lowest_mac_leaves(tmp_path) -> None:
+    """The bridge keeps its MAC as pods come and go. The kernel gives a bridge whose MAC was never set its lowest
+    port's (net/bridge/br_stp_if.c, br_stp_recalculate_bridge_id): without a fixed one, when that pod's veth goes, a
+    pod that cached the gateway's MAC cannot reach the gateway until its ARP entry expires (about 25 s, measured):
+    the timeouts full test runs in this mode saw now and then."""
+    import socket
+
+    net = podnet.PodNetwork.up(tmp_path)
+    ips = [str(net.subnet.network_address + i) for i in (2, 3)]
+    stay, leave = net.attach(ips[0]), net.attach(ips[1])
+    listener = socket.create_server((net.gateway, 0))
+    port = str(listener.getsockname()[1])
+    try:
+        bridge_mac = podnet.mac(net.gateway)
+        # The leaving pod's host-side veth gets the lowest MAC there is: a bridge without a fixed MAC would take it.
+        subprocess.run(["ip", "link", "set", leave.veth, "address", "02:00:00:00:00:01"], check=True)
+
+        def reach() -> None:
+            subprocess.run([*stay.enter(), sys.executable, "-c", CONNECT, net.gateway, port], check=True, timeout=30)
+            listener.accept()[0].close()
+
+        reach()  # the pod's ARP cache now holds the gateway's MAC
+        net.detach(ips[1], leave)
+        assert podnet.wait_gone(leave.veth)
+        reach()  # at once: 5 s connect timeout, where a changed MAC takes ~25 s
+        assert link_mac(net.bridge) == bridge_mac
+    finally:
+        listener.close()
+        net.down()
+
+
+def link_mac(name: str) -> str:
+    shown = subprocess.run(["ip", "-o", "link", "show", name], capture_output=True, text=True, check=True).stdout
+    return shown.split("link/ether ")[1].split()[0]
 
 
 def test_the_mode_is_chosen_and_explained() -> None:
