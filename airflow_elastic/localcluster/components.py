@@ -29,6 +29,7 @@ from airflow_elastic.localcluster.events import Recorder
 from airflow_elastic.localcluster.kubelet import Kubelet, reap_orphans
 from airflow_elastic.localcluster.kubelet.nodes import register_nodes
 from airflow_elastic.localcluster.kubelet.stats import Scraper
+from airflow_elastic.localcluster.kubeproxy import Proxier
 from airflow_elastic.localcluster.network import LOOPBACK, Network
 from airflow_elastic.localcluster.podnet import PodNetwork
 from airflow_elastic.localcluster.resources import NAMESPACES
@@ -78,6 +79,11 @@ def install(
     install_trainer(store, manager, recorder)  # TrainJobs and the default torch-distributed runtime
     register_nodes(store, config)
     reap_orphans(state_dir)  # processes of a previous run that died without stopping them
+    proxier = None
+    if pod_network is not None:  # Services get virtual IPs where pods have their own network
+        proxier = Proxier(store, pod_network.subnet, pod_network.add_address, pod_network.remove_address)
+        manager.add(proxier)
+        manager.shutdown_hooks.append(proxier.close)
     scheduler, kubelet = (
         Scheduler(store, recorder),
         Kubelet(
@@ -85,7 +91,9 @@ def install(
             recorder,
             config,
             state_dir,
-            Network(store, state_dir, pod_network.subnet if pod_network else LOOPBACK),
+            Network(
+                store, state_dir, pod_network.subnet if pod_network else LOOPBACK, proxier.vip if proxier else None
+            ),
             api_address=api_address,
             pod_network=pod_network,
         ),

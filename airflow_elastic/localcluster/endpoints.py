@@ -7,12 +7,18 @@ port's ``targetPort`` is a number or the name of a container port of the pod. Th
 (:mod:`.api.proxy`) sends to one of them; the endpoints and EndpointSlice controllers
 (:mod:`.controllers.serviceendpoints`) write them as ``Endpoints`` and ``EndpointSlices`` objects.
 
-There is no kube-proxy and no cluster IP: in a container's command, args and env, a non-headless Service's
-``<svc>.<ns>.svc[.cluster.local]`` with a port (``:80``, or the scheme's default port in a URL), and a bare
-``<svc>[.<ns>]`` as a URL host or a whole ``<svc>:<port>`` value, become ``<ready pod IP>:<targetPort>`` — what a
-connection to the Service's port reaches. A name without a ready endpoint, or a port the Service does not have,
-is left alone (a connection would fail on a real cluster too). Headless Services resolve as before
-(:mod:`.network`).
+How a container reaches a non-headless Service by name: its ``<svc>.<ns>.svc[.cluster.local]``, and a bare
+``<svc>[.<ns>]`` as a URL host or a whole ``<svc>:<port>`` value, in the container's command, args and env,
+become
+
+* with pod network namespaces (mode ``netns``), the Service's virtual IP, the port kept: kube-proxy
+  (:mod:`.kubeproxy`) picks a ready endpoint for each connection, as on a cluster;
+* where pods share the host's network (mode ``loopback``: no virtual IPs), ``<ready pod IP>:<targetPort>`` with a
+  port (``:80``, or the scheme's default port in a URL): what a connection to the Service's port reaches *when the
+  container starts*. A name without a ready endpoint, or a port the Service does not have, is left alone (a
+  connection would fail on a real cluster too).
+
+Headless Services resolve as before (:mod:`.network`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from airflow_elastic.localcluster.store import Obj, Store
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _END = r"(?![\w-]|\.[\w-])"
 _SCHEME_PORTS = {"http": 80, "https": 443}
+#: A Service's virtual IP by namespace and name (:class:`.kubeproxy.Proxier.vip`).
+VirtualIPs = Callable[[str, str], "str | None"]
 _FQDN = re.compile(
     rf"(?<![\w.-])(?:([a-z][a-z0-9+.-]*)://)?({_LABEL})\.({_LABEL})\.svc(?:\.cluster\.local)?(?::(\d+))?{_END}"
 )
@@ -116,13 +124,20 @@ def _service_port(service: Obj, number: int) -> Obj | None:
     return next((p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == number), None)
 
 
-def cluster_ip_rewriter(store: Store, own_ns: str) -> Callable[[str], str]:
-    """Rewrites names of non-headless Services in a string for a container in ``own_ns`` (module docstring)."""
+def cluster_ip_rewriter(store: Store, own_ns: str, vip: VirtualIPs | None = None) -> Callable[[str], str]:
+    """Rewrites names of non-headless Services in a string for a container in ``own_ns`` (module docstring).
+    With ``vip`` (mode ``netns``: :class:`.kubeproxy.Proxier`), a name becomes its Service's virtual IP, the port
+    kept, as a resolver gives a cluster IP."""
 
     def resolve(m: re.Match[str], scheme: str | None, name: str, ns: str | None, port: str | None) -> str:
         service = store.find(SERVICES, ns or own_ns, name)
         if service is None or (service.get("spec") or {}).get("clusterIP") == "None":
             return m.group(0)
+        if vip is not None:
+            address = vip(ns or own_ns, name)
+            if address is None:
+                return m.group(0)
+            return (f"{scheme}://" if scheme else "") + address + (f":{port}" if port else "")
         number = int(port) if port else _SCHEME_PORTS.get(scheme or "")
         service_port = _service_port(service, number) if number else None
         found = addresses(store, service, service_port) if service_port else []

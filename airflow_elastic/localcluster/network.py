@@ -29,7 +29,8 @@ There is no cluster DNS server, and where pods cannot have network namespaces (m
   - in env values only, also a bare ``<svc>`` or ``<svc>.<ns>`` that is the whole value of a variable named
     ``*_ADDR`` or ``*_HOST`` (an address by its name): training-operator v1 sets ``MASTER_ADDR=<job>-master-0``,
     the name of the master's own headless Service;
-  - names of non-headless Services with a port, to a ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
+  - names of non-headless Services: to their virtual IP (mode ``netns``, :mod:`.kubeproxy`), else with a port to a
+    ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
 
   Names a program builds at run time (e.g. from ``HOSTNAME``) or reads from files are not rewritten, and
   ``socket.gethostname()`` returns the host's name (mode ``loopback``) or the pod's IP (mode ``netns``).
@@ -80,9 +81,16 @@ def _candidate(ident: str, attempt: int, space: ipaddress.IPv4Network = LOOPBACK
 class Network:
     """Pod IP assignment (persistent) and DNS-name rewriting for the processes of pods."""
 
-    def __init__(self, store: Store, state_dir: Path, space: ipaddress.IPv4Network = LOOPBACK):
+    def __init__(
+        self,
+        store: Store,
+        state_dir: Path,
+        space: ipaddress.IPv4Network = LOOPBACK,
+        vip: endpoints.VirtualIPs | None = None,
+    ):
         self.store = store
         self.space = space
+        self.vip = vip  # Services' virtual IPs (mode netns: .kubeproxy)
         self._path = state_dir / "network.json"
         self._by_identity: dict[str, str] = {}
         if self._path.exists():
@@ -206,7 +214,7 @@ class Network:
                 return m.group(0)
             return m.group(0)[: m.start(name_group) - m.start(0)] + ip
 
-        cluster_ip = endpoints.cluster_ip_rewriter(self.store, own_ns)
+        cluster_ip = endpoints.cluster_ip_rewriter(self.store, own_ns, self.vip)
 
         def rewrite(text: str, *, address: bool = False) -> str:
             """``address``: ``text`` is the value of an address variable (a bare Service name resolves too)."""

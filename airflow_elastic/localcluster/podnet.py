@@ -307,6 +307,14 @@ class PodNetwork:
                 del self._by_ip[ip]
         sandbox.close()
 
+    def add_address(self, ip: str) -> None:
+        """An address of the host on the bridge (a Service's virtual IP, :mod:`.kubeproxy`): pods reach it on their
+        link; it goes with the bridge."""
+        _check(_ip("addr", "add", f"{ip}/32", "dev", self.bridge))
+
+    def remove_address(self, ip: str) -> None:
+        _ip("addr", "del", f"{ip}/32", "dev", self.bridge)
+
     def describe(self) -> dict[str, str]:
         return {"mode": NETNS, "bridge": self.bridge, "subnet": str(self.subnet), "gateway": self.gateway}
 

@@ -237,3 +237,62 @@ def test_the_mode_is_chosen_and_explained() -> None:
     assert reason
     with pytest.raises(ValueError, match="not one of"):
         podnet.choose("bridge")
+
+
+# A client that keeps one Service address (from its env, as a program reads it) and asks it every 0.2 s.
+CLIENT = """
+import os, time, urllib.request
+print("URL", os.environ["URL"], flush=True)
+while True:
+    try:
+        with urllib.request.urlopen(os.environ["URL"], timeout=3) as response:
+            print("ANSWER", response.read().decode().split()[0], flush=True)
+    except OSError as err:
+        print("ERROR", err, flush=True)
+    time.sleep(0.2)
+"""
+
+
+@NETNS
+def test_a_service_address_reaches_the_services_endpoints_of_the_moment() -> None:
+    """kube-proxy picks an endpoint per connection (kubernetes ``pkg/proxy/userspace/proxysocket.go``
+    ``TryConnectEndpoints``, round robin: ``roundrobin.go``): a client started when ``web-a`` was the only endpoint
+    reaches ``web-b`` once ``web-a`` vanished without a goodbye, then both ``web-b`` and ``web-c``; its container
+    never restarts. Rewriting the name to ``web-a``'s IP when the client started would keep the dead address."""
+    with cluster("auto") as (running, core, _):
+        service = {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
+        core.create_namespaced_service("default", {"metadata": {"name": "web"}, "spec": service})
+
+        def server(name: str) -> None:
+            spec = {"containers": [server_container()], "terminationGracePeriodSeconds": 0}
+            core.create_namespaced_pod("default", {"metadata": {"name": name, "labels": {"app": "web"}}, "spec": spec})
+            running_pod(core, name)
+
+        server("web-a")
+        env = [{"name": "URL", "value": "http://web.default.svc.cluster.local/"}]
+        container = {"name": "client", "image": "python:3.11", "command": ["python", "-c", CLIENT], "env": env}
+        core.create_namespaced_pod("default", {"metadata": {"name": "client"}, "spec": {"containers": [container]}})
+
+        def log() -> list[str]:  # raw: this client version gives a str of the bytes for a text/plain log
+            return core.read_namespaced_pod_log("client", "default", _preload_content=False).data.decode().splitlines()
+
+        def answers(after: int = 0) -> list[str]:
+            lines = log()
+            return [line.split()[1] for line in lines[after:] if line.startswith("ANSWER ")]
+
+        def log_tail() -> str:
+            return "\n".join(log()[-5:])
+
+        wait_for(lambda: "web-a" in answers(), 60, what=lambda: f"the client answered by web-a; its log:\n{log_tail()}")
+
+        core.delete_namespaced_pod("web-a", "default", grace_period_seconds=0)
+        server("web-b")
+        wait_for(lambda: "web-b" in answers(), 60, what=lambda: f"the client answered by web-b; its log:\n{log_tail()}")
+        server("web-c")
+        seen = len(log())
+        wait_for(lambda: {"web-b", "web-c"} <= set(answers(seen)), 30, what="answers from both endpoints")
+        assert core.read_namespaced_pod("client", "default").status.container_statuses[0].restart_count == 0
+        url = log()[0].split()[1]
+        vip = ipaddress.ip_address(url.removeprefix("http://").rstrip("/"))
+        gateway_block = next(ipaddress.ip_network(running.network["subnet"]).subnets(new_prefix=24))
+        assert vip in gateway_block and str(vip) != running.network["gateway"], url  # a virtual IP, not web-a's

@@ -13,7 +13,7 @@ from airflow_elastic.localcluster import errors
 from airflow_elastic.localcluster.api.proxy import ProxyTarget, location
 from airflow_elastic.localcluster.components import bootstrap
 from airflow_elastic.localcluster.endpoints import addresses, cluster_ip_rewriter
-from airflow_elastic.localcluster.resources import PODS, SERVICES
+from airflow_elastic.localcluster.resources import NAMESPACES, PODS, SERVICES
 from airflow_elastic.localcluster.store import Store
 from tests.support.waiting import wait_for
 
@@ -100,6 +100,28 @@ def test_non_headless_service_names_become_an_endpoint_address() -> None:
     assert rewrite("web.default.svc:81") == "web.default.svc:81"  # no such Service port
     assert rewrite("web") == "web"  # no port: a plain word stays
     assert rewrite("http://empty.default.svc") == "http://empty.default.svc"  # no endpoints
+
+
+def test_with_virtual_ips_a_service_name_becomes_its_virtual_ip_and_keeps_its_port() -> None:
+    """Mode ``netns`` (:mod:`airflow_elastic.localcluster.kubeproxy`): what a cluster's resolver gives, a cluster
+    IP, endpoints or not; headless and unknown names are not this rewrite's."""
+    store = Store()
+    bootstrap(store)
+    store.create(SERVICES, "default", SERVICE)
+    store.create(NAMESPACES, None, {"metadata": {"name": "other"}})
+    store.create(SERVICES, "other", {"metadata": {"name": "api"}, "spec": {"selector": {"a": "b"}, "ports": []}})
+    store.create(SERVICES, "default", {"metadata": {"name": "peers"}, "spec": {"clusterIP": "None", "ports": []}})
+    vips = {("default", "web"): "10.128.0.2", ("other", "api"): "10.128.0.3"}
+    rewrite = cluster_ip_rewriter(store, "default", lambda ns, name: vips.get((ns, name)))
+    assert (
+        rewrite("http://web.default.svc.cluster.local/v1/models/m:predict") == "http://10.128.0.2/v1/models/m:predict"
+    )
+    assert rewrite("--url=http://web.default.svc:80/x") == "--url=http://10.128.0.2:80/x"
+    assert rewrite("web:81") == "10.128.0.2:81"  # no such port: refused at connect time, as on a cluster
+    assert rewrite("http://api.other:8080") == "http://10.128.0.3:8080"
+    assert rewrite("api:8080") == "api:8080"  # not in this namespace
+    assert rewrite("peers.default.svc:29500") == "peers.default.svc:29500"  # headless: pod IPs (network.py)
+    assert rewrite("web") == "web"
 
 
 def test_proxy_forwards_to_a_ready_pod_and_answers_503_without_one(core, kubectl, namespace):
