@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from airflow_elastic.localcluster import admission, crds, errors
+from airflow_elastic.localcluster import admission, clusterdns, crds, errors
 from airflow_elastic.localcluster.clock import Clock
 from airflow_elastic.localcluster.config import ClusterConfig
 from airflow_elastic.localcluster.controller import Manager
@@ -84,6 +84,14 @@ def install(
         proxier = Proxier(store, pod_network.subnet, pod_network.add_address, pod_network.remove_address)
         manager.add(proxier)
         manager.shutdown_hooks.append(proxier.close)
+    network = Network(
+        store, state_dir, pod_network.subnet if pod_network else LOOPBACK, proxier.vip if proxier else None
+    )
+    if pod_network is not None and (dns := clusterdns.serve(store, network, pod_network.gateway)) is not None:
+        network.cluster_dns = True
+        pod_network.resolv_dir = state_dir / "dns"
+        pod_network.resolv_dir.mkdir(parents=True, exist_ok=True)
+        manager.shutdown_hooks.append(dns.close)
     scheduler, kubelet = (
         Scheduler(store, recorder),
         Kubelet(
@@ -91,9 +99,7 @@ def install(
             recorder,
             config,
             state_dir,
-            Network(
-                store, state_dir, pod_network.subnet if pod_network else LOOPBACK, proxier.vip if proxier else None
-            ),
+            network,
             api_address=api_address,
             pod_network=pod_network,
         ),

@@ -25,10 +25,11 @@ There is no cluster DNS server, and where pods cannot have network namespaces (m
     only as a whole value of the form ``<svc>:<port>`` or as a URL host (``scheme://<svc>[:port][/...]``) — a
     plain ``<svc>`` is left alone, since it is often just the group's name — to the IP of the first selected,
     non-terminal pod (ready ones first, then by hostname); a Service without such a pod is left unresolved, like
-    a name without endpoints;
-  - in env values only, also a bare ``<svc>`` or ``<svc>.<ns>`` that is the whole value of a variable named
-    ``*_ADDR`` or ``*_HOST`` (an address by its name): training-operator v1 sets ``MASTER_ADDR=<job>-master-0``,
-    the name of the master's own headless Service;
+    a name without endpoints. Not where pods have the cluster DNS (mode ``netns``, :mod:`.clusterdns`), which
+    answers with the Service's endpoints of the moment when the name is looked up;
+  - in env values only (and without the cluster DNS), also a bare ``<svc>`` or ``<svc>.<ns>`` that is the whole
+    value of a variable named ``*_ADDR`` or ``*_HOST`` (an address by its name): training-operator v1 sets
+    ``MASTER_ADDR=<job>-master-0``, the name of the master's own headless Service;
   - names of non-headless Services: to their virtual IP (mode ``netns``, :mod:`.kubeproxy`), else with a port to a
     ready endpoint's ``<IP>:<targetPort>`` (:mod:`.endpoints`).
 
@@ -91,6 +92,9 @@ class Network:
         self.store = store
         self.space = space
         self.vip = vip  # Services' virtual IPs (mode netns: .kubeproxy)
+        #: Pods look names up in the cluster DNS (mode netns, :mod:`.clusterdns`): headless Service names, whose
+        #: answer changes with the Service's endpoints, are left to it.
+        self.cluster_dns = False
         self._path = state_dir / "network.json"
         self._by_identity: dict[str, str] = {}
         if self._path.exists():
@@ -146,6 +150,13 @@ class Network:
             if sub := (pod.get("spec") or {}).get("subdomain"):
                 found.setdefault(pod["metadata"]["namespace"], set()).add(sub)
         return found
+
+    def has_subdomain(self, namespace: str, name: str) -> bool:
+        """Whether ``name`` is a headless Service or a pod subdomain in ``namespace``: its hosts resolve."""
+        service = self.store.find(SERVICES, namespace, name)
+        if service is not None and (service.get("spec") or {}).get("clusterIP") == "None":
+            return True
+        return any((pod.get("spec") or {}).get("subdomain") == name for pod in self.store.items(PODS, namespace))
 
     def _service_ip(self, namespace: str, name: str) -> str | None:
         svc = self.store.find(SERVICES, namespace, name)
@@ -221,6 +232,8 @@ class Network:
             text = cluster_ip(text)
             if host_re is not None:
                 text = host_re.sub(host, text)
+            if self.cluster_dns:
+                return text
             text = svc_re.sub(lambda m: service(m, 1, 2), text)
             text = url_re.sub(lambda m: service(m, 2, 3), text, count=1)
             if address:

@@ -55,7 +55,11 @@ MODES = (AUTO, NETNS, LOOPBACK)
 BRIDGE_PREFIX = "aelc"
 #: Subnet ``i`` is ``10.<FIRST_OCTET + i>.0.0/16``.
 FIRST_OCTET, SUBNETS = 128, 128
-_CLONE_NEWNET, _CLONE_NEWUTS = 0x40000000, 0x04000000
+_CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWNS = 0x40000000, 0x04000000, 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+#: The cluster's DNS domain (kubelet ``--cluster-domain``).
+DOMAIN = "cluster.local"
+RESOLV_CONF = "/etc/resolv.conf"
 _LOCK = Path(tempfile.gettempdir()) / "airflow-elastic-localcluster-net.lock"
 
 
@@ -156,27 +160,48 @@ def mac(ip: str) -> str:
     return "0a:58:" + ":".join(f"{octet:02x}" for octet in ipaddress.IPv4Address(ip).packed)
 
 
-class Sandbox:
-    """A pod's network and UTS namespaces, held open by descriptor (the pause container's role)."""
+def resolv_conf(namespace: str, server: str) -> str:
+    """A pod's ``/etc/resolv.conf`` under the ``ClusterFirst`` DNS policy (kubelet ``pkg/kubelet/network/dns``)."""
+    return f"search {namespace}.svc.{DOMAIN} svc.{DOMAIN} {DOMAIN}\nnameserver {server}\noptions ndots:5\n"
 
-    def __init__(self, net_fd: int, uts_fd: int):
-        self.net_fd, self.uts_fd = net_fd, uts_fd
+
+def _errno_error(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+class Sandbox:
+    """A pod's network and UTS namespaces, and with a cluster DNS a mount namespace whose ``/etc/resolv.conf`` is
+    the pod's, held open by descriptor (the pause container's role)."""
+
+    def __init__(self, net_fd: int, uts_fd: int, mnt_fd: int = -1):
+        self.net_fd, self.uts_fd, self.mnt_fd = net_fd, uts_fd, mnt_fd
         self.veth = ""
 
     @classmethod
-    def create(cls, hostname: str) -> Sandbox:
+    def create(cls, hostname: str, resolv: Path | None = None) -> Sandbox:
         """New namespaces (``unshare`` in a thread of their own: namespaces belong to a thread, and this one
-        leaves them again); ``lo`` is brought up later with the pod's address."""
+        leaves them again); ``lo`` is brought up later with the pod's address. With ``resolv``, a mount
+        namespace, private (nothing mounted in it reaches the host), with that file bound on ``/etc/resolv.conf``."""
         libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
         out: dict[str, object] = {}
+        kinds = ("net", "uts", "mnt") if resolv else ("net", "uts")
 
         def make() -> None:
-            if libc.unshare(_CLONE_NEWNET | _CLONE_NEWUTS) != 0:
-                out["error"] = OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+            if libc.unshare(_CLONE_NEWNET | _CLONE_NEWUTS | (_CLONE_NEWNS if resolv else 0)) != 0:
+                out["error"] = _errno_error("unshare")
                 return
             if hostname:
                 libc.sethostname(hostname.encode(), len(hostname.encode()))
-            out["fds"] = tuple(os.open(f"/proc/thread-self/ns/{ns}", os.O_RDONLY) for ns in ("net", "uts"))
+            if resolv:
+                if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+                    out["error"] = _errno_error("making the pod's mounts private")
+                    return
+                if libc.mount(str(resolv).encode(), RESOLV_CONF.encode(), None, _MS_BIND, None) != 0:
+                    out["error"] = _errno_error(f"binding {resolv} on {RESOLV_CONF}")
+                    return
+            out["fds"] = tuple(os.open(f"/proc/thread-self/ns/{ns}", os.O_RDONLY) for ns in kinds)
             # The thread ends here; its namespaces live on through the descriptors.
 
         thread = threading.Thread(target=make, name="pod-sandbox")
@@ -184,24 +209,29 @@ class Sandbox:
         thread.join()
         if "error" in out:
             raise out["error"]  # type: ignore[misc]
-        fds: tuple[int, int] = out["fds"]  # type: ignore[assignment]
+        fds: tuple[int, ...] = out["fds"]  # type: ignore[assignment]
         return cls(*fds)
 
     @property
     def net_path(self) -> str:
         return f"/proc/{os.getpid()}/fd/{self.net_fd}"
 
-    def enter(self) -> list[str]:
-        """The command prefix that runs a program in this sandbox (``nsenter`` then execs it: same pid)."""
-        return ["nsenter", f"--net={self.net_path}", f"--uts=/proc/{os.getpid()}/fd/{self.uts_fd}", "--"]
+    def enter(self, cwd: Path | str) -> list[str]:
+        """The command prefix that runs a program in this sandbox, in ``cwd`` (``nsenter`` then execs it: same
+        pid; entering a mount namespace moves to its root, hence ``--wd``)."""
+        prefix = ["nsenter", f"--net={self.net_path}", f"--uts=/proc/{os.getpid()}/fd/{self.uts_fd}"]
+        if self.mnt_fd >= 0:
+            prefix += [f"--mount=/proc/{os.getpid()}/fd/{self.mnt_fd}", f"--wd={cwd}"]
+        return [*prefix, "--"]
 
     def close(self) -> None:
         """Let the namespaces go: once no process is in them the kernel removes them, and the veth pair with them
         (deleting the veth here would block for tens of milliseconds)."""
-        for fd in (self.net_fd, self.uts_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.net_fd = self.uts_fd = -1
+        for fd in (self.net_fd, self.uts_fd, self.mnt_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.net_fd = self.uts_fd = self.mnt_fd = -1
 
 
 @dataclass
@@ -224,6 +254,8 @@ class PodNetwork:
         return str(self.subnet.network_address + 1)
 
     def __post_init__(self) -> None:
+        #: Where the pods' ``resolv.conf`` files are, once the cluster DNS serves (:mod:`.clusterdns`).
+        self.resolv_dir: Path | None = None
         self._by_ip: dict[str, Sandbox] = {}
         self._serial = 0
         self._lock = threading.Lock()  # attach runs in worker threads
@@ -271,9 +303,17 @@ class PodNetwork:
         self._by_ip.clear()
         _ip("link", "del", self.bridge)
 
-    def attach(self, ip: str) -> Sandbox:
-        """A new sandbox with address ``ip`` on the bridge; a sandbox still holding ``ip`` (a terminating
-        predecessor with the same DNS identity) loses its interface."""
+    def attach(self, ip: str, namespace: str = "default") -> Sandbox:
+        """A new sandbox with address ``ip`` on the bridge, resolving names of ``namespace`` first if the cluster
+        has a DNS; a sandbox still holding ``ip`` (a terminating predecessor with the same DNS identity) loses its
+        interface."""
+        resolv = None
+        if self.resolv_dir is not None:
+            resolv = self.resolv_dir / f"{namespace}.conf"
+            if not resolv.exists():
+                tmp = resolv.with_suffix(f".{threading.get_ident()}.tmp")
+                tmp.write_text(resolv_conf(namespace, self.gateway))
+                tmp.replace(resolv)
         with self._lock:
             previous = self._by_ip.pop(ip, None)
             self._serial += 1
@@ -281,7 +321,7 @@ class PodNetwork:
         if previous is not None and previous.veth:
             _ip("link", "del", previous.veth)
             previous.veth = ""
-        sandbox = Sandbox.create(ip)
+        sandbox = Sandbox.create(ip, resolv)
         try:
             veth = f"ae{self.index}-{os.getpid() % 0x1000:03x}{serial % 0x10000:04x}"
             host = (

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -212,7 +213,9 @@ def test_a_pod_reaches_the_gateway_right_after_the_pod_with_the_lowest_mac_leave
         subprocess.run(["ip", "link", "set", leave.veth, "address", "02:00:00:00:00:01"], check=True)
 
         def reach() -> None:
-            subprocess.run([*stay.enter(), sys.executable, "-c", CONNECT, net.gateway, port], check=True, timeout=30)
+            subprocess.run(
+                [*stay.enter(tmp_path), sys.executable, "-c", CONNECT, net.gateway, port], check=True, timeout=30
+            )
             listener.accept()[0].close()
 
         reach()  # the pod's ARP cache now holds the gateway's MAC
@@ -253,6 +256,41 @@ while True:
 """
 
 
+def web_server(core: client.CoreV1Api, name: str) -> None:
+    """A stock server labelled ``app=web``, gone at once when deleted."""
+    spec = {"containers": [server_container()], "terminationGracePeriodSeconds": 0}
+    core.create_namespaced_pod("default", {"metadata": {"name": name, "labels": {"app": "web"}}, "spec": spec})
+    running_pod(core, name)
+
+
+class Client:
+    """A pod that asks ``url`` (kept in its env, as a program keeps an address) every 0.2 s."""
+
+    def __init__(self, core: client.CoreV1Api, url: str):
+        self.core = core
+        container = {"name": "client", "image": "python:3.11", "command": ["python", "-c", CLIENT]}
+        container["env"] = [{"name": "URL", "value": url}]
+        core.create_namespaced_pod("default", {"metadata": {"name": "client"}, "spec": {"containers": [container]}})
+
+    def log(self) -> list[str]:  # raw: this client version gives a str of the bytes for a text/plain log
+        return self.core.read_namespaced_pod_log("client", "default", _preload_content=False).data.decode().splitlines()
+
+    def answers(self, after: int = 0) -> list[str]:
+        return [line.split()[1] for line in self.log()[after:] if line.startswith("ANSWER ")]
+
+    def wait_answer(self, *servers: str, timeout: float = 60) -> None:
+        """Until each of ``servers`` answered (since this call)."""
+        seen = len(self.log())
+        wait_for(
+            lambda: set(servers) <= set(self.answers(seen)),
+            timeout,
+            what=lambda: f"answers from {servers}; the client's log ends:\n" + "\n".join(self.log()[-5:]),
+        )
+
+    def restarts(self) -> int:
+        return self.core.read_namespaced_pod("client", "default").status.container_statuses[0].restart_count
+
+
 @NETNS
 def test_a_service_address_reaches_the_services_endpoints_of_the_moment() -> None:
     """kube-proxy picks an endpoint per connection (kubernetes ``pkg/proxy/userspace/proxysocket.go``
@@ -262,37 +300,39 @@ def test_a_service_address_reaches_the_services_endpoints_of_the_moment() -> Non
     with cluster("auto") as (running, core, _):
         service = {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
         core.create_namespaced_service("default", {"metadata": {"name": "web"}, "spec": service})
-
-        def server(name: str) -> None:
-            spec = {"containers": [server_container()], "terminationGracePeriodSeconds": 0}
-            core.create_namespaced_pod("default", {"metadata": {"name": name, "labels": {"app": "web"}}, "spec": spec})
-            running_pod(core, name)
-
-        server("web-a")
-        env = [{"name": "URL", "value": "http://web.default.svc.cluster.local/"}]
-        container = {"name": "client", "image": "python:3.11", "command": ["python", "-c", CLIENT], "env": env}
-        core.create_namespaced_pod("default", {"metadata": {"name": "client"}, "spec": {"containers": [container]}})
-
-        def log() -> list[str]:  # raw: this client version gives a str of the bytes for a text/plain log
-            return core.read_namespaced_pod_log("client", "default", _preload_content=False).data.decode().splitlines()
-
-        def answers(after: int = 0) -> list[str]:
-            lines = log()
-            return [line.split()[1] for line in lines[after:] if line.startswith("ANSWER ")]
-
-        def log_tail() -> str:
-            return "\n".join(log()[-5:])
-
-        wait_for(lambda: "web-a" in answers(), 60, what=lambda: f"the client answered by web-a; its log:\n{log_tail()}")
-
+        web_server(core, "web-a")
+        asker = Client(core, "http://web.default.svc.cluster.local/")
+        asker.wait_answer("web-a")
         core.delete_namespaced_pod("web-a", "default", grace_period_seconds=0)
-        server("web-b")
-        wait_for(lambda: "web-b" in answers(), 60, what=lambda: f"the client answered by web-b; its log:\n{log_tail()}")
-        server("web-c")
-        seen = len(log())
-        wait_for(lambda: {"web-b", "web-c"} <= set(answers(seen)), 30, what="answers from both endpoints")
-        assert core.read_namespaced_pod("client", "default").status.container_statuses[0].restart_count == 0
-        url = log()[0].split()[1]
+        web_server(core, "web-b")
+        asker.wait_answer("web-b")
+        web_server(core, "web-c")
+        asker.wait_answer("web-b", "web-c", timeout=30)
+        assert asker.restarts() == 0
+        url = asker.log()[0].split()[1]
         vip = ipaddress.ip_address(url.removeprefix("http://").rstrip("/"))
         gateway_block = next(ipaddress.ip_network(running.network["subnet"]).subnets(new_prefix=24))
         assert vip in gateway_block and str(vip) != running.network["gateway"], url  # a virtual IP, not web-a's
+
+
+@NETNS
+def test_a_headless_service_name_is_looked_up_in_the_cluster_dns_when_used() -> None:
+    """A headless Service's name answers with its ready endpoints at each lookup (the DNS specification:
+    https://github.com/kubernetes/dns/blob/master/docs/specification.md; the pod's ``resolv.conf`` searches its
+    namespace, kubelet ``pkg/kubelet/network/dns/dns.go``): a client that kept the short name ``peers`` reaches
+    ``web-b`` after ``web-a`` vanished. The name is not rewritten in its env; the host's ``/etc/resolv.conf`` is
+    untouched."""
+    host_resolv = Path("/etc/resolv.conf").read_text()
+    with cluster("auto") as (running, core, _):
+        service = {"selector": {"app": "web"}, "clusterIP": "None", "ports": [{"port": 8080}]}
+        core.create_namespaced_service("default", {"metadata": {"name": "peers"}, "spec": service})
+        web_server(core, "web-a")
+        asker = Client(core, "http://peers:8080/")
+        asker.wait_answer("web-a")
+        core.delete_namespaced_pod("web-a", "default", grace_period_seconds=0)
+        web_server(core, "web-b")
+        asker.wait_answer("web-b")
+        assert asker.restarts() == 0
+        assert asker.log()[0] == "URL http://peers:8080/"
+        assert running.network["mode"] == "netns"
+    assert Path("/etc/resolv.conf").read_text() == host_resolv

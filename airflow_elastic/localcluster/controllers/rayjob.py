@@ -47,10 +47,11 @@ Meanwhile the new head answers 404 for the id, which upstream ignores while the 
 when the submitter Job runs out of retries does the RayJob fail (``SubmissionFailed``); a submitter that ended
 without the job on the cluster gives ``AppFailed`` "Submitter completed but Ray job not found in RayCluster.". The
 next submitter starts after the Job's pod failure back-off (10 s, :mod:`.job`), when a gracefully lost head (a node
-shutdown, an eviction) is gone. Not faithful: names are resolved when a container starts, so after a head killed with
-no grace (a vanished node), whose pod stays until PodGC or the taint manager deletes it, the next submitter takes the
-dead head's address and waits for its GCS until the RayJob's deadline, where a cluster's DNS would give it the new
-head's.
+shutdown, an eviction) is gone. Where pods share the host's network (mode ``loopback``), names are resolved when a
+container starts, so after a head killed with no grace (a vanished node), whose pod stays until PodGC or the taint
+manager deletes it, a submitter started meanwhile takes the dead head's address and waits for its GCS until the
+RayJob's deadline. With pod network namespaces (mode ``netns``) the head Service's name is looked up in the cluster
+DNS at each try (:mod:`..clusterdns`), as on a cluster, and answers with the new head once it is an endpoint.
 
 Not implemented: ``InteractiveMode`` and ``SidecarMode`` (refused as ``ValidationFailed``), batch schedulers, token
 auth, metrics.

@@ -176,7 +176,7 @@ class PodWorker:
             return True
         while True:
             try:
-                self.netns = await asyncio.to_thread(self.k.pod_network.attach, self.pod_ip)
+                self.netns = await asyncio.to_thread(self.k.pod_network.attach, self.pod_ip, self.key[0])
                 return True
             except OSError as err:
                 self.event("Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {err}")
@@ -355,7 +355,7 @@ class PodWorker:
         self.event("Normal", "Created", f"Created container: {record.name}")
         started_at = now()
         try:
-            enter = self.netns.enter() if self.netns is not None else None
+            enter = self.netns.enter(cwd) if self.netns is not None else None
             running = await spawn(argv, cwd, env, log, self.dir / "pids" / f"{record.name}.json", enter)
         except OSError as err:
             message = f'failed to start container "{record.name}": exec: "{argv[0]}": {err.strerror}'
@@ -387,7 +387,7 @@ class PodWorker:
                     cwd,
                     env,
                     lambda ok: self._set_ready(record, ok),
-                    self.netns.enter() if self.netns is not None else (),
+                    self.netns.enter(cwd) if self.netns is not None else (),
                 )
             )
         returncode = await running.proc.wait()
