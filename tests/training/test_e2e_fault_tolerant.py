@@ -56,9 +56,14 @@ def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_o
         return next((p for p in pods if f"replica group {index} step 3 " in logs(jobsets, p)), None)
 
     def pods_now(index: int) -> str:
-        return f"replica group {index} at step 3; its pods: " + ", ".join(
-            f"{p.metadata.name} {p.status.phase}" for p in replica_group_pods(jobsets, jobset, index)
-        )
+        """What a failed wait shows: every pod of the set (terminating ones too), then the namespace's last events."""
+        pods = [
+            f"{p.metadata.name} {p.status.phase}{' terminating' if p.metadata.deletion_timestamp else ''}"
+            for p in jobsets.pods(f"{J}jobset-name={jobset}")
+        ]
+        events = jobsets.core.list_namespaced_event(jobsets.ns).items[-15:]
+        seen = [f"{e.involved_object.kind}/{e.involved_object.name} {e.reason}: {e.message}" for e in events]
+        return f"replica group {index} at step 3; the set's pods: {', '.join(pods)}; last events:\n" + "\n".join(seen)
 
     # Start-up waits (torch imports on loaded cores; a pod that failed to start is replaced after the Job back-off).
     survivors = [wait_for(lambda i=i: training(i), 240, interval=0.5, what=lambda i=i: pods_now(i)) for i in (0, 2)]
