@@ -12,8 +12,9 @@ removed in 1.26; the iptables and nftables modes that replaced it do the same pe
 
 * **A virtual IP per Service** that is not headless, from the cluster's ``x.y.0.2`` … ``x.y.0.254`` (the gateway's
   ``/24``, where no pod IP is assigned), added to the cluster's bridge as a ``/32``: pods reach it on their link,
-  and it goes with the bridge. Given when the Service appears and released when it goes. The kubelet writes it
-  for the Service's names (:mod:`.network`), keeping the port, as a resolver would. The local API server allocates
+  and it goes with the bridge. Given when the Service appears and released when it goes. The cluster DNS answers
+  it for the Service's name (:mod:`.clusterdns`), and the kubelet writes it for that name in commands and env
+  (:mod:`.network`), keeping the port, as a resolver would. The local API server allocates
   no ``spec.clusterIP`` (:mod:`.admission.service`), so the object does not show it.
 * **A listener per Service port** (TCP) on that IP and the Service's port; ports added to or removed from the
   Service are opened or closed.

@@ -1,7 +1,8 @@
 """Pod IPs on one host and cluster DNS names rewritten to those IPs.
 
-There is no cluster DNS server, and where pods cannot have network namespaces (mode ``loopback``, see
-:mod:`.podnet`) no pod network either, so the local cluster makes two explicit, documented substitutions:
+Where pods cannot have network namespaces (mode ``loopback``, see :mod:`.podnet`) there is neither a pod network
+nor a cluster DNS, so the local cluster makes two explicit, documented substitutions (with namespaces, pods also
+have a cluster DNS, :mod:`.clusterdns`, and the second one shrinks to names whose answer never changes):
 
 * **Pod IPs.** Each pod gets its own address (``status.podIP``): with pod network namespaces (mode ``netns``) in
   the cluster's subnet (:mod:`.podnet`; ``x.y.0.*`` is left to the gateway), else a loopback address in

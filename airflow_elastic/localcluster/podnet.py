@@ -18,9 +18,11 @@ sandbox, then joins each container to it: ``pkg/kubelet/kuberuntime/kuberuntime_
   route: pods reach each other, the host (the gateway address, where the API server also listens for in-cluster
   clients) and nothing beyond (no NAT; the outside world is unreachable at once, not after a timeout). Every
   container process, each restart and exec probes enter the sandbox (``nsenter --net --uts``), so containers of
-  one pod share ``localhost`` and a port binds once per pod, as on a cluster.
-* **The pod's hostname** (``socket.gethostname()`` in the pod's UTS namespace) is its IP: there is no cluster DNS
-  to resolve a pod's name, and distributed frameworks advertise their hostname to their peers (torchrun's c10d
+  one pod share ``localhost`` and a port binds once per pod, as on a cluster. With the cluster DNS
+  (:mod:`.clusterdns`) the sandbox also has a private mount namespace in which the pod's ``resolv.conf``
+  (``ClusterFirst``) is bound on ``/etc/resolv.conf``; containers enter it too (``--mount``).
+* **The pod's hostname** (``socket.gethostname()`` in the pod's UTS namespace) is its IP: the cluster DNS has no
+  record for a bare pod name, and distributed frameworks advertise their hostname to their peers (torchrun's c10d
   rendezvous, ``RendezvousStoreInfo.build``; gloo's default device resolves it to choose its address; torchft's
   managers). The IP resolves everywhere without a resolver. ``HOSTNAME`` stays the pod's hostname.
 * **The end.** The sandbox is released (its descriptors closed: the kernel then removes the namespaces and the
