@@ -128,6 +128,7 @@ def serve(store: Store, network: Network, address: str) -> ClusterDNS | None:
         log.warning("no cluster DNS (%s:%d: %s): names are written as IPs when containers start", address, PORT, err)
         return None
     server = ClusterDNS(store, network)
+    log.info("cluster DNS on %s:%d (pods resolve cluster names through it)", address, PORT)
     loop = asyncio.get_running_loop()
     server.starting = loop.create_task(loop.create_datagram_endpoint(lambda: server, sock=sock))
     return server
