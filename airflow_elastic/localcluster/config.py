@@ -65,8 +65,8 @@ class ClusterConfig:
     hpa_sync_seconds: float = 15.0
     job_pod_failure_backoff_seconds: float = 10.0
     jobset_restart_job: bool = False
-    #: ``loopback`` by default, not ``auto``: in full test runs on a loaded 2-core machine, ``netns`` pods now and then
-    #: timed out reaching the API server at the gateway (2 of ~250 cluster tests in one run; never alone).
+    #: ``loopback`` by default, not ``auto``: no full test run on a loaded 2-core machine has passed in ``netns`` yet
+    #: (the gateway timeouts are fixed; a fault-tolerant test's replica groups still start too far apart there).
     network: str = "loopback"
 
 

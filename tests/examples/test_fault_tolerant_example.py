@@ -135,6 +135,7 @@ class Run:
             if (
                 labels.get(f"{J}job-index") == str(index)
                 and (jobset is None or labels.get(f"{J}jobset-name") == jobset)
+                and pod.status is not None  # just created: no status yet
                 and pod.status.phase == "Running"
                 and not pod.metadata.deletion_timestamp
             ):

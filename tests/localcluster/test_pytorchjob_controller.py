@@ -85,9 +85,12 @@ def pods(core, namespace: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ through clients
 
 
-def test_master_and_worker_all_reduce_with_operator_env_services_and_status(custom, core, namespace) -> None:
+def test_master_and_worker_all_reduce_with_operator_env_services_and_status(
+    custom, core, namespace, local_cluster
+) -> None:
     """The upstream simple example as a real 2-process gloo all-reduce: MASTER_ADDR is the master's headless
-    Service, which the kubelet resolves to the master pod's IP; the job ends Succeeded with upstream's status."""
+    Service, which the kubelet resolves to the master pod's IP (or, with the cluster DNS of mode ``netns``, the
+    processes look the name up); the job ends Succeeded with upstream's status."""
     body = yaml.safe_load((MANIFESTS / "pytorchjob-allreduce.yaml").read_text())
     port = free_port()  # torch's store binds every interface of the one host: no two jobs may share a port
     for spec in body["spec"]["pytorchReplicaSpecs"].values():
@@ -128,10 +131,11 @@ def test_master_and_worker_all_reduce_with_operator_env_services_and_status(cust
     }
     assert [c.name for c in worker.spec.init_containers] == ["init-pytorch"] and not master.spec.init_containers
     assert master.spec.restart_policy == "OnFailure"
-    master_ip = master.status.pod_ip
+    looked_up = local_cluster.network["mode"] == "netns"
+    master_addr = "pytorch-simple-master-0" if looked_up else master.status.pod_ip
     for pod, rank in ((master, 0), (worker, 1)):
         log = core.read_namespaced_pod_log(pod.metadata.name, namespace, container="pytorch")
-        assert f"'MASTER_ADDR': '{master_ip}'" in log and f"'RANK': '{rank}'" in log, log
+        assert f"'MASTER_ADDR': '{master_addr}'" in log and f"'RANK': '{rank}'" in log, log
         assert f"all-reduce 3 on rank {rank} of 2" in log, log
     services = {s.metadata.name: s for s in core.list_namespaced_service(namespace).items}
     assert set(services) == {"pytorch-simple-master-0", "pytorch-simple-worker-0"}
