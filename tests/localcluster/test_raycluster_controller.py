@@ -13,7 +13,7 @@ import pytest
 from airflow_elastic.localcluster.controllers.rayclusterspec import build_pod, ray_start_command, start_params
 from airflow_elastic.localcluster.images import ray_environment
 from airflow_elastic.localcluster.rayports import rewrite
-from tests.support.raynodes import ray_namespace
+from tests.support.raynodes import pods_and_logs, ray_namespace
 from tests.support.waiting import wait_for
 
 GROUP, VERSION = "ray.io", "v1"
@@ -44,14 +44,20 @@ def ray_ns(core) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def ready_cluster(custom, ray_ns: str) -> dict[str, Any]:
+def ready_cluster(core, custom, ray_ns: str) -> dict[str, Any]:
     custom.create_namespaced_custom_object(GROUP, VERSION, ray_ns, "rayclusters", raycluster("rc"))
 
+    def get() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, ray_ns, "rayclusters", "rc")
+
     def ready() -> dict[str, Any] | None:
-        obj = custom.get_namespaced_custom_object(GROUP, VERSION, ray_ns, "rayclusters", "rc")
+        obj = get()
         return obj if (obj.get("status") or {}).get("state") == "ready" else None
 
-    return wait_for(ready, 120, what="RayCluster rc ready")
+    def seen() -> str:
+        return f"RayCluster rc ready; its status {get().get('status')}\n{pods_and_logs(core, ray_ns)}"
+
+    return wait_for(ready, 200, what=seen)  # as the RayJob tests: a head and a worker on loaded cores
 
 
 def _pods(core, ns: str, selector: str) -> list[Any]:

@@ -18,7 +18,7 @@ from airflow_elastic.localcluster.controllers.rayjobspec import submit_command
 from airflow_elastic.localcluster.images import ray_environment
 from airflow_elastic.ray import RayCluster, RayHead, RayJob, WorkerGroup
 from airflow_elastic.ray.render import render_rayjob
-from tests.support.raynodes import ray_namespace
+from tests.support.raynodes import pods_and_logs, ray_namespace
 from tests.support.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
@@ -55,14 +55,7 @@ def _seen(custom, ns: str, name: str) -> str:
     """The RayJob's status, and each pod of the namespace with its phase and the end of its log (for a failure)."""
     from kubernetes import client
 
-    core = client.CoreV1Api(custom.api_client)
-    lines = [f"status {_status(custom, ns, name)}"]
-    for pod in core.list_namespaced_pod(ns).items:
-        log = (
-            core.read_namespaced_pod_log(pod.metadata.name, ns, tail_lines=15) if pod.status.phase != "Pending" else ""
-        )
-        lines.append(f"--- pod {pod.metadata.name} {pod.status.phase} on {pod.spec.node_name}:\n{log}")
-    return "\n".join(lines)
+    return f"status {_status(custom, ns, name)}\n{pods_and_logs(client.CoreV1Api(custom.api_client), ns)}"
 
 
 def _deployment(custom, ns: str, name: str, *wanted: str) -> dict[str, Any]:

@@ -23,3 +23,13 @@ def ray_namespace(core: Any, prefix: str) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+def pods_and_logs(core: Any, namespace: str, tail: int = 15) -> str:
+    """Each pod of ``namespace`` with its phase, node and the end of its log: what a failed wait shows."""
+    lines = []
+    for pod in core.list_namespaced_pod(namespace).items:
+        phase = pod.status.phase if pod.status else None
+        log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=tail) if phase != "Pending" else ""
+        lines.append(f"--- pod {pod.metadata.name} {phase} on {pod.spec.node_name}:\n{log}")
+    return "\n".join(lines)
