@@ -120,7 +120,8 @@ def has_subsets(store: Store, service: Obj) -> bool:
     return any(endpoint_ports(pod, service) for pod, _ in members(store, service))
 
 
-def _service_port(service: Obj, number: int) -> Obj | None:
+def service_port(service: Obj, number: int) -> Obj | None:
+    """The Service's port numbered ``number``, if it has one."""
     return next((p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == number), None)
 
 
@@ -139,8 +140,8 @@ def cluster_ip_rewriter(store: Store, own_ns: str, vip: VirtualIPs | None = None
                 return m.group(0)
             return (f"{scheme}://" if scheme else "") + address + (f":{port}" if port else "")
         number = int(port) if port else _SCHEME_PORTS.get(scheme or "")
-        service_port = _service_port(service, number) if number else None
-        found = addresses(store, service, service_port) if service_port else []
+        port_spec = service_port(service, number) if number else None
+        found = addresses(store, service, port_spec) if port_spec else []
         if not found:
             return m.group(0)
         pod, target = found[0]

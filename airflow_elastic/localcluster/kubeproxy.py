@@ -161,10 +161,8 @@ class Proxier(Controller):
         """``TryConnectEndpoints``: the next ready endpoint per dial timeout, the endpoints read anew each time."""
         for timeout in DIAL_TIMEOUTS:
             service = self.store.find(SERVICES, *key)
-            service_port = next(
-                (p for p in (service or {}).get("spec", {}).get("ports") or [] if p.get("port") == port), None
-            )
-            found = endpoints.addresses(self.store, service, service_port) if service and service_port else []
+            port_spec = endpoints.service_port(service, port) if service else None
+            found = endpoints.addresses(self.store, service, port_spec) if service and port_spec else []
             if not found:
                 log.debug("Service %s/%s port %d: no endpoint", *key, port)
                 return None

@@ -154,10 +154,7 @@ class Network:
 
     def has_subdomain(self, namespace: str, name: str) -> bool:
         """Whether ``name`` is a headless Service or a pod subdomain in ``namespace``: its hosts resolve."""
-        service = self.store.find(SERVICES, namespace, name)
-        if service is not None and (service.get("spec") or {}).get("clusterIP") == "None":
-            return True
-        return any((pod.get("spec") or {}).get("subdomain") == name for pod in self.store.items(PODS, namespace))
+        return name in self._subdomains().get(namespace, set())
 
     def _service_ip(self, namespace: str, name: str) -> str | None:
         svc = self.store.find(SERVICES, namespace, name)
