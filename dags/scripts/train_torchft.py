@@ -17,7 +17,10 @@ lighthouse's ``heartbeat_timeout_ms`` (``FaultTolerance``) is how soon a silent 
 Test hook, not part of the example (``tests/examples/test_fault_tolerant_example.py``): ``FAIL_REPLICA_GROUP`` and
 ``FAIL_AT_STEP`` make that replica group exit 1 at the first step it reaches at or past that one, a failure of its
 own that no disruption explains. Only a process that started before the step fails (not its replacement, healed from
-a peer past it, nor a process resumed from the durable checkpoint past it), so it fails once.
+a peer past it, nor a process resumed from the durable checkpoint past it), so it fails once. ``START_BARRIER`` (a
+directory every pod shares, as a local cluster's do) holds each replica group before its first quorum until all
+``NUM_REPLICA_GROUPS`` are there, so that none trains alone while the others' pods still start on loaded cores (a
+replacement finds them all there and goes on at once).
 """
 
 from __future__ import annotations
@@ -48,9 +51,22 @@ REPLICA_GROUP_ID = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 FAIL_REPLICA_GROUP = int(os.environ.get("FAIL_REPLICA_GROUP", "-1"))
 FAIL_AT_STEP = int(os.environ.get("FAIL_AT_STEP", "0"))
 COLLECTIVE_TIMEOUT = float(os.environ.get("COLLECTIVE_TIMEOUT", "5"))
+START_BARRIER = os.environ.get("START_BARRIER", "")
+
+
+def wait_for_every_replica_group(directory: str, timeout: float = 300.0) -> None:
+    """The ``START_BARRIER`` test hook: mark this replica group there, then wait until every one is marked."""
+    expected = int(os.environ["NUM_REPLICA_GROUPS"])
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, str(REPLICA_GROUP_ID)), "a").close()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(directory)) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def main() -> None:
+    if START_BARRIER:
+        wait_for_every_replica_group(START_BARRIER)
     torch.manual_seed(0)  # the same initial weights in every replica group
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     inner = optim.SGD(model.parameters(), lr=0.05)

@@ -1,10 +1,10 @@
 """The fault-tolerant example (``dags/example_torch_fault_tolerant.py``) under ``airflow dags test``, in try 1.
 
 The DAG runs unchanged (its trainer, ``dags/scripts/train_torchft.py``, as three torchft replica groups under a
-lighthouse) on one local cluster for the module: an on-demand node for the lighthouse and three spot nodes that
-hold one trainer pod each (750m for 500m requests), so a reclaimed node takes exactly one replica group. Each run
-has a namespace of its own. Disruptions are injected at steps the test reads in the pods' logs, once the deferred
-task's trigger watches the pods:
+lighthouse; the trainer's start barrier test hook set) on one local cluster for the module: an on-demand node for the
+lighthouse and three spot nodes that hold one trainer pod each (750m for 500m requests), so a reclaimed node takes
+exactly one replica group. Each run has a namespace of its own. Disruptions are injected at steps the test reads in
+the pods' logs, once the deferred task's trigger watches the pods:
 
 1. a GKE reclaim of replica group 1's node and replica group 2's node vanishing, at once: replica group 0 and the
    lighthouse train on untouched (same uid, no restart), both replacements heal from it (torchft's "healing is
@@ -207,7 +207,7 @@ def test_a_reclaimed_and_a_vanished_replica_group_are_absorbed_while_the_survivo
     # 0.3 s a step: both replacements start and heal within about 20 steps on a quiet machine, but a replacement
     # took 24 s (80 steps) to start on a loaded one and found the run over: 150 steps leave it 45 s.
     steps = 150
-    conf = {"steps": steps, "step_seconds": 0.3}
+    conf = {"steps": steps, "step_seconds": 0.3, "script": trainer(tmp_path)}
     run = Run(cluster, core, "ft-absorbed", airflow_home, airflow_db, tmp_path / "ckpt", conf=conf)
     seen: dict[str, Any] = {}
 
@@ -255,11 +255,17 @@ def test_a_reclaimed_and_a_vanished_replica_group_are_absorbed_while_the_survivo
 # ---------------------------------------------------------------------------------------- the whole group lost
 
 FAIL_AT_STEP = 8
-#: The trainer with its failure test hook set: replica group 1 exits 1 at step 8 (once: its retry heals past it).
-FAILING = f"""import os, runpy
-os.environ.update(FAIL_REPLICA_GROUP="1", FAIL_AT_STEP="{FAIL_AT_STEP}")
-runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
-"""
+
+
+def trainer(directory: Path, **hooks: str) -> str:
+    """The trainer with its test hooks set (written in ``directory``): ``START_BARRIER`` always, so that no replica
+    group trains alone while another's pod still starts on loaded cores (it would heal past the steps a test waits
+    for, or finish the run first)."""
+    env = {"START_BARRIER": str(directory / "started"), **hooks}
+    (script := directory / "train_torchft_hooked.py").write_text(
+        f"import os, runpy\nos.environ.update({env!r})\nrunpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+    )
+    return str(script)
 
 
 @dataclass
@@ -288,8 +294,9 @@ def restarted(cluster, core, tmp_path_factory, migrated_airflow_db) -> Restarted
     home = base / "airflow-home"
     home.mkdir()
     db = Path(shutil.copyfile(migrated_airflow_db, home / "airflow.db"))
-    (script := base / "train_torchft_failing.py").write_text(FAILING)
-    conf = {"steps": 25, "step_seconds": 0.5, "checkpoint_every": 5, "script": str(script)}
+    # Replica group 1 exits 1 at step 8, once: its retry heals past it.
+    script = trainer(base, FAIL_REPLICA_GROUP="1", FAIL_AT_STEP=str(FAIL_AT_STEP))
+    conf = {"steps": 25, "step_seconds": 0.5, "checkpoint_every": 5, "script": script}
     run = Run(cluster, core, "ft-restarted", home, db, base / "ckpt", conf=conf)
     custom = client_for(core)
     seen: dict[str, Any] = {}

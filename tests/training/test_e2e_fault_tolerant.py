@@ -45,7 +45,15 @@ def test_an_evicted_replica_group_is_replaced_and_heals_while_the_others_train_o
         "ft",
         [Role("trainer", command=(*TORCHRUN[:-1], str(TRAINER)))],
         image="python:3.11-slim",
-        env={"PYTHONPATH": str(ROOT), "TRAIN_STEPS": str(STEPS), "STEP_SECONDS": "0.25", "CHECKPOINT_EVERY": "10"},
+        env={
+            "PYTHONPATH": str(ROOT),
+            "TRAIN_STEPS": str(STEPS),
+            "STEP_SECONDS": "0.25",
+            "CHECKPOINT_EVERY": "10",
+            # None trains alone while another's pod still starts (the trainer's test hook): it would finish the
+            # run, or heal past step 3, before the test saw it there.
+            "START_BARRIER": str(tmp_path / "started"),
+        },
         checkpoint=Checkpointing(str(tmp_path / "ckpt")),
         fault_tolerance=FaultTolerance(3, heartbeat_timeout_ms=2000, join_timeout_ms=5000),
     )
