@@ -311,8 +311,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up_cmd.add_argument(
         "--network",
         choices=("auto", "netns", "loopback"),
-        help="pod networking: netns (a network namespace per pod: Linux, root), loopback (pods share the host's "
-        "network, a loopback IP each; the default) or auto (netns where possible); kept until replaced",
+        help="pod networking: auto (the default: netns where possible, else loopback), netns (a network namespace "
+        "per pod: Linux, root) or loopback (pods share the host's network, a loopback IP each); kept until replaced",
     )
     command("down", down, "stop the local cluster (its state is kept)")
     command("status", status, "show the cluster's address, nodes and workload counts")

@@ -53,9 +53,9 @@ class ClusterConfig:
             cap, 10 min upstream, scales with it).
         jobset_restart_job: JobSet's ``RestartJob`` feature gate (alpha, off as upstream's default):
             the failure-policy actions that recreate only the failed child Job.
-        network: pod networking: ``netns`` (a network namespace per pod, Linux as root), ``loopback`` (pods share
-            the host's network, each with a loopback IP; the default) or ``auto`` (``netns`` where possible, else
-            ``loopback``); see :mod:`airflow_elastic.localcluster.podnet`.
+        network: pod networking: ``auto`` (the default: ``netns`` where possible, else ``loopback``), ``netns`` (a
+            network namespace per pod, Linux as root) or ``loopback`` (pods share the host's network, each with a
+            loopback IP); see :mod:`airflow_elastic.localcluster.podnet`.
     """
 
     pools: tuple[NodePool, ...] = DEFAULT_POOLS
@@ -65,9 +65,7 @@ class ClusterConfig:
     hpa_sync_seconds: float = 15.0
     job_pod_failure_backoff_seconds: float = 10.0
     jobset_restart_job: bool = False
-    #: ``loopback`` by default, not ``auto``: no full test run on a loaded 2-core machine has passed in ``netns`` yet
-    #: (the gateway timeouts are fixed; a fault-tolerant test's replica groups still start too far apart there).
-    network: str = "loopback"
+    network: str = "auto"
 
 
 def pod_dir(state_dir: Path, namespace: str, name: str, uid: str) -> Path:

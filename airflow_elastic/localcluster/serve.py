@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=int, default=20000, help="watch events kept for resuming watches")
     parser.add_argument("--bookmark-seconds", type=float, default=60.0, help="interval of watch BOOKMARK events")
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--network", choices=podnet.MODES, help="pod network mode (default: the config's, loopback)")
+    parser.add_argument("--network", choices=podnet.MODES, help="pod network mode (default: the config's, auto)")
     parser.add_argument("--stop-with-stdin", action="store_true", help="stop when stdin closes (parent gone)")
     args = parser.parse_args(argv)
     logging.basicConfig(
