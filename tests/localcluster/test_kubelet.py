@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from airflow_elastic.localcluster.config import ClusterConfig
-from airflow_elastic.localcluster.kubelet import NODE_RESTART_REASON, reap_orphans
+from airflow_elastic.localcluster.kubelet import NODE_RESTART_REASON, procs, reap_orphans
 from airflow_elastic.localcluster.resources import CONFIGMAPS, PODS, SECRETS
 from tests.support.kubelet_helpers import PY, NodeSide, group_alive, pod_body
 
@@ -360,6 +362,21 @@ async def test_orphans_reaped_and_pods_failed_after_crash(tmp_path: Path) -> Non
         assert conditions(failed)["Ready"] == "False"
     finally:
         await second.close()
+
+
+def test_a_container_runs_only_once_its_pid_is_recorded(tmp_path: Path) -> None:
+    """The start gate: without the kubelet's ``go`` (it crashed between the fork and the pid file: the pipe closes
+    unwritten) the program never runs; with it, the program is the process the kubelet recorded."""
+    for said, runs in ((b"", False), (b"go\n", True)):
+        marker = tmp_path / f"ran-{runs}"
+        read, write = os.pipe()
+        gated = subprocess.Popen([*procs.GATE, "sh", "-c", f'echo $$ > "{marker}"'], stdin=read)
+        os.close(read)
+        os.write(write, said)
+        os.close(write)
+        assert gated.wait(timeout=10) == (0 if runs else 1)
+        assert marker.exists() == runs
+        assert not runs or marker.read_text().strip() == str(gated.pid)  # exec kept the pid
 
 
 async def test_terminate_pod_and_active_deadline(side: NodeSide) -> None:

@@ -151,9 +151,15 @@ class Running:
         self.pid_file.unlink(missing_ok=True)
 
 
+#: Runs the program only once the kubelet has recorded its pid (it writes ``go`` on stdin then): a server killed
+#: between the fork and the pid file closes the pipe, and the program never starts (no process the next start could
+#: not find). The program's stdin is ``/dev/null`` again, and ``exec`` keeps the pid.
+GATE = ("/bin/sh", "-c", 'IFS= read -r go && [ "$go" = go ] && exec "$@" </dev/null', "container")
+
+
 def _executable(argv0: str, cwd: Path, env: dict[str, str]) -> None:
     """Raise the ``OSError`` starting ``argv0`` would raise (not found, not executable), as ``exec`` would: the
-    program is started through a prefix (``nsenter``) whose own failure would only be an exit code."""
+    program is started through a prefix (:data:`GATE`, ``nsenter``) whose own failure would only be an exit code."""
     if "/" in argv0:
         path = cwd / argv0
         if not path.exists():
@@ -167,28 +173,35 @@ def _executable(argv0: str, cwd: Path, env: dict[str, str]) -> None:
 async def spawn(
     argv: list[str], cwd: Path, env: dict[str, str], log_file: Path, pid_file: Path, enter: list[str] | None = None
 ) -> Running:
-    """Start ``argv`` in a new session, stdout+stderr appended to ``log_file``, and record it in ``pid_file``.
-    ``enter``: a prefix that runs it in the pod's sandbox and then execs it (:meth:`.podnet.Sandbox.enter`): the
-    process keeps its pid."""
+    """Start ``argv`` in a new session, stdout+stderr appended to ``log_file``, and record it in ``pid_file`` before
+    it runs (:data:`GATE`). ``enter``: a prefix that runs it in the pod's sandbox and then execs it
+    (:meth:`.podnet.Sandbox.enter`): the process keeps its pid."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    if enter:
-        _executable(argv[0], cwd, env)
-    with open(log_file, "ab", buffering=0) as out:
-        proc = await asyncio.create_subprocess_exec(
-            *(enter or []),
-            *argv,
-            cwd=str(cwd),
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-    since = start_ticks(proc.pid)
-    tmp = pid_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "start": since, "argv": argv[:3]}))
-    tmp.replace(pid_file)
+    _executable(argv[0], cwd, env)
+    gate, go = os.pipe()
+    try:
+        with open(log_file, "ab", buffering=0) as out:
+            proc = await asyncio.create_subprocess_exec(
+                *(enter or []),
+                *GATE,
+                *argv,
+                cwd=str(cwd),
+                env=env,
+                stdin=gate,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        since = start_ticks(proc.pid)
+        tmp = pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "start": since, "argv": argv[:3]}))
+        tmp.replace(pid_file)
+        with contextlib.suppress(BrokenPipeError):  # killed already: the kubelet sees it exit
+            os.write(go, b"go\n")
+    finally:
+        os.close(gate)
+        os.close(go)
     return Running(proc, proc.pid, since, pid_file)
 
 
