@@ -17,8 +17,10 @@ Ray and scikit-learn only (the Ray image; locally the Ray environment, ``make ra
   from their checkpoints.
 * **result**: one line on stdout, ``AE_RESULT {json}`` (the line a RayJob's driver reports its result with, which
   ``RayJobOperator`` returns as ``reported``): the best trial's config, ``val_loss`` and
-  ``val_accuracy``, and where the experiment is. ``--epoch-seconds`` paces epochs (a test needs a sweep long enough
-  to lose a worker in the middle of it).
+  ``val_accuracy``, and where the experiment is. The best is chosen as ``HyperparameterSweepOperator`` chooses it:
+  among the trials that ran every epoch (Tune's ``get_best_result`` would also weigh a trial ASHA stopped early by
+  its last, earlier epoch). ``--epoch-seconds`` paces epochs (a test needs a sweep long enough to lose a worker in
+  the middle of it).
 """
 
 from __future__ import annotations
@@ -128,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
             ),
         )
     grid = tuner.fit()
-    best = grid.get_best_result(metric="val_loss", mode="min")
+    complete = [r for r in grid if r.error is None and (r.metrics or {}).get("training_iteration", 0) >= args.epochs]
+    best = min(complete, key=lambda r: r.metrics["val_loss"]) if complete else grid.get_best_result()
     outcome = {
         "experiment": path,
         "best_config": best.config,
