@@ -38,7 +38,7 @@ from airflow_elastic.serving import publishing
 ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 DAG_ID = "nightly_training"
-TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "promoted", "serve")
+TASKS = ("previous_sweep", "prepare", "sweep", "train", "evaluate", "publish", "under_review", "promoted", "serve")
 #: Skipped unless the promotion rule asks a person (``under_review`` itself runs, and says no).
 REVIEW_TASKS = ("approve", "adopt")
 DEADLINE = 900  # seconds: bounds a broken run only

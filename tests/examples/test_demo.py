@@ -32,6 +32,7 @@ def test_demo_runs_the_nightly_pipeline_through_a_spot_reclaim(tmp_path):
     # Progress, stage by stage and trial by trial.
     for task in ("prepare", "sweep", "train", "evaluate", "publish", "serve"):
         assert f"[{task}] started" in shown and f"[{task}] success after" in shown, task
+    assert "[serve] started (task 9/9)" in shown, shown  # every task that runs is counted
     assert "[sweep] trial 6/6 " in shown and "[train] injected: spot reclaim of node " in shown
     assert "] error: " not in shown, shown  # no task logged an error
     # The reclaim took one replica group; the other trained on in the same pod, never restarted, and the
