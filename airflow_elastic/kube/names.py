@@ -24,6 +24,8 @@ DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALPHABET = string.digits + string.ascii_lowercase
 
+#: Exit codes a container reports when a signal ended it (128 + SIGKILL / SIGTERM): stopped from outside.
+SIGNAL_EXIT_CODES = frozenset({137, 143})
 #: The training container of every rendered pod; ``pod_overrides`` address it by this name.
 TRAINER_CONTAINER = "trainer"
 #: The container and replicated Job of Kubeflow Trainer's trainer step in a TrainingRuntime (kubeflow/trainer

@@ -97,6 +97,7 @@ RULES: tuple[Rule, ...] = (
     Rule("best-effort-revoked", Cause.BEST_EFFORT_REVOKED, P, p.best_effort, "§1.5 ACS BestEffort"),
     Rule("koordlet-kill", Cause.BEST_EFFORT_REVOKED, P, p.koordlet_kill, "§1.5 Koordinator BestEffort"),
     Rule("jobset-restart", Cause.GROUP_RESTART, N, p.jobset_restart, "§1.4 the JobSet's own restart"),
+    Rule("backoff-exhausted", Cause.USER_ERROR, F, p.backoff_exhausted, "Job backoffLimit counts in-place restarts"),
     Rule("jobset-finished", Cause.GROUP_FINISHED, N, p.jobset_finished, "§1.4 the JobSet's own completion"),
     Rule("transient-exit-code", Cause.TRANSIENT, T, p.transient, "§1.6 user-declared retriable codes"),
     Rule("peer-lost", Cause.UNKNOWN, F, p.peer_lost, "decision: runtime.peer_loss exit, the cause is elsewhere"),

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from airflow_elastic.kube.names import SIGNAL_EXIT_CODES as SIGNAL_EXIT_CODES
 from airflow_elastic.kube.platforms import SPOT_PLATFORMS
 
 Obj = Mapping[str, Any]
@@ -73,8 +74,6 @@ SHUTDOWN_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown"})
 NODE_LOSS_REASONS = frozenset({"NodeRestart", "NodeLost"})
 #: Container ``terminated.reason`` values that are not the program's own exit.
 KILLED_CONTAINER_REASONS = frozenset({"ContainerStatusUnknown", "Unknown"})
-#: Exit codes a shell reports for SIGKILL / SIGTERM.
-SIGNAL_EXIT_CODES = frozenset({137, 143})
 #: Tolerance on top of the pod's grace period before a ``DisruptionTarget`` is judged stale.
 STALE_SLACK_SECONDS = 5.0
 #: How long a node may be silent before the node controller marks it ``Ready=Unknown`` and taints it unreachable
@@ -144,6 +143,15 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class InPlaceRestart:
+    """A container the kubelet restarted in the same pod (``restartPolicy: OnFailure``/``Always``): how often, and
+    how its last run ended (``lastState.terminated``)."""
+
+    restarts: int
+    last: Exit
+
+
+@dataclass(frozen=True)
 class Signal:
     """When the platform began taking the pod away (a taint added, a node lost, a graceful delete), as a window:
     an exit from ``since - before`` to ``since + grace`` answered it."""
@@ -177,6 +185,8 @@ class Facts:
     #: When the pod's graceful delete sent SIGTERM, and when its node stopped being Ready or was deleted.
     terminating: tuple[Signal, ...] = ()
     node_down: tuple[Signal, ...] = ()
+    #: Containers restarted in place, with their last exit (a Job's ``backoffLimit`` counts these restarts).
+    in_place: tuple[InPlaceRestart, ...] = ()
 
     @property
     def genuine_exit(self) -> Exit | None:
@@ -244,17 +254,24 @@ def _signals(pod: Obj, node: Obj | None, grace: float) -> tuple[tuple[Signal, ..
     return terminating, tuple(Signal(t, NODE_MONITOR_GRACE_SECONDS) for t in down if t)
 
 
+def _exit(name: str, terminated: Obj) -> Exit:
+    code = int(terminated.get("exitCode", 0))
+    return Exit(name, code, terminated.get("reason", ""), parse_time(terminated.get("finishedAt")))
+
+
 def _exits(pod: Obj) -> tuple[Exit, ...]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    ended = ((s.get("name", ""), (s.get("state") or {}).get("terminated")) for s in statuses)
+    return tuple(_exit(name, terminated) for name, terminated in ended if terminated)
+
+
+def in_place_restarts(pod: Obj) -> tuple[InPlaceRestart, ...]:
+    """The pod's containers that the kubelet restarted in place, with the last exit each had before that."""
     found = []
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
-        if terminated:
-            code = int(terminated.get("exitCode", 0))
-            found.append(
-                Exit(
-                    status.get("name", ""), code, terminated.get("reason", ""), parse_time(terminated.get("finishedAt"))
-                )
-            )
+        last = (status.get("lastState") or {}).get("terminated")
+        if last and int(status.get("restartCount", 0) or 0) > 0:
+            found.append(InPlaceRestart(int(status["restartCount"]), _exit(status.get("name", ""), last)))
     return tuple(found)
 
 
@@ -328,4 +345,5 @@ def facts(
         taint_added={t.get("key", ""): added for t in taints if (added := parse_time(t.get("timeAdded")))},
         terminating=terminating,
         node_down=node_down,
+        in_place=in_place_restarts(pod),
     )

@@ -4,10 +4,12 @@ returns the evidence it found (a short sentence) or None. :data:`.classify.RULES
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from airflow_elastic.contract import PEER_LOST_EXIT_CODE
+from airflow_elastic.kube.labels import JOB_NAME_LABEL
 from airflow_elastic.preemption.facts import (
     BEST_EFFORT_LABEL,
     KILLED_CONTAINER_REASONS,
@@ -253,6 +255,41 @@ def jobset_restart(f: Facts) -> str | None:
     if not (f.deleted and f.killed and attempt.isdigit() and int(attempt) < restarts):
         return None
     return f"deleted by the JobSet to restart the group: restart attempt {attempt} replaced by attempt {restarts}"
+
+
+#: How a failed JobSet's condition names the Job that failed it (``messageWithFirstFailedJob`` in JobSet's
+#: ``pkg/controllers/failure_policy.go``: "... (first failed job: <name>)").
+FIRST_FAILED_JOB = re.compile(r"\(first failed job: ([^)\s]+)\)")
+
+
+def _failed_condition(jobset: Obj | None) -> Obj | None:
+    conditions = ((jobset or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
+
+
+def backoff_exhausted(f: Facts) -> str | None:
+    """The Job controller counts a Job's in-place container restarts (``restartPolicy: OnFailure``) against its
+    ``backoffLimit`` (``pastBackoffLimitOnFailure`` in ``pkg/controller/job/job_controller.go``); past it, it fails
+    the Job and deletes the pods still running. A pod of the Job that failed the JobSet, in its last attempt, killed
+    that way after its own program failed and was restarted, failed on its own: its deletion only followed."""
+    if not (f.deleted and f.killed):
+        return None
+    condition = _failed_condition(f.jobset)
+    named = FIRST_FAILED_JOB.search((condition or {}).get("message", ""))
+    job = f.labels.get(JOB_NAME_LABEL) or f.labels.get("job-name", "")
+    if named is None or named.group(1) != job:
+        return None
+    restarts = int(((f.jobset or {}).get("status") or {}).get("restarts", 0) or 0)
+    if f.labels.get(RESTART_LABEL, str(restarts)) != str(restarts):  # an earlier attempt's pod of the same Job name
+        return None
+    restarted = next((r for r in f.in_place if r.last.genuine and r.last.code not in f.transient), None)
+    if restarted is None:
+        return None
+    last = restarted.last
+    return (
+        f"container {last.container} exited {last.code} ({last.reason or 'Error'}) and was restarted in place "
+        f"{restarted.restarts} time(s) until its Job {job}, the JobSet's first failed Job, reached its backoffLimit"
+    )
 
 
 def jobset_finished(f: Facts) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from airflow_elastic.kube.labels import JOB_INDEX_LABEL as JOB_INDEX_LABEL
 from airflow_elastic.kube.labels import JOBSET_NAME_LABEL as JOBSET_NAME_LABEL
 from airflow_elastic.kube.labels import REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
+from airflow_elastic.kube.names import SIGNAL_EXIT_CODES
 
 Obj = Mapping[str, Any]
 Phase = Literal["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Missing"]
@@ -119,14 +120,27 @@ def _labels(pod: Obj) -> Mapping[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
+def _restarted_in_place(status: Obj) -> tuple[int, Obj] | None:
+    """The first container restarted in place whose last run failed: its restart count and that run's end."""
+    for container in status.get("containerStatuses") or []:
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        if int(container.get("restartCount", 0) or 0) > 0 and last.get("exitCode", 0) != 0:
+            return int(container["restartCount"]), last
+    return None
+
+
 def pod_failures(pods: Iterable[Obj]) -> list[PodFailure]:
     """Failed pods with the reason, exit code and termination message of their first failed container (or the
-    pod-level reason, e.g. ``Evicted``, ``Terminated``, ``DeadlineExceeded``)."""
-    failures = []
+    pod-level reason, e.g. ``Evicted``, ``Terminated``, ``DeadlineExceeded``), and pods whose container failed and
+    was restarted in place (``restartPolicy: OnFailure``, until the Job's ``backoffLimit``) with that last failure,
+    whatever ended them (the Job controller deletes them once the limit is reached). Each pod once (by name)."""
+    failures, seen = [], set()
     for pod in pods:
-        status = pod.get("status") or {}
-        if status.get("phase") != "Failed":
+        status, name = pod.get("status") or {}, pod["metadata"]["name"]
+        restarted = _restarted_in_place(status)
+        if name in seen or (status.get("phase") != "Failed" and restarted is None):
             continue
+        seen.add(name)
         labels = _labels(pod)
         reason, code, message = status.get("reason", ""), None, status.get("message", "")
         for container in status.get("containerStatuses") or []:
@@ -136,9 +150,13 @@ def pod_failures(pods: Iterable[Obj]) -> list[PodFailure]:
                 code = terminated.get("exitCode")
                 message = message or terminated.get("message", "")
                 break
+        if restarted is not None and (code is None or code in SIGNAL_EXIT_CODES):  # killed after failing in place
+            count, last = restarted
+            reason = f"{last.get('reason') or 'Error'} (restarted in place {count} time(s))"
+            code, message = last.get("exitCode"), last.get("message", "")
         failures.append(
             PodFailure(
-                pod=pod["metadata"]["name"],
+                pod=name,
                 role=labels.get(REPLICATED_JOB_LABEL, "?"),
                 reason=reason or "Failed",
                 exit_code=code,

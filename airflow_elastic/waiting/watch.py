@@ -202,6 +202,8 @@ class Watch:
         self.started = False
         self.suspended_since: float | None = None
         self._stops: list[Stop] = []
+        #: The last copy of each pod seen stopping (name -> pod): what a failure reports once the pods are gone.
+        self._stopped: dict[str, Obj] = {}
         #: Restart attempt -> when the watch first saw the group restarted past it: a counted in-cluster restart may
         #: still turn out to be a node-loss cascade (its lost node shows only later), looked for within the window.
         self._restarted: dict[int, float] = {}
@@ -279,7 +281,7 @@ class Watch:
                 jobset,
                 status,
                 message=status.message,
-                failures=tuple(asdict(f) for f in pod_failures(pods or ())) if failed else (),
+                failures=self._failures(pods or (), status) if failed else (),
                 metrics=reported_metrics(pods or (), self.metrics_role) if self.metrics_role else None,
             )
         if timed_out:
@@ -310,6 +312,12 @@ class Watch:
 
     # ------------------------------------------------------------------------------------------ helpers
 
+    def _failures(self, pods: Iterable[Obj], status: GroupStatus) -> tuple[dict[str, Any], ...]:
+        """The failed pods of the group's last attempt, those already gone included (a Job past its
+        ``backoffLimit`` deletes the pods it restarted in place: their last copies say why)."""
+        found = pod_failures((*pods, *self._stopped.values()))
+        return tuple(asdict(f) for f in found if f.attempt == status.restarts)
+
     def _ours(self, jobset: Obj) -> bool:
         return not self.uid or (jobset.get("metadata") or {}).get("uid") == self.uid
 
@@ -338,6 +346,7 @@ class Watch:
             return []
         if obs.nodes is None:
             self._stops = self.evidence.observe(obs.pods, deleted=obs.deleted_pods)
+            self._stopped |= {stop.pod["metadata"]["name"]: stop.pod for stop in self._stops}
             names = node_names(self._stops)
             if self.settle_seconds > 0:  # each attempt the group restarted past: did a node vanish under it?
                 self._restarted |= {attempt: obs.now for attempt in range(self._restarts_seen, status.restarts)}

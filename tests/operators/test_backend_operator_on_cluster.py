@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import copy
 import importlib
+import re
 import socket
 import threading
 import time
@@ -118,6 +119,21 @@ def reclaim(cluster: LocalCluster, core: client.CoreV1Api, namespace: str, selec
     pool gets a new node at once and loses the old one soon, so later tests see two spot nodes again."""
     [pod] = core.list_namespaced_pod(namespace, label_selector=selector).items
     cluster.preempt_node(pod.spec.node_name, style="gke", grace_seconds=1, delete_after=0.5, replace_after=0.2)
+
+
+def test_a_trainjob_whose_trainer_fails_in_place_until_the_backoff_limit_names_that_failure(
+    custom, namespace, connection, tmp_path
+):
+    apply_runtime(custom, namespace, "trainingruntime-one-retry.yaml")
+    failing = Role("node", command=["python", "-c", "import sys; sys.exit('trainer broke: bad batch')"])
+    op = operator(connection, group("tjloop", [failing], tmp_path, coordinator_port=29500), "trainjob")
+    with pytest.raises(AirflowException) as failed:
+        run_deferred(op, context())
+    # The Job controller deleted the pod it had restarted in place; its last failure is what the task reports.
+    message = str(failed.value)
+    assert "no failed pod was left to inspect" not in message, message
+    assert re.search(r"pod tjloop-\w+-node-0-0-\w+ \(role node, attempt 0\) Error \(restarted in place 1 time\(s\)\) "
+                     r"\(exit code 1\)", message), message  # fmt: skip
 
 
 @pytest.fixture

@@ -89,6 +89,29 @@ KOORDLET_V15_MESSAGE = (
     "node(n1), need release milli CPU: 1200"
 )
 COMPLETED = {"status": {"terminalState": "Completed", "conditions": [{"type": "Completed", "status": "True"}]}}
+JOB = "batch.kubernetes.io/job-name"
+#: Failed because Job g-worker-0 reached its backoffLimit (JobSet's condition names it).
+BACKOFF_FAILED = {
+    "status": {
+        "terminalState": "Failed",
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailedJobs",
+                "message": "jobset failed due to one or more job failures (first failed job: g-worker-0)",
+            }
+        ],
+    }
+}
+
+
+def restarted_in_place(found: dict[str, Any], exit_code: int = 3) -> dict[str, Any]:
+    """``found`` after its container failed with ``exit_code`` and was restarted in place twice."""
+    last = {"exitCode": exit_code, "reason": "Error", "finishedAt": T0}
+    found["status"]["containerStatuses"][0] |= {"restartCount": 2, "lastState": {"terminated": last}}
+    return found
+
 
 # (id, kwargs for classify, expected cause, expected budget, expected rule)
 CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
@@ -537,6 +560,46 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
         Cause.UNKNOWN,
         F,
         "killed-without-evidence",
+    ),
+    # A Job's backoffLimit counts in-place restarts (restartPolicy OnFailure); past it the Job controller deletes
+    # the pod it kept restarting, and the JobSet fails naming that Job: the pod failed on its own.
+    (
+        "backoff-limit-of-in-place-restarts",
+        {
+            "pod": restarted_in_place(pod(phase="Running", running=True, labels={**ATTEMPT_0, JOB: "g-worker-0"})),
+            "node": HEALTHY,
+            "pod_gone": True,
+            "jobset": BACKOFF_FAILED,
+        },
+        Cause.USER_ERROR,
+        F,
+        "backoff-exhausted",
+    ),
+    # ... while another Job's pod, restarted in place but within its own limit, was only stopped with the JobSet,
+    (
+        "backoff-limit-of-another-job",
+        {
+            "pod": restarted_in_place(pod(running=True, labels={**ATTEMPT_0, JOB: "g-worker-1"})),
+            "node": HEALTHY,
+            "pod_gone": True,
+            "jobset": BACKOFF_FAILED,
+        },
+        Cause.GROUP_FINISHED,
+        N,
+        "jobset-finished",
+    ),
+    # ... and so was a pod whose in-place restarts followed kills, not failures of its own.
+    (
+        "backoff-limit-after-kills",
+        {
+            "pod": restarted_in_place(pod(running=True, labels={**ATTEMPT_0, JOB: "g-worker-0"}), exit_code=137),
+            "node": HEALTHY,
+            "pod_gone": True,
+            "jobset": BACKOFF_FAILED,
+        },
+        Cause.GROUP_FINISHED,
+        N,
+        "jobset-finished",
     ),
     # §1.4 the success policy is met (the leader finished): the JobSet stops the workers left running.
     (

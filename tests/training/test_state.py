@@ -92,6 +92,36 @@ def test_pod_failures_name_pod_role_reason_and_exit_code():
     assert failures[1].reason == "Terminated" and "imminent node shutdown" in failures[1].message
 
 
+def restarted_in_place(name: str, **kwargs) -> dict:
+    """A pod whose container failed and was restarted in place (``restartPolicy: OnFailure``) twice."""
+    found = pod(name, **kwargs)
+    last = {"exitCode": 3, "reason": "Error", "message": "Traceback: boom"}
+    found["status"]["containerStatuses"][0] |= {"restartCount": 2, "lastState": {"terminated": last}}
+    return found
+
+
+def test_pods_restarted_in_place_report_their_last_failure_whatever_ended_them():
+    # The Job past its backoffLimit deletes them: one was crash-looping (waiting), one was killed running, one
+    # is still Running in the last list; a pod that restarted after a kill (exit 137) has nothing to report.
+    killed = restarted_in_place("w-2", phase="Failed", terminated={"exitCode": 143, "reason": "Error"})
+    recovered = pod("w-4", phase="Running")
+    recovered["status"]["containerStatuses"][0] |= {"restartCount": 1, "lastState": {"terminated": {"exitCode": 0}}}
+    pods = [
+        restarted_in_place("w-1", phase="Running", waiting={"reason": "CrashLoopBackOff"}),
+        killed,
+        restarted_in_place("w-3"),
+        recovered,
+        killed,  # each pod once
+    ]
+    failures = pod_failures(pods)
+    assert [(f.pod, f.reason, f.exit_code, f.message) for f in failures] == [
+        (name, "Error (restarted in place 2 time(s))", 3, "Traceback: boom") for name in ("w-1", "w-2", "w-3")
+    ]
+    # A failed pod's own exit stays what it reports.
+    own = restarted_in_place("w-5", phase="Failed", terminated={"exitCode": 4, "reason": "Error"})
+    assert [(f.reason, f.exit_code) for f in pod_failures([own])] == [("Error", 4)]
+
+
 def test_pending_diagnosis_from_scheduler_images_and_events():
     unschedulable = {
         "type": "PodScheduled",

@@ -85,6 +85,36 @@ def test_pods_that_cannot_be_listed_leave_the_verdict_without_evidence():
     assert watch.evidence.last == {}  # an unknown pod list is not "every pod vanished"
 
 
+def test_a_failure_names_the_pods_a_job_deleted_after_restarting_them_in_place():
+    # restartPolicy OnFailure: the container failed and was restarted in place until its Job's backoffLimit; the Job
+    # controller then deleted the pod, so the failed JobSet's last pod list is empty.
+    last = {"exitCode": 3, "reason": "Error", "message": "Traceback: boom"}
+    labels = {"batch.kubernetes.io/job-name": "train-abc123-worker-0"}
+    labels["jobset.sigs.k8s.io/replicatedjob-name"] = "worker"
+    looping = {
+        "metadata": {"name": "train-abc123-worker-0-0-x", "uid": "p1", "labels": labels},
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "trainer", "restartCount": 6, "state": {"waiting": {}}, "lastState": {"terminated": last}}
+            ],
+        },
+    }
+    message = "jobset failed due to one or more job failures (first failed job: train-abc123-worker-0)"
+    watch = Watch("train-abc123", "ml", WaitSettings(capture_evidence=True, settle_seconds=0))
+    step = watch.observe(Observation(1.0, jobset()))
+    assert watch.observe(step.observation.given(pods=[looping])).verdict is None
+    step = watch.observe(Observation(2.0, jobset([("Failed", "True", "FailedJobs", message)])))
+    step = watch.observe(step.observation.given(pods=[]))
+    step = watch.observe(step.observation.given(nodes={"n1": {"metadata": {"name": "n1"}}}))
+    assert step.verdict is not None and step.verdict.status == "failed"
+    assert [(r["cause"], r["rule"]) for r in step.records] == [("user_error", "backoff-exhausted")]
+    [failure] = step.verdict.failures
+    assert (failure["pod"], failure["role"], failure["exit_code"]) == ("train-abc123-worker-0-0-x", "worker", 3)
+    assert failure["reason"] == "Error (restarted in place 6 time(s))" and failure["message"] == "Traceback: boom"
+
+
 def test_stopped_pods_are_classified_with_their_nodes():
     failed = FAILED_POD
     watch = Watch("g", "ml", WaitSettings(capture_evidence=True))
