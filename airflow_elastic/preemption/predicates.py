@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from airflow_elastic.contract import PEER_LOST_EXIT_CODE
-from airflow_elastic.kube.labels import JOB_NAME_LABEL
+from airflow_elastic.kube.labels import JOB_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL
 from airflow_elastic.preemption.facts import (
     BEST_EFFORT_LABEL,
     KILLED_CONTAINER_REASONS,
@@ -260,27 +260,35 @@ def jobset_restart(f: Facts) -> str | None:
 #: How a failed JobSet's condition names the Job that failed it (``messageWithFirstFailedJob`` in JobSet's
 #: ``pkg/controllers/failure_policy.go``: "... (first failed job: <name>)").
 FIRST_FAILED_JOB = re.compile(r"\(first failed job: ([^)\s]+)\)")
+#: The training-operator's failure once a job's pods restarted past ``runPolicy.backoffLimit``, which counts every
+#: replica's in-place restarts (``ReconcileJobs`` in ``pkg/controller.v1/common/job.go``).
+JOB_PAST_BACKOFF = re.compile(r"Job (\S+) has failed because it has reached the specified backoff limit")
 
 
-def _failed_condition(jobset: Obj | None) -> Obj | None:
-    conditions = ((jobset or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
+def _exhausted_by(f: Facts) -> str | None:
+    """Whose backoffLimit failed the group, if it is this pod's: its Job (JobSet) or its job (training-operator)."""
+    condition = ((f.jobset or {}).get("status") or {}).get("conditions") or []
+    failed = next((c for c in condition if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    message = (failed or {}).get("message", "")
+    if named := FIRST_FAILED_JOB.search(message):
+        job = f.labels.get(JOB_NAME_LABEL) or f.labels.get("job-name", "")
+        return f"its Job {job}, the JobSet's first failed Job," if named.group(1) == job else None
+    if (whole := JOB_PAST_BACKOFF.search(message)) and whole.group(1) == f.labels.get(KUBEFLOW_JOB_NAME_LABEL):
+        return f"its job {whole.group(1)} (every replica's restarts count)"
+    return None
 
 
 def backoff_exhausted(f: Facts) -> str | None:
-    """The Job controller counts a Job's in-place container restarts (``restartPolicy: OnFailure``) against its
-    ``backoffLimit`` (``pastBackoffLimitOnFailure`` in ``pkg/controller/job/job_controller.go``); past it, it fails
-    the Job and deletes the pods still running. A pod of the Job that failed the JobSet, in its last attempt, killed
-    that way after its own program failed and was restarted, failed on its own: its deletion only followed."""
+    """A Job's ``backoffLimit`` counts its in-place container restarts (``restartPolicy: OnFailure``;
+    ``pastBackoffLimitOnFailure`` in Kubernetes' ``pkg/controller/job/job_controller.go``), and so does a
+    training-operator job's; past it, the pods still running are deleted. A pod of the job that failed the group, in
+    its last attempt, killed that way after its own program failed and was restarted, failed on its own: its deletion
+    only followed."""
     if not (f.deleted and f.killed):
         return None
-    condition = _failed_condition(f.jobset)
-    named = FIRST_FAILED_JOB.search((condition or {}).get("message", ""))
-    job = f.labels.get(JOB_NAME_LABEL) or f.labels.get("job-name", "")
-    if named is None or named.group(1) != job:
-        return None
+    whose = _exhausted_by(f)
     restarts = int(((f.jobset or {}).get("status") or {}).get("restarts", 0) or 0)
-    if f.labels.get(RESTART_LABEL, str(restarts)) != str(restarts):  # an earlier attempt's pod of the same Job name
+    if whose is None or f.labels.get(RESTART_LABEL, str(restarts)) != str(restarts):  # not an earlier attempt's pod
         return None
     restarted = next((r for r in f.in_place if r.last.genuine and r.last.code not in f.transient), None)
     if restarted is None:
@@ -288,7 +296,7 @@ def backoff_exhausted(f: Facts) -> str | None:
     last = restarted.last
     return (
         f"container {last.container} exited {last.code} ({last.reason or 'Error'}) and was restarted in place "
-        f"{restarted.restarts} time(s) until its Job {job}, the JobSet's first failed Job, reached its backoffLimit"
+        f"{restarted.restarts} time(s) until {whose} reached its backoffLimit"
     )
 
 

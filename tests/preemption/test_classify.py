@@ -105,6 +105,20 @@ BACKOFF_FAILED = {
     }
 }
 
+#: A PyTorchJob past its backoff limit, as the backend view shows it (training-operator's message).
+PYTORCHJOB_PAST_BACKOFF = {
+    "status": {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "PyTorchJobFailed",
+                "message": "Job g has failed because it has reached the specified backoff limit",
+            }
+        ]
+    }
+}
+
 
 def restarted_in_place(found: dict[str, Any], exit_code: int = 3) -> dict[str, Any]:
     """``found`` after its container failed with ``exit_code`` and was restarted in place twice."""
@@ -570,6 +584,19 @@ CASES: list[tuple[str, dict[str, Any], Cause, Budget, str]] = [
             "node": HEALTHY,
             "pod_gone": True,
             "jobset": BACKOFF_FAILED,
+        },
+        Cause.USER_ERROR,
+        F,
+        "backoff-exhausted",
+    ),
+    # The training-operator counts every replica's in-place restarts against the PyTorchJob's runPolicy.backoffLimit.
+    (
+        "backoff-limit-of-a-pytorchjob",
+        {
+            "pod": restarted_in_place(pod(running=True, labels={"training.kubeflow.org/job-name": "g"})),
+            "node": HEALTHY,
+            "pod_gone": True,
+            "jobset": PYTORCHJOB_PAST_BACKOFF,
         },
         Cause.USER_ERROR,
         F,
