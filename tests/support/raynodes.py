@@ -27,9 +27,14 @@ def ray_namespace(core: Any, prefix: str) -> Iterator[str]:
 
 def pods_and_logs(core: Any, namespace: str, tail: int = 15) -> str:
     """Each pod of ``namespace`` with its phase, node and the end of its log: what a failed wait shows."""
+    from kubernetes.client.exceptions import ApiException
+
     lines = []
     for pod in core.list_namespaced_pod(namespace).items:
         phase = pod.status.phase if pod.status else None
-        log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=tail) if phase != "Pending" else ""
+        try:  # a container that has not started has no log yet: say so rather than hide the failed wait
+            log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=tail)
+        except ApiException as exc:
+            log = f"(no log: {exc.status} {exc.reason})"
         lines.append(f"--- pod {pod.metadata.name} {phase} on {pod.spec.node_name}:\n{log}")
     return "\n".join(lines)
