@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 from aiohttp import ClientError, ClientResponse, ClientTimeout
@@ -38,7 +36,13 @@ from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
+from airflow_elastic.hooks.errors import (
+    KubernetesApiError,
+    NotFound,
+    from_api_exception,
+    unreachable,
+    watch_event,
+)
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
 
 #: Failures of the aiohttp transport (no HTTP reply): client errors, timeouts, socket errors.
@@ -227,14 +231,8 @@ class AsyncKubernetesApiHook(BaseHook):
                         refused = _refused(response, await response.read())
                         raise from_api_exception(refused, op.description)
                     while line := await response.content.readline():
-                        if not line.strip():
-                            continue
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":  # e.g. 410 Expired, in-stream
-                            status = event.get("object") or {}
-                            error = SimpleNamespace(status=status.get("code"), reason="", body=json.dumps(status))
-                            raise from_api_exception(error, op.description)
-                        yield event
+                        if (event := watch_event(line, op.description)) is not None:
+                            yield event
                 finally:  # also when the reader stops early (a cancelled informer): the connection is released
                     response.close()
             except k8s.ApiException as exc:

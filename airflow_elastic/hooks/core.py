@@ -17,17 +17,25 @@ falling back to in-cluster config and then ``~/.kube/config``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from kubernetes import client as k8s
-from urllib3.exceptions import HTTPError
+from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import HTTPError, ReadTimeoutError
 
 from airflow_elastic.hooks import operations as ops
 from airflow_elastic.hooks.connection import require_explicit
-from airflow_elastic.hooks.errors import KubernetesApiError, NotFound, from_api_exception, unreachable
+from airflow_elastic.hooks.errors import (
+    KubernetesApiError,
+    NotFound,
+    from_api_exception,
+    unreachable,
+    watch_event,
+)
 from airflow_elastic.hooks.retry import Attempts, RetryPolicy
 
 #: Failures of the ``kubernetes`` client's transport (no HTTP reply): urllib3 errors and socket errors.
@@ -126,6 +134,32 @@ class KubernetesApiHook(BaseHook):
             try:
                 return response.data
             finally:
+                response.release_conn()
+        except k8s.ApiException as exc:
+            raise from_api_exception(exc, op.description) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise unreachable(exc, op.description) from exc
+
+    def _watch(self, op: ops.Operation, quiet_seconds: float) -> Iterator[dict[str, Any]]:
+        """The events of a watch operation (:func:`~airflow_elastic.hooks.operations.watch`), ``BOOKMARK`` included,
+        until the server ends the stream or none comes for ``quiet_seconds``; not retried (the caller re-lists).
+
+        Raises:
+            Gone: the ``resourceVersion`` is too old (410, as an HTTP status or an ``ERROR`` event).
+            KubernetesApiError: any other refusal, or the transport failed.
+        """
+        api = getattr(k8s, op.api)(self._client())
+        try:
+            # (connect, read) timeouts: a silent stream ends after quiet_seconds rather than at the server's timeout.
+            timeout = (self.retry.timeout or 30, max(0.05, quiet_seconds))
+            response = getattr(api, op.method)(**op.kwargs, _preload_content=False, _request_timeout=timeout)
+            try:
+                for line in iter_resp_lines(response):  # the client's own line splitter (kubernetes.watch)
+                    if (event := watch_event(line, op.description)) is not None:
+                        yield event
+            except ReadTimeoutError:
+                return  # nothing happened for quiet_seconds: the wait is over
+            finally:  # also when the caller stops early: the connection is released
                 response.release_conn()
         except k8s.ApiException as exc:
             raise from_api_exception(exc, op.description) from exc

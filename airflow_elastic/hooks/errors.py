@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
+from types import SimpleNamespace
 from typing import Any
 
 __all__ = [
@@ -156,6 +157,20 @@ _BY_STATUS: dict[int, type[KubernetesApiError]] = {
     422: Invalid,
     429: Throttled,
 }
+
+
+def watch_event(line: str | bytes, operation: str = "") -> dict[str, Any] | None:
+    """One line of a watch stream as its ``{"type", "object"}`` event (``None`` for a blank line); an in-stream
+    ``ERROR`` event (e.g. 410 Expired) raises as the HTTP status it carries would."""
+    if not line.strip():
+        return None
+    event: dict[str, Any] = json.loads(line)
+    if event.get("type") == "ERROR":
+        status = event.get("object") or {}
+        raise from_api_exception(
+            SimpleNamespace(status=status.get("code"), reason="", body=json.dumps(status)), operation
+        )
+    return event
 
 
 def from_api_exception(exc: object, operation: str = "") -> KubernetesApiError:

@@ -7,6 +7,8 @@ those hooks add their own objects to these reads. Its protocol is
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_elastic.hooks import operations as ops
@@ -28,6 +30,26 @@ class PodHook(KubernetesApiHook):
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """The pods of a namespace matching ``label_selector`` (e.g. ``"jobset.sigs.k8s.io/jobset-name=x"``)."""
         return self._run(ops.list_pods(namespace, label_selector))
+
+    def list_pods_versioned(
+        self, namespace: str, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The pods of a namespace and the list's ``resourceVersion`` (where :meth:`watch_pods` starts)."""
+        result: tuple[list[dict[str, Any]], str] = self._run(ops.list_versioned("pods", namespace, label_selector))
+        return result
+
+    def watch_pods(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float
+    ) -> Iterator[dict[str, Any]]:
+        """The pod changes after ``resource_version``, as ``{"type", "object"}`` events (``BOOKMARK`` included),
+        until the server ends the stream or none comes for ``timeout_seconds``. Not retried: the caller re-lists.
+
+        Raises:
+            Gone: ``resource_version`` is too old (410, as an HTTP status or an ``ERROR`` event); re-list.
+            KubernetesApiError: any other refusal, or the transport failed.
+        """
+        op = ops.watch("pods", namespace, label_selector, resource_version, max(1, math.ceil(timeout_seconds)))
+        return self._watch(op, timeout_seconds)
 
     def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
         """The core/v1 Events of a namespace matching ``field_selector`` (e.g. ``"involvedObject.name=x"``)."""

@@ -29,7 +29,7 @@ raise ``NotFound``/``AlreadyExists``/... with a status.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from airflow_elastic.waiting.logcursor import LogRequest
@@ -57,6 +57,14 @@ class PodHookProtocol(ApiHookProtocol, Protocol):
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[JSON]:
         """The pods of a namespace matching ``label_selector`` (e.g. ``"jobset.sigs.k8s.io/jobset-name=x"``)."""
 
+    def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[JSON], str]:
+        """The pods of a namespace and the list's ``resourceVersion`` (where :meth:`watch_pods` starts)."""
+
+    def watch_pods(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float
+    ) -> Iterator[JSON]:
+        """The pod changes after ``resource_version`` (see :class:`PodWatchProtocol`)."""
+
     def list_events(self, namespace: str, field_selector: str | None = None) -> list[JSON]:
         """The core/v1 Events of a namespace matching ``field_selector`` (e.g. ``"involvedObject.name=x"``)."""
 
@@ -73,6 +81,21 @@ class PodHookProtocol(ApiHookProtocol, Protocol):
     def read_pod_log_chunk(self, namespace: str, pod: str, container: str, request: LogRequest) -> str:
         """A container's log with its RFC 3339 timestamp and a space before every line (``timestamps=true``), for
         following it by time (:class:`airflow_elastic.waiting.logcursor.LogCursor`)."""
+
+
+@runtime_checkable
+class PodWatchProtocol(Protocol):
+    """What the sync waiter needs to wait between looks by watching the group's pods (every real hook has it,
+    :class:`PodHookProtocol`); a hook without it (a test's fake) is waited on by sleeping."""
+
+    def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[JSON], str]:
+        """The pods of a namespace and the list's ``resourceVersion`` (where :meth:`watch_pods` starts)."""
+
+    def watch_pods(
+        self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float
+    ) -> Iterator[JSON]:
+        """The pod changes after ``resource_version``, as ``{"type", "object"}`` events (``BOOKMARK`` included), until
+        the server ends the stream or none comes for ``timeout_seconds``. Not retried: the caller re-lists."""
 
 
 @runtime_checkable

@@ -44,9 +44,12 @@ WATCH = (None, "", 1)  # label selector, resourceVersion, timeoutSeconds: each w
 
 
 def pod_calls(namespace: str, pod: str) -> Calls:
-    """Every hook's pods, events and logs (404 for the log is fine: the request was authorised)."""
+    """Every hook's pods, events and logs (404 for the log is fine: the request was authorised), and the list-then-watch
+    of pods the sync waiter waits with."""
     return {
         "list_pods": [(namespace,)],
+        "list_pods_versioned": [(namespace,)],
+        "watch_pods": [(namespace, *WATCH)],
         "list_events": [(namespace,)],
         "read_pod_log": [(namespace, pod)],
         "read_pod_log_chunk": [(namespace, pod, "trainer", LogRequest())],

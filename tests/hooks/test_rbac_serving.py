@@ -70,6 +70,8 @@ def test_every_serving_hook_request_is_granted_to_the_identity_sending_it(connec
     sync_calls: Calls = {
         "create_inference_service": [(namespace, body)],
         **reads,
+        "list_pods_versioned": [(namespace, "app=isvc.rbac-predictor")],  # every workload hook's (PodHook's)
+        "watch_pods": [(namespace, "app=isvc.rbac-predictor", "", 1)],
         "patch_inference_service": [(namespace, "rbac", {"spec": {"predictor": {"minReplicas": 1}}})],
         # readiness (GET), then the smoke request (POST); the proxy's 503s were still authorised
         "call_service": [(namespace, "rbac-predictor", "v1/models/rbac", b) for b in (None, {"instances": [[0.0]]})],

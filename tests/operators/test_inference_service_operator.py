@@ -62,6 +62,12 @@ class FakeServingHook:
     def list_pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         return []  # no predictor pods: the waits are fed their events (see get_deployment)
 
+    def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[Any], str]:
+        return [], "1"
+
+    def watch_pods(self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float):
+        return iter(())
+
     def list_events(self, namespace: str, field_selector: str | None = None) -> list[dict[str, Any]]:
         return []
 

@@ -63,3 +63,57 @@ def test_giving_up_deletes_the_still_running_group_first():
         sync_operator(hook, api_outage_tolerance=0).execute(context())
     names = [name for call, name in hook.calls if call == "create"]
     assert ("delete", names[0]) in hook.calls and hook.jobsets == {}
+
+
+class WatchingHook:
+    """Lists and watches pods from scripted watch streams: each ``watch_pods`` call takes the next one."""
+
+    def __init__(self, *streams: list[dict[str, Any]] | Exception) -> None:
+        self.streams, self.calls = list(streams), []
+
+    def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[Any], str]:
+        self.calls.append(("list", label_selector))
+        return [], f"rv{len(self.calls)}"
+
+    def watch_pods(self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float):
+        self.calls.append(("watch", resource_version))
+        stream = self.streams.pop(0) if self.streams else []
+        if isinstance(stream, Exception):
+            raise stream
+        yield from stream
+
+
+def pod_event(kind: str, uid: str, version: str) -> dict[str, Any]:
+    return {"type": kind, "object": {"metadata": {"name": f"p-{uid}", "uid": uid, "resourceVersion": version}}}
+
+
+def test_the_sync_waiter_keeps_the_final_state_of_pods_deleted_while_it_waits():
+    from airflow_elastic.hooks.errors import Gone
+    from airflow_elastic.operators.training.waiting import DeletedPods
+
+    gone = Gone(410, "Expired", "too old resource version")
+    hook = WatchingHook(
+        [pod_event("MODIFIED", "a", "5"), pod_event("DELETED", "a", "6"), pod_event("BOOKMARK", "", "9")],
+        gone,
+        [pod_event("DELETED", "b", "12")],
+    )
+    deleted = DeletedPods(hook, "ns", "tg", log=None)
+    for _ in range(3):
+        deleted.wait(0.01)
+    assert [p["metadata"]["uid"] for p in deleted.recent()] == ["a", "b"]
+    # One list, a watch from it; the next watch resumes from the bookmark; a 410 makes the next wait list again.
+    selector = "jobset.sigs.k8s.io/jobset-name=tg"
+    assert hook.calls[:3] == [("list", selector), ("watch", "rv1"), ("watch", "9")]
+    assert hook.calls[3:] == [("list", selector), ("watch", "rv4")]
+    deleted.KEEP = 1
+    hook.streams = [[pod_event("DELETED", "c", "13")]]
+    deleted.wait(0.01)
+    assert [p["metadata"]["uid"] for p in deleted.recent()] == ["c"]  # bounded, newest kept
+
+
+def test_a_hook_that_cannot_watch_is_waited_on_by_sleeping():
+    from airflow_elastic.operators.training.waiting import DeletedPods
+
+    deleted = DeletedPods(FakeHook(), "ns", "tg", log=None)
+    deleted.wait(0.01)
+    assert not deleted.watching and deleted.recent() == []

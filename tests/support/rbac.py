@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,15 @@ def sending_methods(protocol: type) -> set[str]:
 
 
 def drive(hook: Any, calls: Calls) -> None:
-    """Call each blocking hook method with each of its argument tuples, then close the hook. A refusal (404, 503,
-    ...) was still a request, authorised or not: the request log counts it."""
+    """Call each blocking hook method with each of its argument tuples (a stream, such as a watch, read to its end),
+    then close the hook. A refusal (404, 503, ...) was still a request, authorised or not: the request log counts it."""
     try:
         for method, each in calls.items():
             for args in each:
                 with contextlib.suppress(KubernetesApiError):
-                    getattr(hook, method)(*args)
+                    result = getattr(hook, method)(*args)
+                    if isinstance(result, Iterator):
+                        _ = list(result)
     finally:
         hook.close()
 

@@ -1,8 +1,9 @@
 """Sync mode: wait for a group on the worker, polling with ``TrainingGroupHook``; :mod:`airflow_elastic.waiting.watch`
 decides.
 
-The loop only fetches what the :class:`~airflow_elastic.waiting.watch.Watch` asks for and sleeps; the verdict is the
-same
+The loop only fetches what the :class:`~airflow_elastic.waiting.watch.Watch` asks for, and between looks it watches
+the group's pods (:class:`DeletedPods`) so that a pod that failed and was deleted between two looks is judged by its
+final state, as the trigger's watched cache judges it; the verdict is the same
 :class:`~airflow_elastic.training.state.GroupEvent` the trigger yields in deferrable mode, so the operator finishes both
 modes through one code path. :func:`settle` is also the sensor's one look.
 """
@@ -14,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_elastic.contract.markers import progress
-from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
-from airflow_elastic.hooks.protocol import PodHookProtocol, TrainingGroupHookProtocol
+from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, Gone, KubernetesApiError, NotFound
+from airflow_elastic.hooks.protocol import PodHookProtocol, PodWatchProtocol, TrainingGroupHookProtocol
 from airflow_elastic.preemption.evidence import describe
 from airflow_elastic.training.state import JOBSET_NAME_LABEL, GroupEvent
 from airflow_elastic.waiting.logfollow import LogFollow
@@ -34,6 +35,59 @@ def group_events(hook: PodHookProtocol, namespace: str, name: str) -> list[dict[
         e for e in hook.list_events(namespace) if str((e.get("involvedObject") or {}).get("name", "")).startswith(name)
     ]
     return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+class DeletedPods:
+    """The final states of a group's pods deleted lately, seen by watching them while the sync waiter waits between
+    looks (list once, then watch from the last ``resourceVersion``; re-list when it is too old): the object of a
+    watch's ``DELETED`` event is the pod as it ended. JobSet deletes a failed attempt's pods within a second, far
+    less than a poll, so without it the last list's copy (``Running``) would be all the evidence left. A hook that
+    cannot watch (a test's fake) is waited on by sleeping."""
+
+    #: Final states kept (the watch's evidence dedups by uid; a long wait must not grow without bound).
+    KEEP = 200
+
+    def __init__(self, hook: PodHookProtocol, namespace: str, name: str, log: Any) -> None:
+        self.hook, self.namespace, self.log = hook, namespace, log
+        self.selector = f"{JOBSET_NAME_LABEL}={name}"
+        self.watching = isinstance(hook, PodWatchProtocol)
+        self.version: str | None = None
+        self.final: dict[str, dict[str, Any]] = {}
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The final states kept, oldest first."""
+        return list(self.final.values())
+
+    def wait(self, seconds: float) -> None:
+        """Return after ``seconds``, keeping the final state of each group pod deleted meanwhile."""
+        deadline = time.monotonic() + seconds
+        if self.watching and seconds > 0:
+            try:
+                self._watch(deadline)
+            except Gone:
+                self.version = None  # too old: the next wait lists again
+            except KubernetesApiError as error:  # the looks go on; only this wait's deletions may be missed
+                self.log.debug("Could not watch the pods (%s); waiting without", error)
+                self.version = None
+        time.sleep(max(0.0, deadline - time.monotonic()))
+
+    def _watch(self, deadline: float) -> None:
+        hook: Any = self.hook  # a PodWatchProtocol (checked in __init__)
+        if self.version is None:
+            _, self.version = hook.list_pods_versioned(self.namespace, self.selector)
+        # One watch a wait: it ends at the deadline (the server's timeout, or none of the events it would send), or
+        # earlier if the server drops it; the rest of the wait is then slept.
+        for event in hook.watch_pods(self.namespace, self.selector, self.version, deadline - time.monotonic()):
+            pod = event.get("object") or {}
+            meta = pod.get("metadata") or {}
+            self.version = meta.get("resourceVersion") or self.version
+            if event.get("type") == "DELETED" and meta.get("uid"):
+                self.final.pop(meta["uid"], None)
+                self.final[meta["uid"]] = pod
+                while len(self.final) > self.KEEP:
+                    self.final.pop(next(iter(self.final)))
+            if time.monotonic() >= deadline:
+                return
 
 
 class LogReader:
@@ -75,13 +129,16 @@ def observe(hook: TrainingGroupHookProtocol, namespace: str, name: str) -> Obser
         return Observation.failed(now, error, transient=isinstance(error, TRANSIENT_ERRORS))
 
 
-def settle(watch: Watch, hook: TrainingGroupHookProtocol, obs: Observation, log: Any) -> Step:
-    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first, and saving the
-    evidence on the JobSet when it asks to (``Step.save``)."""
+def settle(
+    watch: Watch, hook: TrainingGroupHookProtocol, obs: Observation, log: Any, deleted: DeletedPods | None = None
+) -> Step:
+    """``watch``'s answer to ``obs``, fetching the pods, events and nodes it asks for first (with the final states
+    ``deleted`` kept), and saving the evidence on the JobSet when it asks to (``Step.save``)."""
     step = watch.observe(obs)
     while step.need is not None:
         # A step that needs more data always carries the observation it needs it for.
-        step = watch.observe(_fetch(hook, watch, step.observation, step.need, log))  # type: ignore[arg-type]
+        fetched = _fetch(hook, watch, step.observation, step.need, log, deleted)  # type: ignore[arg-type]
+        step = watch.observe(fetched)
     if step.notice:
         log.warning("%s: %s", watch.where, step.notice)
     if step.save is not None:
@@ -92,7 +149,14 @@ def settle(watch: Watch, hook: TrainingGroupHookProtocol, obs: Observation, log:
     return step
 
 
-def _fetch(hook: TrainingGroupHookProtocol, watch: Watch, obs: Observation, need: Need, log: Any) -> Observation:
+def _fetch(
+    hook: TrainingGroupHookProtocol,
+    watch: Watch,
+    obs: Observation,
+    need: Need,
+    log: Any,
+    deleted: DeletedPods | None = None,
+) -> Observation:
     got: dict[str, list[dict[str, Any]]] = {}
     missing = []
     for piece, wanted, read in (("pods", need.pods, group_pods), ("events", need.events, group_events)):
@@ -109,7 +173,8 @@ def _fetch(hook: TrainingGroupHookProtocol, watch: Watch, obs: Observation, need
             nodes[node] = hook.get_node(node)
         except KubernetesApiError as error:  # unknown, not gone
             log.warning("Could not read node %s: %s", node, error)
-    return obs.given(**got, nodes=nodes if need.nodes else None, unavailable=missing)
+    final = deleted.recent() if deleted is not None and "pods" in got else ()
+    return obs.given(**got, deleted_pods=final, nodes=nodes if need.nodes else None, unavailable=missing)
 
 
 def wait_for_group(
@@ -135,12 +200,17 @@ def wait_for_group(
     """
     reader = LogReader(hook, namespace, log_role, log) if log_role else None
     judge = Watch(name, namespace, settings, list_pods=reader is not None)
+    deleted = DeletedPods(hook, namespace, name, log) if settings.capture_evidence else None
     while True:
-        step = settle(judge, hook, observe(hook, namespace, name), log)
+        step = settle(judge, hook, observe(hook, namespace, name), log, deleted)
         for record in step.records:
             log.info("%s: %s", judge.where, describe(record))
         if reader is not None and step.observation is not None and step.observation.pods is not None:
             reader.read(step.observation.pods, final=step.verdict is not None)
         if step.verdict is not None:
             return step.verdict
-        time.sleep(max(0.0, judge.sleep_for(time.time(), settings.poll_interval)))
+        wait = max(0.0, judge.sleep_for(time.time(), settings.poll_interval))
+        if deleted is not None:
+            deleted.wait(wait)
+        else:
+            time.sleep(wait)
