@@ -117,3 +117,23 @@ def test_a_hook_that_cannot_watch_is_waited_on_by_sleeping():
     deleted = DeletedPods(FakeHook(), "ns", "tg", log=None)
     deleted.wait(0.01)
     assert not deleted.watching and deleted.recent() == []
+
+
+def test_a_waiter_not_allowed_to_watch_says_so_once_and_sleeps():
+    from airflow_elastic.hooks.errors import Forbidden
+    from airflow_elastic.operators.training.waiting import DeletedPods
+
+    class Log:
+        def __init__(self) -> None:
+            self.warnings: list[str] = []
+
+        def warning(self, message: str, *args: Any) -> None:
+            self.warnings.append(message % args)
+
+    hook = WatchingHook(Forbidden(403, "Forbidden", 'pods is forbidden: cannot watch resource "pods"'))
+    deleted = DeletedPods(hook, "ns", "tg", log=(log := Log()))
+    for _ in range(3):
+        deleted.wait(0.01)
+    assert not deleted.watching and len(hook.calls) == 2  # one list, one refused watch, then only sleeping
+    [warning] = log.warnings
+    assert "Cannot watch the pods of this group" in warning and "grant 'watch' on pods" in warning

@@ -66,9 +66,16 @@ class DeletedPods:
                 self._watch(deadline)
             except Gone:
                 self.version = None  # too old: the next wait lists again
-            except KubernetesApiError as error:  # the looks go on; only this wait's deletions may be missed
+            except TRANSIENT_ERRORS as error:  # the looks go on; only this wait's deletions may be missed
                 self.log.debug("Could not watch the pods (%s); waiting without", error)
                 self.version = None
+            except KubernetesApiError as error:  # e.g. 403: a Role without pods watch (docker/k8s/rbac.yaml)
+                self.watching = False
+                self.log.warning(
+                    "Cannot watch the pods of this group (%s): waiting by sleeping, so a pod deleted between two "
+                    "looks is judged by the copy the last look listed; grant 'watch' on pods to fix it",
+                    error,
+                )
         time.sleep(max(0.0, deadline - time.monotonic()))
 
     def _watch(self, deadline: float) -> None:
