@@ -123,7 +123,8 @@ def context(hook: FakeRayHook, ti: TaskInstance | None = None, store: StateStore
 
 
 def operator(hook: FakeRayHook, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> RayJobOperator:
-    op = RayJobOperator(task_id="tune", cluster=CLUSTER, entrypoint="python tune.py", poll_interval=0, **kwargs)
+    kwargs = {"poll_interval": 0, **kwargs}
+    op = RayJobOperator(task_id="tune", cluster=CLUSTER, entrypoint="python tune.py", **kwargs)
     monkeypatch.setattr(RayJobOperator, "hook", lambda self: hook)
     monkeypatch.setattr(waiting.time, "sleep", lambda s: None)  # the sync wait's polls
     return op
@@ -405,6 +406,37 @@ def test_lost_workers_past_the_budget_delete_the_rayjob_and_fail(monkeypatch):
     with pytest.raises(AirflowFailException, match=r"(?s)preemption_budget_exhausted.*max_preemptions=1.*w1.*w2"):
         op.execute(context(hook))
     assert hook.deleted == hook.created
+
+
+class WatchingRayHook(FakeRayHook):
+    """:class:`FakeRayHook` that can watch pods: the final states ``deleted`` holds come as ``DELETED`` events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted_pods: list[dict[str, Any]] = []
+
+    def list_pods_versioned(self, namespace: str, label_selector: str | None = None) -> tuple[list[Any], str]:
+        return self.list_pods(namespace, label_selector), "1"
+
+    def watch_pods(self, namespace: str, label_selector: str | None, resource_version: str, timeout_seconds: float):
+        while self.deleted_pods:
+            yield {"type": "DELETED", "object": self.deleted_pods.pop(0)}
+
+
+def reclaimed_and_deleted(hook: WatchingRayHook, name: str) -> None:
+    """The RayJob runs; a worker was reclaimed and its pod deleted before the next look could list it."""
+    running(hook, name)
+    hook.deleted_pods.append(ray_pod(hook, name, "w1", "worker", "reclaimed"))
+    hook.pods.remove(hook.deleted_pods[-1])
+
+
+def test_sync_a_worker_deleted_between_two_looks_is_judged_by_its_final_state(monkeypatch):
+    hook = WatchingRayHook()
+    op = operator(hook, monkeypatch, deferrable=False, max_preemptions=3, poll_interval=1)  # a wait: it watches
+
+    drive(hook, [reclaimed_and_deleted, running, succeed])
+    result = op.execute(context(hook))
+    assert [(p["pod"], p["role"], p["cause"]) for p in result["preemptions"]] == [("w1", "worker", "spot_reclaim")]
 
 
 def test_max_preemptions_is_validated():

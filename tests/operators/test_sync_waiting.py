@@ -97,7 +97,7 @@ def test_the_sync_waiter_keeps_the_final_state_of_pods_deleted_while_it_waits():
         gone,
         [pod_event("DELETED", "b", "12")],
     )
-    deleted = DeletedPods(hook, "ns", "tg", log=None)
+    deleted = DeletedPods(hook, "ns", "jobset.sigs.k8s.io/jobset-name=tg", log=None)
     for _ in range(3):
         deleted.wait(0.01)
     assert [p["metadata"]["uid"] for p in deleted.recent()] == ["a", "b"]
@@ -114,7 +114,7 @@ def test_the_sync_waiter_keeps_the_final_state_of_pods_deleted_while_it_waits():
 def test_a_hook_that_cannot_watch_is_waited_on_by_sleeping():
     from airflow_elastic.operators.training.waiting import DeletedPods
 
-    deleted = DeletedPods(FakeHook(), "ns", "tg", log=None)
+    deleted = DeletedPods(FakeHook(), "ns", "jobset.sigs.k8s.io/jobset-name=tg", log=None)
     deleted.wait(0.01)
     assert not deleted.watching and deleted.recent() == []
 
@@ -131,7 +131,7 @@ def test_a_waiter_not_allowed_to_watch_says_so_once_and_sleeps():
             self.warnings.append(message % args)
 
     hook = WatchingHook(Forbidden(403, "Forbidden", 'pods is forbidden: cannot watch resource "pods"'))
-    deleted = DeletedPods(hook, "ns", "tg", log=(log := Log()))
+    deleted = DeletedPods(hook, "ns", "jobset.sigs.k8s.io/jobset-name=tg", log=(log := Log()))
     for _ in range(3):
         deleted.wait(0.01)
     assert not deleted.watching and len(hook.calls) == 2  # one list, one refused watch, then only sleeping

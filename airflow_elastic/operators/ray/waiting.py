@@ -7,9 +7,9 @@ log a bounded read per poll (:class:`~airflow_elastic.operators.training.waiting
 
 While the RayJob runs, each poll judges the cluster's head and worker pods that stopped
 (:class:`~airflow_elastic.ray.preemptions.LossWatch`, their nodes read first); the losses go with the verdict, and
-more preemptions than the budget left end the wait with ``preemption_budget_exhausted``. A poll sees only the pods
-that exist when it lists: a pod that stopped and was deleted between two polls is not seen (the trigger's watched
-pod cache keeps deleted pods' last states).
+more preemptions than the budget left end the wait with ``preemption_budget_exhausted``. Between polls the waiter
+watches the Ray pods (:class:`~airflow_elastic.operators.training.waiting.DeletedPods`), so a pod that stopped and
+was deleted between two polls is judged by its final state, as the trigger's watched pod cache judges it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from airflow_elastic.hooks.errors import TRANSIENT_ERRORS, KubernetesApiError, NotFound
 from airflow_elastic.hooks.protocol import RayJobHookProtocol
 from airflow_elastic.kube.labels import RAY_CLUSTER_LABEL
-from airflow_elastic.operators.training.waiting import LogReader
+from airflow_elastic.operators.training.waiting import DeletedPods, LogReader
 from airflow_elastic.ray import status as ray
 from airflow_elastic.ray.driver import DriverOutput, SubmitterLogFollow
 from airflow_elastic.ray.preemptions import LossWatch, node_names
@@ -76,6 +76,7 @@ def wait_for_rayjob(
     reader = LogReader(hook, namespace, "driver", _Tee(log, output))
     reader.follow = SubmitterLogFollow(name)
     outage = Outage(api_outage_tolerance, MAX_FAILED_LOOKS)
+    deleted = DeletedPods(hook, namespace, RAY_CLUSTER_LABEL, log)
 
     def ended(event: ray.RayJobEvent) -> ray.RayJobEvent:
         losses = event.pod_losses or watch.payload()
@@ -97,22 +98,29 @@ def wait_for_rayjob(
             continue
         if notice := outage.recovered(time.time()):
             log.warning("RayJob %s/%s: %s", namespace, name, notice)
-        event = ray.verdict(rayjob, pods)
+        gone, seen = deleted.names(), [*pods, *deleted.recent()]
+        event = ray.verdict(rayjob, seen, gone=gone)
         reader.read(pods, final=event is not None)
         if event is not None:
             return ended(event)
-        _judge_losses(hook, watch, pods, ray.view(rayjob).cluster_name, log)
+        _judge_losses(hook, watch, seen, gone, ray.view(rayjob).cluster_name, log)
         if watch.exceeded:
             return ended(ray.budget_exhausted(rayjob, watch.losses, watch.budget or 0))
-        time.sleep(poll_interval)
+        deleted.wait(poll_interval)
 
 
 def _judge_losses(
-    hook: RayJobHookProtocol, watch: LossWatch, pods: list[dict[str, Any]], cluster: str, log: Any
+    hook: RayJobHookProtocol,
+    watch: LossWatch,
+    pods: list[dict[str, Any]],
+    gone: list[str],
+    cluster: str,
+    log: Any,
 ) -> None:
-    """Judge the cluster's head and worker pods that stopped since the last poll, reading their nodes first (a node
-    that cannot be read is left out: unknown, not gone)."""
-    pending = watch.pending(pods, cluster)
+    """Judge the cluster's head and worker pods that stopped since the last poll (``gone``: names of those known
+    deleted, ``pods`` holding their final states), reading their nodes first (a node that cannot be read is left
+    out: unknown, not gone)."""
+    pending = watch.pending(pods, cluster, gone)
     if not pending:
         return
     nodes: dict[str, Mapping[str, Any] | None] = {}
@@ -121,5 +129,5 @@ def _judge_losses(
             nodes[node] = hook.get_node(node)
         except KubernetesApiError as error:
             log.warning("could not read node %s: %s", node, error)
-    for loss in watch.judge(pending, nodes=nodes):
+    for loss in watch.judge(pending, gone=gone, nodes=nodes):
         log.info("%s", loss.describe())

@@ -38,18 +38,17 @@ def group_events(hook: PodHookProtocol, namespace: str, name: str) -> list[dict[
 
 
 class DeletedPods:
-    """The final states of a group's pods deleted lately, seen by watching them while the sync waiter waits between
-    looks (list once, then watch from the last ``resourceVersion``; re-list when it is too old): the object of a
-    watch's ``DELETED`` event is the pod as it ended. JobSet deletes a failed attempt's pods within a second, far
-    less than a poll, so without it the last list's copy (``Running``) would be all the evidence left. A hook that
-    cannot watch (a test's fake) is waited on by sleeping."""
+    """The final states of the pods ``selector`` matches deleted lately, seen by watching them while a sync waiter
+    waits between looks (list once, then watch from the last ``resourceVersion``; re-list when it is too old): the
+    object of a watch's ``DELETED`` event is the pod as it ended. JobSet deletes a failed attempt's pods within a
+    second, far less than a poll, so without it the last list's copy (``Running``) would be all the evidence left.
+    A hook that cannot watch (a test's fake) is waited on by sleeping."""
 
-    #: Final states kept (the watch's evidence dedups by uid; a long wait must not grow without bound).
+    #: Final states kept (the evidence dedups by uid; a long wait must not grow without bound).
     KEEP = 200
 
-    def __init__(self, hook: PodHookProtocol, namespace: str, name: str, log: Any) -> None:
-        self.hook, self.namespace, self.log = hook, namespace, log
-        self.selector = f"{JOBSET_NAME_LABEL}={name}"
+    def __init__(self, hook: PodHookProtocol, namespace: str, selector: str, log: Any) -> None:
+        self.hook, self.namespace, self.selector, self.log = hook, namespace, selector, log
         self.watching = isinstance(hook, PodWatchProtocol)
         self.version: str | None = None
         self.final: dict[str, dict[str, Any]] = {}
@@ -57,6 +56,10 @@ class DeletedPods:
     def recent(self) -> list[dict[str, Any]]:
         """The final states kept, oldest first."""
         return list(self.final.values())
+
+    def names(self) -> list[str]:
+        """The names of the pods kept (known deleted)."""
+        return [str((p.get("metadata") or {}).get("name") or "") for p in self.final.values()]
 
     def wait(self, seconds: float) -> None:
         """Return after ``seconds``, keeping the final state of each group pod deleted meanwhile."""
@@ -207,7 +210,7 @@ def wait_for_group(
     """
     reader = LogReader(hook, namespace, log_role, log) if log_role else None
     judge = Watch(name, namespace, settings, list_pods=reader is not None)
-    deleted = DeletedPods(hook, namespace, name, log) if settings.capture_evidence else None
+    deleted = DeletedPods(hook, namespace, f"{JOBSET_NAME_LABEL}={name}", log) if settings.capture_evidence else None
     while True:
         step = settle(judge, hook, observe(hook, namespace, name), log, deleted)
         for record in step.records:
