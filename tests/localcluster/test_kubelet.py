@@ -153,6 +153,20 @@ async def test_environment(side: NodeSide) -> None:
     assert pod["status"]["qosClass"] == "Guaranteed"
 
 
+async def test_each_ray_container_has_its_own_ray_temp_dir(side: NodeSide) -> None:
+    # Ray keeps the address a job's driver joins in <temp dir>/ray/ray_current_cluster: shared by every pod of the
+    # host, a driver joined whichever cluster started last (a real container's /tmp is its own).
+    show = {"image": "rayproject/ray:2.60.0", "command": ["python", "-c", "import os; print(os.environ['RAY_TMPDIR'])"]}
+    for name in ("ray-a", "ray-b"):
+        side.create(PODS, pod_body(name, container=show))
+    dirs = [side.log(await side.wait_phase(name, "Succeeded")).strip() for name in ("ray-a", "ray-b")]
+    assert dirs[0] != dirs[1] and all(Path(d).is_dir() and len(d) < 40 for d in dirs), dirs  # Ray's sockets: short
+    side.store.delete(PODS, "default", "ray-a")
+    await side.wait_gone("ray-a")
+    await side.wait(lambda: not Path(dirs[0]).exists())  # removed with the pod
+    assert Path(dirs[1]).is_dir()
+
+
 async def test_volumes_shared_by_containers_and_claims(side: NodeSide) -> None:
     write = "import os; open('work/data.txt', 'w').write(os.environ['LOCALCLUSTER_MOUNT_WORK'])"
     read = "print(open('in/data.txt').read()); open('claim/from-pod', 'w').write('kept')"

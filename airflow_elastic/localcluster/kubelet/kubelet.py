@@ -153,6 +153,7 @@ class Kubelet(Controller):
         """The pod object is gone: stop what still runs (no status to write) and remove its directory."""
         await worker.terminate(MINIMUM_GRACE, publish=False)
         shutil.rmtree(worker.dir, ignore_errors=True)
+        worker.remove_private_tmp()
         self.network.release(worker.identity)
 
     def _fail_after_restart(self, pod: Obj) -> None:
@@ -273,6 +274,8 @@ class Kubelet(Controller):
         await asyncio.gather(
             *(w.terminate(self.shutdown_grace, publish=False) for w in workers), return_exceptions=True
         )
+        for worker in workers:  # a stopped container's /tmp is gone with it (the pod's directory stays)
+            worker.remove_private_tmp()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
@@ -95,6 +97,8 @@ class PodWorker:
         self._crashes: dict[str, int] = {}
         #: Ports of a Ray container moved on the host's network (:mod:`..rayports`), by container.
         self.ray_ports: dict[str, rayports.RayPorts] = {}
+        #: Container name -> the private temp dir of its current run (Ray images; see :meth:`_private_tmp`).
+        self.private_tmp: dict[str, str] = {}
         self._kill_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
@@ -294,6 +298,8 @@ class PodWorker:
             image_env = images.ray_environment(spec.get("image", "")) or {}
         except images.ImageUnavailable as err:
             raise ContainerError("CreateContainerConfigError", str(err)) from err
+        if image_env:
+            image_env = {**image_env, "RAY_TMPDIR": self._private_tmp(record.name)}
         if self.netns is None and rayports.is_ray_pod(pod):
             # Ray binds some fixed ports on every address of the one host: moved per cluster or pod.
             argv, declared, self.ray_ports[record.name] = rayports.rewrite(
@@ -323,6 +329,22 @@ class PodWorker:
             MAIN_PROCESS_ENV: MAIN_PROCESS_SESSION_LEADER,
         }
         return argv, env, cwd, term_file
+
+    def _private_tmp(self, container: str) -> str:
+        """A fresh temp dir for this run of a Ray container (``RAY_TMPDIR``), its previous run's removed. In a real
+        ``rayproject/ray`` container ``/tmp/ray`` is the container's own; here every pod shares the host's, and Ray
+        keeps there, in ``ray_current_cluster``, the address a job's driver connects to (the job supervisor's
+        ``canonicalize_bootstrap_address_or_die("auto", ...)``): a driver then joined whichever cluster on the host
+        started last. Short and under ``/tmp``: Ray's sockets live in it, and a socket path has at most 107 bytes."""
+        self.remove_private_tmp(container)
+        self.private_tmp[container] = tempfile.mkdtemp(prefix="lc-ray-")
+        return self.private_tmp[container]
+
+    def remove_private_tmp(self, container: str | None = None) -> None:
+        """Remove ``container``'s private temp dir (every container's with ``None``)."""
+        for name in [container] if container is not None else list(self.private_tmp):
+            if (path := self.private_tmp.pop(name, None)) is not None:
+                shutil.rmtree(path, ignore_errors=True)
 
     def _in_cluster(self, pod: Obj, spec: Obj, cwd: Path) -> dict[str, str]:
         """``KUBERNETES_SERVICE_*`` and the service-account mount (see :mod:`.serviceaccount`)."""
