@@ -17,10 +17,11 @@ Ray and scikit-learn only (the Ray image; locally the Ray environment, ``make ra
   from their checkpoints.
 * **result**: one line on stdout, ``AE_RESULT {json}`` (the line a RayJob's driver reports its result with, which
   ``RayJobOperator`` returns as ``reported``): the best trial's config, ``val_loss`` and
-  ``val_accuracy``, and where the experiment is. The best is chosen as ``HyperparameterSweepOperator`` chooses it:
-  among the trials that ran every epoch (Tune's ``get_best_result`` would also weigh a trial ASHA stopped early by
-  its last, earlier epoch). ``--epoch-seconds`` paces epochs (a test needs a sweep long enough to lose a worker in
-  the middle of it).
+  ``val_accuracy``, and where the experiment is. The best is chosen as ``RayJobOperator(tune=TuneSweep(...))``'s
+  sweep chooses it: among the trials that ran as many iterations as any trial that ended (every epoch, unless Tune
+  ended every trial earlier, as it did once after a lost head); Tune's ``get_best_result`` would also weigh a trial
+  ASHA stopped early by its last, earlier epoch. ``--epoch-seconds`` paces epochs (a test needs a sweep long enough
+  to lose a worker in the middle of it).
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def train_digits(config: dict[str, Any], epochs: int, epoch_seconds: float) -> N
             )
 
 
+def _iterations(result: Any) -> int:
+    """How many times a trial reported (Tune's ``training_iteration`` in its last result)."""
+    return int((result.metrics or {}).get("training_iteration", 0))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storage-path", required=True, help="where Tune keeps the experiment (path or URI)")
@@ -130,7 +136,10 @@ def main(argv: list[str] | None = None) -> None:
             ),
         )
     grid = tuner.fit()
-    complete = [r for r in grid if r.error is None and (r.metrics or {}).get("training_iteration", 0) >= args.epochs]
+    ended = [r for r in grid if r.error is None]
+    # Complete: as many iterations as any trial that ended ran (every epoch, unless none got that far).
+    full = max((_iterations(r) for r in ended), default=0)
+    complete = [r for r in ended if _iterations(r) >= full]
     best = min(complete, key=lambda r: r.metrics["val_loss"]) if complete else grid.get_best_result()
     outcome = {
         "experiment": path,
