@@ -67,6 +67,13 @@ def finished_and_training(storage: Path) -> dict[str, Any] | None:
     training = [d for d, s in status.items() if s == "RUNNING" and any((experiment / d).glob("checkpoint_*"))]
     if not (finished and training):
         return None
+    # Tune writes the state and each trial's result.json separately: a trial the state already has TERMINATED may not
+    # have its last rows yet (seen: none at all). The moment is when both agree.
+    reported = {t["relative_logdir"]: (r.get("last_result") or {}).get("training_iteration", 0) for t, r in trials}
+    for logdir in finished:
+        rows = state.results.get(logdir, [])
+        if max((row.get("training_iteration", 0) for row in rows), default=0) < reported[logdir]:
+            return None
     return {"rows": {d: len(rows) for d, rows in state.results.items()}, "finished": finished, "at": experiment}
 
 
