@@ -92,6 +92,10 @@ def deployment_environment(base: dict[str, str], *, dags_folder: Path, api_port:
     }
 
 
+#: Tries of a REST call the api-server answered 500 "Database error" (SQLite locked by another writer).
+DB_ERROR_ATTEMPTS = 3
+
+
 def query(db: Path, sql: str, *args: Any, attempts: int = 20) -> list[tuple[Any, ...]]:
     """Rows of ``sql`` from the SQLite DB ``db``, read-only; retried while a writer holds the lock."""
     for attempt in range(attempts):
@@ -296,20 +300,28 @@ class AirflowDeployment:
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """``method`` on the public REST API (``/api/v2`` + ``path``) with a JSON ``body``; the decoded reply.
         SimpleAuthManager with every user an admin: no token. Fails the test on an HTTP error, with its detail."""
-        request = urllib.request.Request(
-            f"{self.api_url}/api/v2{path}",
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            detail = f"{method} {path}: HTTP {error.code} {error.read().decode(errors='replace')}"
-            if error.code >= 500:  # the api-server logs the cause (and the error id the reply names)
-                detail += "\n" + self.logs(["api-server"], lines=80)
-            raise AssertionError(detail) from None
+        for attempt in range(DB_ERROR_ATTEMPTS):
+            request = urllib.request.Request(
+                f"{self.api_url}/api/v2{path}",
+                data=None if body is None else json.dumps(body).encode(),
+                method=method,
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return json.loads(response.read() or b"null")
+            except urllib.error.HTTPError as error:
+                reply = error.read().decode(errors="replace")
+                # SQLite has one writer: the api-server's audit-log insert, which runs before the endpoint, can find
+                # the DB locked by the scheduler and answer 500 "Database error" having changed nothing.
+                if error.code == 500 and '"Database error"' in reply and attempt < DB_ERROR_ATTEMPTS - 1:
+                    time.sleep(1.0)
+                    continue
+                detail = f"{method} {path}: HTTP {error.code} {reply}"
+                if error.code >= 500:  # the api-server logs the cause (and the error id the reply names)
+                    detail += "\n" + self.logs(["api-server"], lines=80)
+                raise AssertionError(detail) from None
+        raise AssertionError("unreachable")
 
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
         """Create a manual run of ``dag_id`` (``POST /dags/{dag_id}/dagRuns``) once the dag-processor has put the
