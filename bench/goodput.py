@@ -45,6 +45,11 @@ paid pod-seconds, and a run that never stopped nor wrote a checkpoint has 1 (``b
 Before strategy 4 the bench's goodput was ideal time ÷ wall time (``time_goodput`` in the rows); the two differ by
 the pod-time not paid while a pod waits for a replacement node, so strategies 1-3's values changed with it.
 
+**Reference runs.** After the grid, each strategy runs once more with no reclaim at all (``--no-reference`` skips
+them; ``--quick`` does): its goodput then is the most that strategy reaches on this machine — what its checkpoint
+writes cost, and the steps slower than the median step time, with nothing lost to a reclaim. The main table sets
+each strategy's goodput against its own reference ("x no reclaim"), and a table lists the reference runs.
+
 Figures per strategy and mean time between reclaims (MTBR, as multiples of the checkpoint interval), from the
 trainers' step records, the watched pods, the task's result and the Airflow metadata DB: goodput (above); lost
 steps (steps computed again; for strategy 4, replica-group steps discarded or committed again); restart overhead
@@ -78,6 +83,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import re
 import shutil
 import statistics
@@ -96,7 +102,15 @@ from airflow_elastic.localcluster import ClusterConfig, LocalCluster  # noqa: E4
 from airflow_elastic.localcluster.config import SPOT_LABELS, SPOT_TAINTS, NodePool  # noqa: E402
 from bench.scripts.goodput_figures import ft_figures, ft_lost, ft_step_time, restart_overheads, retained  # noqa: E402
 from bench.scripts.goodput_pods import PodLog, pod_seconds  # noqa: E402
-from bench.scripts.goodput_report import STRATEGIES, plot, runs_table, sweep_table, table, young_daly  # noqa: E402
+from bench.scripts.goodput_report import (  # noqa: E402
+    STRATEGIES,
+    plot,
+    reference_table,
+    runs_table,
+    sweep_table,
+    table,
+    young_daly,
+)
 from tests.support import airflow_env as af  # noqa: E402
 from tests.support.training_group_helpers import xcom  # noqa: E402
 
@@ -217,8 +231,11 @@ class Run:
         return self.figures(db, settings)
 
     def _reclaim(self, finished: threading.Event) -> None:
-        """Run the cluster's seeded schedule from the first recorded step to the last (or the task's end)."""
+        """Run the cluster's seeded schedule from the first recorded step to the last (or the task's end); a
+        reference run (an infinite MTBR) has none."""
         cluster, args = self.bench.cluster, self.bench.args
+        if not math.isfinite(self.mtbr):
+            return
         while not steps(self.checkpoint) and not finished.wait(0.05):
             pass
         if finished.is_set():
@@ -256,8 +273,8 @@ class Run:
         figures: dict[str, Any] = {
             "strategy": self.strategy,
             "seed": self.seed,
-            "mtbr_intervals": round(self.mtbr / (self.every * args.step), 3),
-            "mtbr_seconds": self.mtbr,
+            "mtbr_intervals": round(self.mtbr / (self.every * args.step), 3) if math.isfinite(self.mtbr) else None,
+            "mtbr_seconds": self.mtbr if math.isfinite(self.mtbr) else None,
             "interval_seconds": round(self.every * args.step, 3),
             "succeeded": state == "success" and bool(reached),
             "state": state,
@@ -408,9 +425,9 @@ class Bench:
         return figures
 
 
-def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def measure(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """Every (seed, MTBR, strategy) run, then the sweep's, with every seed too (a grid run of strategy 2 at the
-    sweep's rate and the default interval is reused)."""
+    sweep's rate and the default interval is reused), then each strategy's reference run without reclaims."""
     workdir = contextlib.nullcontext(str(args.workdir)) if args.workdir else tempfile.TemporaryDirectory()
     with workdir as tmp, Bench(args, Path(tmp)) as bench:
         rows = [bench.run(s, m, args.every, seed) for seed in args.seeds for m in args.mtbr for s in args.strategies]
@@ -426,19 +443,22 @@ def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
                 sweep.append(reuse[0])
             else:
                 sweep.append(bench.run("periodic", args.sweep_rate, every, seed))
-    return rows, sweep
+        references = [bench.run(s, math.inf, args.every, args.seeds[0]) for s in args.strategies if args.reference]
+    return {"rows": rows, "sweep": sweep, "references": references}
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.rows:  # a report of earlier runs (their --json files), e.g. one invocation per seed
         found = [json.loads(path.read_text()) for path in args.rows]
-        rows = [r for f in found for r in f["rows"]]
-        sweep = [r for f in found for r in f["sweep"]]
+        measured = {key: [r for f in found for r in f.get(key, [])] for key in ("rows", "sweep", "references")}
     else:
-        rows, sweep = measure(args)
+        measured = measure(args)
+    rows, sweep, references = measured["rows"], measured["sweep"], measured["references"]
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "sweep": sweep}, indent=1) + "\n")
-    text = f"{table(rows)}\n"
+        args.json.write_text(json.dumps(measured, indent=1) + "\n")
+    text = f"{table(rows, references)}\n"
+    if references:
+        text += f"\n{reference_table(references)}\n"
     if sweep or not rows:  # a grid measured without a sweep (--sweep "") reports no empty sweep
         text += f"\n{sweep_table(sweep)}\n\n{young_daly(sweep)}\n"
     if len({r["seed"] for r in rows}) > 1:
@@ -452,7 +472,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         args.table.write_text(header + text)
     if args.png:
         plot(rows, sweep, args.png)
-    return {"rows": rows, "sweep": sweep}
+    return measured
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -476,6 +496,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--ft-collective-timeout", type=float, default=2, help="strategy 4: a survivor's collective timeout (s)"
     )
+    parser.add_argument(
+        "--reference",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one run of each strategy without reclaims, the ceiling of its goodput on this machine (not --quick)",
+    )
     parser.add_argument("--budget", type=int, default=20, help="max_preemptions and the hand-rolled retries")
     parser.add_argument("--timeout", type=float, default=900, help="bound of one `airflow dags test` (s)")
     parser.add_argument("--png", type=Path, help="write the plot here")
@@ -489,6 +515,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         # Few steps, so that four strategies take about the time three took with 40: a run's cost is mostly its
         # `airflow dags test` and its pods' start-up, not its steps.
         args.steps, args.every, args.mtbr, args.sweep, args.sweep_rate = 24, 8, [20], [1], 20
+        args.reference = False
     return args
 
 

@@ -41,10 +41,12 @@ def cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The main grid as markdown (means over seeds), with goodput ratios against strategy 3 at the same MTBR."""
+def table(rows: list[dict[str, Any]], references: list[dict[str, Any]] | None = None) -> str:
+    """The main grid as markdown (means over seeds), with goodput ratios against strategy 3 at the same MTBR and,
+    given the reference runs, against the same strategy's goodput without reclaims."""
     grid = cells(rows)
     several = any(c["seeds"] > 1 for c in grid)
+    ceilings = {r["strategy"]: r.get("goodput") for r in references or []}
     lines = [
         "| MTBR (x interval) | strategy | succeeded | goodput | x strategy 3 | lost steps "
         "| restart overhead (s) | GPU-h requested | GPU-h lost | reclaims | interruptions "
@@ -55,10 +57,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     if several:
         lines[0] = lines[0].replace("| succeeded | goodput |", "| seeds | succeeded | goodput (range) |")
         lines[1] += " --- |"
+    if ceilings:
+        lines[0] = lines[0].replace("| x strategy 3 |", "| x strategy 3 | x no reclaim |")
+        lines[1] += " --- |"
     for cell in grid:
         same = [c for c in grid if c["strategy"] == "handrolled" and c["mtbr_intervals"] == cell["mtbr_intervals"]]
         base = same[0] if same else {}
         ratio = cell.get("goodput") / base["goodput"] if cell.get("goodput") and base.get("goodput") else None
+        ceiling = ceilings.get(cell["strategy"])
+        of_ceiling = cell["goodput"] / ceiling if cell.get("goodput") and ceiling else None
         goodput = _num(cell.get("goodput"), ".2f")
         if several and cell["goodput_range"]:
             goodput += " ({:.2f}-{:.2f})".format(*cell["goodput_range"])
@@ -69,6 +76,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             "yes" if cell["succeeded"] else f"no ({cell['state']})",
             goodput,
             _num(ratio, ".2f"),
+            *([_num(of_ceiling, ".2f")] if ceilings else []),
             _num(cell.get("lost_steps"), ".0f"),
             _overhead(cell),
             _num(cell.get("gpu_hours"), ".4f"),
@@ -79,6 +87,26 @@ def table(rows: list[dict[str, Any]]) -> str:
             *ft_cells(cell),
         ]
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def reference_table(references: list[dict[str, Any]]) -> str:
+    """Each strategy's reference run, without reclaims: the most its goodput reaches on this machine, what the
+    checkpoint writes and the steps slower than the median (the definition's step time) cost with nothing lost."""
+    lines = [
+        "| strategy, no reclaim | succeeded | goodput | by wall time | step time (s) | pod-seconds |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in references:
+        cells_ = [
+            STRATEGIES[row["strategy"]],
+            "yes" if row["succeeded"] else f"no ({row['state']})",
+            _num(row.get("goodput"), ".3f"),
+            _num(row.get("time_goodput"), ".3f"),
+            _num(row.get("step_seconds"), ".4f"),
+            _num(row.get("pod_seconds"), ".1f"),
+        ]
+        lines.append("| " + " | ".join(cells_) + " |")
     return "\n".join(lines)
 
 
