@@ -2,7 +2,10 @@
 
 The PyTorch DDP example's trainer (``bench/scripts/goodput_train.py`` wraps ``dags/scripts/train_torch.py``:
 leader on on-demand, workers on spot, one fake GPU per pod) trains ``--steps`` steps of ``--step`` seconds with a
-checkpoint every ``--every`` steps, each write costing ``--checkpoint-seconds`` more. Each run is one
+checkpoint every ``--every`` steps, each write costing ``--checkpoint-seconds`` more (the writer's time, not CPU: the
+trainers write their periodic checkpoints in the background, ``save_checkpoint(..., background=True)``, so that time
+overlaps the next steps unless a save is still in flight, as a real upload overlaps them; emergency checkpoints
+are written at once). Each run is one
 ``airflow dags test`` of a DAG generated from ``bench/scripts/goodput_dag.py``, on one local cluster whose spot pool
 (one node per worker) loses nodes on the cluster's seeded schedule (``start_preemptions``: GKE-style and
 vanish-style reclaims mixed), started when the first step is recorded and stopped at the last, with the same seed for

@@ -267,8 +267,8 @@ JOB_PAST_BACKOFF = re.compile(r"Job (\S+) has failed because it has reached the 
 
 def _exhausted_by(f: Facts) -> str | None:
     """Whose backoffLimit failed the group, if it is this pod's: its Job (JobSet) or its job (training-operator)."""
-    condition = ((f.jobset or {}).get("status") or {}).get("conditions") or []
-    failed = next((c for c in condition if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    conditions = ((f.jobset or {}).get("status") or {}).get("conditions") or []
+    failed = next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
     message = (failed or {}).get("message", "")
     if named := FIRST_FAILED_JOB.search(message):
         job = f.labels.get(JOB_NAME_LABEL) or f.labels.get("job-name", "")

@@ -17,6 +17,9 @@ imported lazily, and only for non-local checkpoint URIs. A complete loop::
                 break
     runtime.report({"loss": loss, "step": step})
 
+``runtime.save_checkpoint(step, write, background=True)`` writes while the next steps train (``write`` then writes a
+copy of the state taken before the call); ``runtime.wait_for_checkpoint()`` waits for it.
+
 Around a step, ``with runtime.peer_loss(save):`` turns a collective error from a lost peer into an emergency
 checkpoint and a wait for the group restart (see :mod:`airflow_elastic.runtime.peers`).
 
@@ -37,7 +40,7 @@ An elastic role's hosts (Ready pods, from the API server) come from ``runtime.re
 from __future__ import annotations
 
 from airflow_elastic.contract.checkpoints import Checkpoint
-from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint
+from airflow_elastic.runtime.checkpoint import checkpoint_at, latest_checkpoint, save_checkpoint, wait_for_checkpoint
 from airflow_elastic.runtime.context import RESUME_FROM, TRIAL_PARAMS, Context, context
 from airflow_elastic.runtime.discovery import DiscoveryError, Host, ready_hosts
 from airflow_elastic.runtime.exiting import exit_now, run_then_exit
@@ -72,4 +75,5 @@ __all__ = [
     "save_checkpoint",
     "termination_log_path",
     "torch_env",
+    "wait_for_checkpoint",
 ]

@@ -24,8 +24,12 @@ from typing import NoReturn
 
 
 def exit_now(code: int) -> NoReturn:
-    """Flush stdout and stderr, then end the process with ``code`` at once (``os._exit``: no destructors, no
+    """Wait for a background checkpoint in flight (``save_checkpoint(..., background=True)``; a failure is said on
+    stderr), flush stdout and stderr, then end the process with ``code`` at once (``os._exit``: no destructors, no
     ``atexit`` handlers, no interpreter finalization)."""
+    from airflow_elastic.runtime.checkpoint import finish_background_save
+
+    finish_background_save()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -99,20 +100,29 @@ def save_checkpoint(
     files: Mapping[str, bytes | str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     ctx: Context | None = None,
+    background: bool = False,
     **options: Any,
-) -> Checkpoint | None:
+) -> Checkpoint | Future[Checkpoint] | None:
     """Save a durable checkpoint of the quorum's state on the writer (:func:`is_writer`), with the manager's state.
 
-    ``step`` defaults to the manager's step; ``write``, ``files``, ``metadata`` and ``options`` are those of
-    :func:`airflow_elastic.runtime.save_checkpoint`. Returns the checkpoint on the writer, ``None`` elsewhere.
+    ``step`` defaults to the manager's step; ``write``, ``files``, ``metadata``, ``background`` and ``options`` are
+    those of :func:`airflow_elastic.runtime.save_checkpoint` (the manager's state is read now, also for a save in
+    the background). Returns the checkpoint on the writer (with ``background``: a ``Future`` of it), ``None``
+    elsewhere.
     """
     ctx = ctx or context()
     if not is_writer(manager, ctx):
         return None
-    state = manager.state_dict()
+    state = dict(manager.state_dict())
     done = state["step"] if step is None else step
     marker = {**(metadata or {}), MANAGER_KEY: state}
-    return _save(done, write, files=files, metadata=marker, ctx=ctx, **options)
+    if background:
+        future: Future[Checkpoint] = _save(
+            done, write, files=files, metadata=marker, ctx=ctx, background=True, **options
+        )
+        return future
+    saved: Checkpoint = _save(done, write, files=files, metadata=marker, ctx=ctx, **options)
+    return saved
 
 
 def resume(

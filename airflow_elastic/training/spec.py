@@ -201,8 +201,9 @@ class Checkpointing:
     """Where the group's checkpoints live (``file://``, a plain absolute path, ``s3://``, ``gs://`` ...), and how
     many complete checkpoints to keep. ``conn_id``: the Airflow connection the operator lists them with (through
     ``ObjectStoragePath``, for schemes an installed provider registers); the pods use their own credentials.
-    ``write_seconds``: how long one checkpoint takes to write, for the Young/Daly advice logged at the end (a
-    ``write_seconds`` field in the checkpoint marker wins)."""
+    ``write_seconds``: how long one checkpoint stalls training (its write; for a save in the background, only the
+    copy and any wait for the previous save), for the Young/Daly advice logged at the end (a ``write_seconds`` field
+    in the checkpoint marker wins)."""
 
     uri: str
     keep: int = 3

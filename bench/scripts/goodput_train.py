@@ -4,8 +4,9 @@ plus what the benchmark needs:
 * one JSON line per completed step — ``{"process", "jobset", "attempt", "step", "time"}`` (``process``: an id of
   this process, the one identity that changes on every restart of any kind) — appended by the writer to
   ``steps.jsonl`` in the checkpoint directory (and ``"start": true`` when a process starts from its checkpoint);
-* a checkpoint write that costs ``CHECKPOINT_SECONDS`` more (standing in for writing a large model), its measured
-  duration in the marker's ``write_seconds`` (what the operator's Young/Daly advice reads);
+* a checkpoint write that costs ``CHECKPOINT_SECONDS`` more (standing in for writing a large model), and in the
+  marker's ``write_seconds`` (what the operator's Young/Daly advice reads) how long training stalled for it: the
+  write, or for the example's periodic saves in the background the wait for a save still in flight;
 * one JSON line per process of any rank — ``{"process", "rank", "began"}``, ``began`` the time this script started
   running (before ``import torch``) — appended to ``starts.jsonl`` there: the bench splits a restart into the wait
   until the group's last process starts and that process's start-up to the first step;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,15 +49,26 @@ class TimedRuntime:
 
     @staticmethod
     def save_checkpoint(step: int, write: Any, *, metadata: dict | None = None, **options: Any) -> Any:
+        """The example's save, its write ``WRITE_COST`` longer; ``write_seconds`` in the marker is how long training
+        stalled for it: the write (at once) or the call (in the background: the wait for a save still in flight)."""
         marker = dict(metadata or {})  # read by save_checkpoint after ``write``: the measured time lands in it
+        background, stalled = bool(options.get("background")), threading.Event()
 
         def timed(directory: str) -> None:
             began = time.monotonic()
             write(directory)
             time.sleep(WRITE_COST)
-            marker["write_seconds"] = round(time.monotonic() - began, 4)
+            if background:
+                stalled.wait(10)  # the caller's stall, measured once its call returned
+            else:
+                marker["write_seconds"] = round(time.monotonic() - began, 4)
 
-        return runtime.save_checkpoint(step, timed, metadata=marker, **options)
+        called = time.monotonic()
+        saved = runtime.save_checkpoint(step, timed, metadata=marker, **options)
+        if background:
+            marker["write_seconds"] = round(time.monotonic() - called, 4)
+        stalled.set()
+        return saved
 
 
 class Trainer(train_torch.Trainer):

@@ -11,7 +11,8 @@ torchrun sets those per process. Either way:
   the result depends on the step count only, not on the world size or on restarts (up to float summation order);
 * **writer**: process 0 of the group's first pod (``AE_RANK`` 0, ``LOCAL_RANK`` 0: on the on-demand leader, it
   survives a worker reclaim) saves model and optimizer with ``runtime.save_checkpoint`` every ``CHECKPOINT_EVERY``
-  steps and at the end; every process resumes from ``runtime.latest_checkpoint()``;
+  steps and at the end, in the background (``background=True``: a copy of the state is written while the next steps
+  train; ``runtime.exit_now`` waits for it); every process resumes from ``runtime.latest_checkpoint()``;
 * **a lost peer costs nothing**: each step runs inside ``runtime.peer_loss``: when a peer's pod is reclaimed, the
   writer saves the last completed step, and every survivor waits for the group restart's SIGTERM (or, in an elastic
   group, exits at once so torchrun re-forms the group); ``PEER_GUARD=0`` disables it (the process dies with the
@@ -31,6 +32,7 @@ Environment: ``TRAIN_STEPS``, ``STEP_SECONDS`` (extra time per step, standing in
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -148,11 +150,19 @@ class Trainer:
             return  # not the writer, or nothing trained since this process started from its checkpoint
         if runtime.checkpoint_at(checkpoints.step_dir(self.ctx.checkpoint_uri, self.done)) is not None:
             return
+        # A copy: a periodic save is written in the background while the next steps change the live tensors.
         state = {"step": self.done, "model": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
-        runtime.save_checkpoint(
-            self.done, lambda d: torch.save(state, f"{d}/{STATE}"), metadata={"emergency": why} if why else None
-        )
-        log(f"saved {'emergency ' if why else ''}checkpoint at step {self.done}" + (f" ({why})" if why else ""))
+        state = copy.deepcopy(state)
+
+        def write(directory: str) -> None:
+            torch.save(state, f"{directory}/{STATE}")
+
+        if why is None:
+            runtime.save_checkpoint(self.done, write, background=True)
+            log(f"saving checkpoint at step {self.done} in the background")
+        else:  # an emergency: written before this process goes on (or ends), after any save in flight
+            runtime.save_checkpoint(self.done, write, metadata={"emergency": why})
+            log(f"saved emergency checkpoint at step {self.done} ({why})")
 
     def loss(self) -> float:
         with torch.no_grad():

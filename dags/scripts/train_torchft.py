@@ -6,6 +6,8 @@ gloo reads ``TORCHFT_LIGHTHOUSE`` (rendered) and joins the store torchrun serves
 train on; its replacement heals from a live peer and reads no checkpoint. The product adds only the durable
 checkpoint (one pod of the quorum writes it, with the manager's state) and the resume from it after a whole-group
 restart, decided after the first step (``fault_tolerance.resume``: a replica group healed from a live peer skips it).
+The durable checkpoint is written in the background (``background=True``): a copy of the state, while the next steps
+train.
 
 Settings: ``TRAIN_STEPS`` (default 40), ``STEP_SECONDS`` (extra time per step, 0.1), ``CHECKPOINT_EVERY`` (10),
 ``COLLECTIVE_TIMEOUT`` (seconds, 5): the gloo process group's timeout, how long a survivor's collective waits for a
@@ -25,10 +27,12 @@ replacement finds them all there and goes on at once).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +66,11 @@ def wait_for_every_replica_group(directory: str, timeout: float = 300.0) -> None
     deadline = time.monotonic() + timeout
     while len(os.listdir(directory)) < expected and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def writer(state: dict[str, Any]) -> Callable[[str], None]:
+    """Writes ``state`` into a checkpoint's directory (a copy: a background save writes it while training goes on)."""
+    return lambda directory: torch.save(state, f"{directory}/state.pt")
 
 
 def main() -> None:
@@ -115,8 +124,8 @@ def main() -> None:
             print(f"replica group {REPLICA_GROUP_ID} fails on its own at step {step} (FAIL_AT_STEP, a test hook)")
             sys.stdout.flush()
             os._exit(1)  # at once, as a crash: no manager shutdown
-        if durable and step % CHECKPOINT_EVERY == 0:
-            fault_tolerance.save_checkpoint(manager, lambda d: torch.save(state_dict(), f"{d}/state.pt"))
+        if durable and step % CHECKPOINT_EVERY == 0:  # written in the background: a copy, taken now
+            fault_tolerance.save_checkpoint(manager, writer(copy.deepcopy(state_dict())), background=True)
         time.sleep(STEP_SECONDS)
     # Every replica group reports, not only the writer: the first replica group to finish completes the group, and
     # the JobSet then stops the others (its active Jobs are deleted), the writer's perhaps before it reported.

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -116,6 +117,98 @@ def test_sharded_save_with_barrier(tmp_path: Path) -> None:
     assert calls == [1, 1, 0, 0]
     assert sorted(p.name for p in (tmp_path / "step-000000003").iterdir()) == ["COMPLETE", "rank-0", "rank-1"]
     assert runtime.latest_checkpoint(ctx=Context(checkpoint_uri=str(tmp_path))).step == 3  # type: ignore[union-attr]
+
+
+def test_a_background_save_returns_at_once_and_completes_in_the_writer_thread(tmp_path: Path) -> None:
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    writing, release = threading.Event(), threading.Event()
+
+    def slow(directory: str) -> None:
+        writing.set()
+        assert release.wait(10)
+        Path(directory, "state").write_text("7")
+
+    future = runtime.save_checkpoint(7, slow, ctx=ctx, metadata={"loss": 0.1}, background=True)
+    assert writing.wait(10) and not future.done()
+    assert runtime.latest_checkpoint(ctx=ctx) is None  # not complete until the marker is written
+    release.set()
+    saved = runtime.wait_for_checkpoint()
+    assert saved == future.result() and saved is not None and (saved.step, saved.marker["loss"]) == (7, 0.1)
+    assert runtime.latest_checkpoint(ctx=ctx).step == 7  # type: ignore[union-attr]
+    assert runtime.wait_for_checkpoint() is None  # nothing in flight any more
+
+
+def test_one_background_save_in_flight_and_the_next_save_waits_for_it(tmp_path: Path) -> None:
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    order: list[str] = []
+
+    def slow(directory: str) -> None:
+        time.sleep(0.3)
+        order.append("background 1")
+        Path(directory, "s").write_text("1")
+
+    runtime.save_checkpoint(1, slow, ctx=ctx, background=True)
+    runtime.save_checkpoint(2, lambda d: order.append("sync 2") or Path(d, "s").write_text("2"), ctx=ctx)
+    assert order == ["background 1", "sync 2"]
+    assert [c.step for c in checkpoints.complete_checkpoints(None, str(tmp_path))] == [1, 2]
+
+
+def test_a_failed_background_save_is_raised_by_the_next_background_save_only_once(tmp_path: Path) -> None:
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    runtime.save_checkpoint(1, files={"s": "1"}, ctx=ctx)
+
+    def broken(directory: str) -> None:
+        raise OSError("bucket gone")
+
+    failed = runtime.save_checkpoint(2, broken, ctx=ctx, background=True)
+    with pytest.raises(RuntimeError, match="the background checkpoint of step 2 failed: bucket gone"):
+        runtime.save_checkpoint(3, files={"s": "3"}, ctx=ctx, background=True)
+    assert isinstance(failed.exception(), OSError)
+    assert runtime.latest_checkpoint(ctx=ctx).step == 1  # type: ignore[union-attr]  # the partial one is gone
+    assert runtime.save_checkpoint(3, files={"s": "3"}, ctx=ctx, background=True).result().step == 3  # reported once
+
+
+def test_an_emergency_save_after_a_failed_background_one_still_writes(tmp_path: Path, capsys) -> None:
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    runtime.save_checkpoint(2, lambda d: (_ for _ in ()).throw(OSError("disk full")), ctx=ctx, background=True)
+    assert runtime.save_checkpoint(3, files={"s": "3"}, ctx=ctx, metadata={"emergency": True}).step == 3
+    assert "the background checkpoint of step 2 failed: disk full" in capsys.readouterr().err
+
+
+def test_background_saves_take_no_barrier(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="background=True cannot take a barrier"):
+        ctx = Context(checkpoint_uri=str(tmp_path))
+        runtime.save_checkpoint(1, files={"a": "b"}, barrier=lambda: None, ctx=ctx, background=True)
+    assert runtime.wait_for_checkpoint() is None  # nothing was started
+
+
+BACKGROUND_AT_EXIT = """
+import sys, time
+from pathlib import Path
+from airflow_elastic import runtime
+
+def slow(directory):
+    time.sleep(0.5)
+    Path(directory, "s").write_text("9")
+
+runtime.save_checkpoint(9, slow, background=True)
+if "fail" in sys.argv:
+    runtime.save_checkpoint(10, lambda d: 1 / 0, background=True)
+if "exit_now" in sys.argv:
+    runtime.exit_now(0)  # os._exit: no atexit, no thread joins; it waits for the save itself
+"""
+
+
+@pytest.mark.parametrize("how", ["return", "exit_now"])
+def test_the_process_waits_for_the_background_save_at_exit_and_names_its_failure(tmp_path: Path, how: str) -> None:
+    env = {**os.environ, "AE_CHECKPOINT_URI": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", BACKGROUND_AT_EXIT, how], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert runtime.latest_checkpoint(str(tmp_path), ctx=Context()).step == 9  # type: ignore[union-attr]
+    failed = subprocess.run(
+        [sys.executable, "-c", BACKGROUND_AT_EXIT, how, "fail"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "the background checkpoint of step 10 failed: division by zero" in failed.stderr
 
 
 def test_memory_uri_through_fsspec() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,16 @@ def test_save_then_resume_restores_the_managers_step_and_the_state(tmp_path: Pat
     assert found is not None and found.step == 40
     assert restarted.state == {"step": 40, "batches_committed": 110}
     assert loaded == ["w40"]
+
+
+def test_a_background_save_keeps_the_managers_state_of_the_call(tmp_path: Path):
+    ctx = Context(checkpoint_uri=str(tmp_path))
+    writer = FakeManager(0, {"step": 80, "batches_committed": 160})
+    future = save_checkpoint(writer, lambda d: time.sleep(0.2), ctx=ctx, background=True)
+    writer.state = {"step": 81, "batches_committed": 162}  # training went on while it was written
+    saved = future.result()  # type: ignore[union-attr]
+    assert saved.step == 80 and saved.marker[MANAGER_KEY] == {"step": 80, "batches_committed": 160}
+    assert save_checkpoint(FakeManager(1), files={"w": "x"}, ctx=ctx, background=True) is None  # not the writer
 
 
 def test_resume_on_a_first_start_changes_nothing(tmp_path: Path):
