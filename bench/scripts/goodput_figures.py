@@ -125,7 +125,8 @@ def ft_figures(
       quorum's reconfiguration and the checkpoint sent to it); median;
     * heal time: per replica-group process that started after training began (a replacement), its process start
       to its first committed step; median, and how many took their state from a live peer (torchft's healing)
-      rather than only from the durable checkpoint.
+      rather than only from the durable checkpoint. A replacement whose first step came after the run's last (the
+      group had finished: it trained alone, from nothing) is not counted.
     """
     first, last = window
     lost_nodes = {r["node"]: r["time"] for r in reclaims}
@@ -160,8 +161,8 @@ def ft_figures(
     heals, peers = [], 0
     for start in starts:
         mine = [r for r in processes.get(start["process"], []) if r["committed"]]
-        if start["began"] <= first or not mine:
-            continue
+        if start["began"] <= first or not mine or mine[0]["time"] > last:
+            continue  # not a replacement, or one that joined no quorum: the group had reached its last step
         heals.append(mine[0]["time"] - start["began"])
         peers += any(r.get("healed") for r in processes[start["process"]] if r["time"] <= mine[0]["time"])
     return {

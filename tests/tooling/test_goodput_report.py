@@ -60,3 +60,19 @@ def test_the_reference_table_lists_each_run_without_reclaims():
         "pod-seconds": "281.3",
     }
     assert columns(text, "1 airflow-elastic")["succeeded"] == "no (failed)"
+
+
+def test_a_replacement_that_first_stepped_after_the_last_step_is_no_replacement():
+    """Seed 17 of docs/goodput-background.md: the last reclaim's replacement started a second before the group's last
+    step and trained step 1 alone after it; it joined no quorum, so it healed from nothing."""
+    from bench.scripts.goodput_figures import ft_figures
+
+    def step(process: str, group: int, number: int, at: float, **more: Any) -> dict[str, Any]:
+        return {"process": process, "replica_group": group, "step": number, "committed": True, "time": at, **more}
+
+    records = [step("a", 0, n, 10.0 + n) for n in range(1, 11)]
+    records += [step("healed", 1, 6, 16.5, healed=True), step("late", 1, 1, 22.0)]
+    starts = [{"process": p, "replica_group": g, "began": t} for p, g, t in [("a", 0, 9.0), ("healed", 1, 14.0)]]
+    starts.append({"process": "late", "replica_group": 1, "began": 19.5})
+    figures = ft_figures(records, starts, [], [], 1.0, (10.0, 20.0))
+    assert (figures["replacements"], figures["healed_from_peer"], figures["heal_seconds"]) == (1, 1, 2.5)
