@@ -51,14 +51,15 @@ def program(cmdline: list[str]) -> str:
 
 
 def sample(root: psutil.Process, seen: dict[tuple[int, float], tuple[float, str]]) -> None:
-    """Record the CPU time so far of ``root``'s descendants, by (pid, start time) so a reused pid is a new process."""
+    """Record the CPU time so far of ``root``'s descendants, by (pid, start time) so a reused pid is a new process,
+    each named by its latest command line (a shell's forked child that then execs a program is that program)."""
     for process in root.children(recursive=True):
         try:
             with process.oneshot():
-                times, key = process.cpu_times(), (process.pid, process.create_time())
-                name = seen[key][1] if key in seen else program(process.cmdline())
+                times, key, cmdline = process.cpu_times(), (process.pid, process.create_time()), process.cmdline()
         except psutil.Error:
             continue
+        name = seen[key][1] if key in seen and not cmdline else program(cmdline)
         seen[key] = (times.user + times.system, name)
 
 
